@@ -1,0 +1,94 @@
+// fZ-light: a fast, error-bounded lossy compressor for float32/float64 on the CPU.
+//
+// Written from the published design (Huang et al., "ZCCL: significantly improving collective
+// communication with error-bounded lossy compression", and the SZp/fZ-light descriptions): fused
+// quantization + 1-D Lorenzo prediction on integer codes, 32-value blocks with a per-block code
+// length, a sign plane and fixed-length bit planes, all-zero blocks stored as one byte, and OpenMP
+// over independent chunks. Beyond that design this implementation guarantees a *strict* bound:
+// every finite value satisfies |x - x'| <= eb when computed in double with the decoder's own
+// arithmetic (the encoder replays the decoder and stores any value that would miss exactly).
+//
+// This header is torch-free and MPI-free: pointers, counts, an error bound, a byte stream.
+// The stream layout is documented in fzlight_format.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace zccl::fz {
+
+enum class DType : uint8_t { Float32 = 1, Float64 = 2 };
+
+size_t dtype_size(DType dt);
+const char* dtype_name(DType dt);
+
+// Values per chunk; chunks are the unit of parallelism, of pipelining and of random access.
+inline constexpr uint32_t kDefaultChunkLen = 5120;
+inline constexpr uint32_t kBlockLen = 32;        // values per block (one code length per block)
+inline constexpr uint32_t kMaxChunkLen = 65536;  // outlier indices are stored as uint16
+inline constexpr uint32_t kMaxDims = 64;         // shape metadata carried in the header
+
+// Raised for every malformed, truncated or corrupted stream and for unusable arguments.
+class StreamError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+class ArgumentError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// Called between chunks by the pipelined (single-threaded) paths: (chunks_done, chunks_total).
+// The collectives use it to poll MPI progress while compressing.
+using Progress = std::function<void(uint64_t, uint64_t)>;
+
+struct CompressParams {
+  double error_bound = 0.0;              // absolute bound; 0 means lossless (values stored exactly)
+  uint32_t chunk_len = kDefaultChunkLen; // multiple of kBlockLen, in [kBlockLen, kMaxChunkLen]
+  int threads = 0;                       // 0: OpenMP default; ignored when progress is set
+  // Shape recorded in the header: nullopt means 1-D {count}; an empty vector means 0-d (count 1).
+  std::optional<std::vector<uint64_t>> shape;
+};
+
+struct StreamInfo {
+  DType dtype = DType::Float32;
+  uint64_t count = 0;
+  double error_bound = 0.0;
+  uint32_t chunk_len = 0;
+  uint64_t num_chunks = 0;
+  std::vector<uint64_t> shape;
+  size_t header_bytes = 0;  // header + shape + chunk table
+  size_t total_bytes = 0;   // whole stream, as recorded in the chunk table
+};
+
+// Worst-case stream size for (dtype, count, chunk_len, ndim): compress() never writes more.
+size_t max_compressed_size(DType dt, uint64_t count, uint32_t chunk_len = kDefaultChunkLen,
+                           size_t ndim = 1);
+
+// Compresses `count` values at `src` into `dst` (capacity `dst_cap`, which must be at least
+// max_compressed_size). Returns the stream size in bytes. With `progress`, chunks are compressed
+// one after another on the calling thread and `progress` runs after each chunk (PIPE-fZ-light).
+size_t compress(const void* src, DType dt, uint64_t count, const CompressParams& params,
+                uint8_t* dst, size_t dst_cap, const Progress* progress = nullptr);
+
+// Parses and validates the header and chunk table (sizes, checksums of the metadata, totals).
+StreamInfo read_info(const uint8_t* src, size_t len);
+
+// Decompresses the whole stream into `dst` (room for `dst_count` values of the stream's dtype).
+// Verifies every chunk's checksum and structure; throws StreamError on any inconsistency.
+void decompress(const uint8_t* src, size_t len, void* dst, uint64_t dst_count, int threads = 0,
+                const Progress* progress = nullptr);
+
+// Decompresses chunk `index` alone into `dst` (room for chunk_len values; returns values written).
+uint64_t decompress_chunk(const uint8_t* src, size_t len, uint64_t index, void* dst,
+                          uint64_t dst_count);
+
+// Number of threads used when `threads` <= 0.
+int default_threads();
+
+}  // namespace zccl::fz

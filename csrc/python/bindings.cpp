@@ -1,0 +1,133 @@
+// pybind11 module zccl_torch._C: torch tensors in, fZ-light streams out. No algorithm logic here.
+#include <torch/extension.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../compress/fzlight.h"
+#include "../transport/mpi_info.h"
+
+namespace py = pybind11;
+namespace fz = zccl::fz;
+
+namespace {
+
+fz::DType dtype_from_code(int code) {
+  if (code == static_cast<int>(fz::DType::Float32)) return fz::DType::Float32;
+  if (code == static_cast<int>(fz::DType::Float64)) return fz::DType::Float64;
+  throw std::invalid_argument("zccl: unknown dtype code " + std::to_string(code));
+}
+
+torch::ScalarType scalar_type(fz::DType dt) {
+  return dt == fz::DType::Float32 ? torch::kFloat32 : torch::kFloat64;
+}
+
+// Wraps an optional Python callable as a C++ progress hook that takes the GIL for each call.
+std::optional<fz::Progress> wrap_progress(const py::object& callback) {
+  if (callback.is_none()) return std::nullopt;
+  return fz::Progress([callback](uint64_t done, uint64_t total) {
+    py::gil_scoped_acquire gil;
+    callback(done, total);
+  });
+}
+
+void check_stream(const torch::Tensor& stream) {
+  TORCH_CHECK_TYPE(stream.scalar_type() == torch::kUInt8, "zccl: stream must be uint8");
+  TORCH_CHECK(stream.device().is_cpu() && stream.is_contiguous() && stream.dim() == 1,
+              "zccl: stream must be a contiguous 1-D CPU tensor");
+}
+
+torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bound,
+                       uint32_t chunk_len, int threads, const std::vector<int64_t>& shape,
+                       const py::object& progress) {
+  const fz::DType dt = dtype_from_code(dtype_code);
+  TORCH_CHECK(src.scalar_type() == scalar_type(dt) && src.is_contiguous() && src.device().is_cpu(),
+              "zccl: compress needs a contiguous CPU tensor of the declared dtype");
+  fz::CompressParams params;
+  params.error_bound = error_bound;
+  params.chunk_len = chunk_len;
+  params.threads = threads;
+  params.shape = std::vector<uint64_t>(shape.begin(), shape.end());
+  const uint64_t count = static_cast<uint64_t>(src.numel());
+  const size_t cap = fz::max_compressed_size(dt, count, chunk_len, shape.size());
+  torch::Tensor out = torch::empty({static_cast<int64_t>(cap)}, torch::kUInt8);
+  const std::optional<fz::Progress> hook = wrap_progress(progress);
+  size_t used = 0;
+  {
+    py::gil_scoped_release nogil;
+    used = fz::compress(src.data_ptr(), dt, count, params, out.data_ptr<uint8_t>(), cap,
+                        hook ? &*hook : nullptr);
+  }
+  // Hand back a right-sized buffer when the stream is much smaller than the worst case.
+  torch::Tensor stream = out.narrow(0, 0, static_cast<int64_t>(used));
+  return 2 * used < cap ? stream.clone() : stream;
+}
+
+torch::Tensor decompress(const torch::Tensor& stream, int threads, const py::object& progress) {
+  check_stream(stream);
+  const uint8_t* data = stream.data_ptr<uint8_t>();
+  const size_t len = static_cast<size_t>(stream.numel());
+  const fz::StreamInfo info = fz::read_info(data, len);
+  std::vector<int64_t> shape(info.shape.begin(), info.shape.end());
+  torch::Tensor out = torch::empty(shape, scalar_type(info.dtype));
+  const std::optional<fz::Progress> hook = wrap_progress(progress);
+  {
+    py::gil_scoped_release nogil;
+    fz::decompress(data, len, out.data_ptr(), info.count, threads, hook ? &*hook : nullptr);
+  }
+  return out;
+}
+
+torch::Tensor decompress_chunk(const torch::Tensor& stream, int64_t index) {
+  check_stream(stream);
+  const uint8_t* data = stream.data_ptr<uint8_t>();
+  const size_t len = static_cast<size_t>(stream.numel());
+  const fz::StreamInfo info = fz::read_info(data, len);
+  if (index < 0 || static_cast<uint64_t>(index) >= info.num_chunks) {
+    throw std::out_of_range("zccl: chunk index " + std::to_string(index) + " out of range [0, " +
+                            std::to_string(info.num_chunks) + ")");
+  }
+  torch::Tensor out = torch::empty({static_cast<int64_t>(info.chunk_len)}, scalar_type(info.dtype));
+  const uint64_t m = fz::decompress_chunk(data, len, static_cast<uint64_t>(index), out.data_ptr(),
+                                          info.chunk_len);
+  return out.narrow(0, 0, static_cast<int64_t>(m)).clone();
+}
+
+py::dict stream_info(const torch::Tensor& stream) {
+  check_stream(stream);
+  const fz::StreamInfo info = fz::read_info(stream.data_ptr<uint8_t>(), stream.numel());
+  py::dict d;
+  d["dtype"] = static_cast<int>(info.dtype);
+  d["count"] = info.count;
+  d["shape"] = info.shape;
+  d["error_bound"] = info.error_bound;
+  d["chunk_len"] = info.chunk_len;
+  d["num_chunks"] = info.num_chunks;
+  d["header_bytes"] = info.header_bytes;
+  d["total_bytes"] = info.total_bytes;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "zccl-torch native core: fZ-light compressor (and, later, the collectives)";
+  py::register_exception<fz::StreamError>(m, "CorruptStreamError", PyExc_ValueError);
+  m.attr("DEFAULT_CHUNK_LEN") = fz::kDefaultChunkLen;
+  m.attr("BLOCK_LEN") = fz::kBlockLen;
+  m.attr("MAX_CHUNK_LEN") = fz::kMaxChunkLen;
+  m.attr("MAX_DIMS") = fz::kMaxDims;
+  m.def("compress", &compress, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
+        py::arg("chunk_len"), py::arg("threads"), py::arg("shape"), py::arg("progress"));
+  m.def("decompress", &decompress, py::arg("stream"), py::arg("threads"), py::arg("progress"));
+  m.def("decompress_chunk", &decompress_chunk, py::arg("stream"), py::arg("index"));
+  m.def("stream_info", &stream_info, py::arg("stream"));
+  m.def("max_compressed_size", [](int code, uint64_t n, uint32_t chunk_len, size_t ndim) {
+    return fz::max_compressed_size(dtype_from_code(code), n, chunk_len, ndim);
+  });
+  m.def("default_threads", &fz::default_threads, "OpenMP threads used when threads=None");
+  m.def("mpi_library_version", &zccl::transport::mpi_library_version,
+        "Version string of the linked MPI library (does not initialise MPI)");
+  m.def("mpi_is_initialized", &zccl::transport::mpi_is_initialized);
+}

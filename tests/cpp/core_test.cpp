@@ -1,0 +1,891 @@
+// Self-contained tests of the torch-free fZ-light core (csrc/compress), meant to run under
+// AddressSanitizer / UndefinedBehaviorSanitizer (see tests/test_cpp_core.py).
+//
+// Usage: core_test [--quick]
+//   --quick  drops the ~1e6-value cases (the rest of the matrix still runs).
+//
+// Every buffer handed to the library is a heap allocation of exactly the documented size, so an
+// overrun of a single byte is reported by ASan.
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#define ZCCL_TEST_HAVE_MXCSR 1
+#endif
+
+#include "fzlight.h"
+
+namespace fz = zccl::fz;
+
+// ------------------------------------------------------------------------------------------------
+// Tiny test harness.
+
+static std::string g_ctx;  // description of the case being run, printed on failure
+static uint64_t g_checks = 0;
+
+[[noreturn]] static void fail_at(const char* file, int line, const std::string& what) {
+  std::fprintf(stderr, "%s:%d: FAILED: %s\n  case: %s\n", file, line, what.c_str(),
+               g_ctx.empty() ? "-" : g_ctx.c_str());
+  std::fflush(stderr);
+  std::exit(1);
+}
+
+#define CHECK(cond)                                              \
+  do {                                                           \
+    ++g_checks;                                                  \
+    if (!(cond)) fail_at(__FILE__, __LINE__, "CHECK(" #cond ")"); \
+  } while (0)
+
+#define CHECK_MSG(cond, msg)                                                         \
+  do {                                                                               \
+    ++g_checks;                                                                      \
+    if (!(cond)) fail_at(__FILE__, __LINE__, std::string("CHECK(" #cond "): ") + (msg)); \
+  } while (0)
+
+// Expression must throw exactly one of the library's exception types (ExcType).
+#define CHECK_THROWS(expr, ExcType)                                                          \
+  do {                                                                                       \
+    ++g_checks;                                                                              \
+    bool thrown_ = false;                                                                    \
+    try {                                                                                    \
+      (void)(expr);                                                                          \
+    } catch (const ExcType&) {                                                               \
+      thrown_ = true;                                                                        \
+    } catch (const std::exception& e_) {                                                     \
+      fail_at(__FILE__, __LINE__,                                                            \
+              std::string(#expr " threw the wrong type (want " #ExcType "): ") + e_.what()); \
+    }                                                                                        \
+    if (!thrown_) fail_at(__FILE__, __LINE__, #expr " did not throw " #ExcType);             \
+  } while (0)
+
+// Expression must throw StreamError or ArgumentError (either is acceptable).
+#define CHECK_THROWS_LIB(expr)                                                                \
+  do {                                                                                        \
+    ++g_checks;                                                                               \
+    bool thrown_ = false;                                                                     \
+    try {                                                                                     \
+      (void)(expr);                                                                           \
+    } catch (const fz::StreamError&) {                                                        \
+      thrown_ = true;                                                                         \
+    } catch (const fz::ArgumentError&) {                                                      \
+      thrown_ = true;                                                                         \
+    } catch (const std::exception& e_) {                                                      \
+      fail_at(__FILE__, __LINE__,                                                             \
+              std::string(#expr " threw a non-library exception: ") + e_.what());            \
+    }                                                                                         \
+    if (!thrown_) fail_at(__FILE__, __LINE__, #expr " did not throw StreamError/ArgumentError"); \
+  } while (0)
+
+// Out-of-range chunk index: ArgumentError or std::out_of_range (pybind11 maps it to IndexError).
+#define CHECK_THROWS_INDEX(expr)                                                               \
+  do {                                                                                         \
+    ++g_checks;                                                                                \
+    bool thrown_ = false;                                                                      \
+    try {                                                                                      \
+      (void)(expr);                                                                            \
+    } catch (const fz::ArgumentError&) {                                                       \
+      thrown_ = true;                                                                          \
+    } catch (const std::out_of_range&) {                                                       \
+      thrown_ = true;                                                                          \
+    } catch (const std::exception& e_) {                                                       \
+      fail_at(__FILE__, __LINE__, std::string(#expr " threw the wrong type: ") + e_.what());   \
+    }                                                                                          \
+    if (!thrown_) fail_at(__FILE__, __LINE__, #expr " did not throw for a bad chunk index");   \
+  } while (0)
+
+static std::string fmt(const char* f, ...) __attribute__((format(printf, 1, 2)));
+static std::string fmt(const char* f, ...) {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, f);
+  std::vsnprintf(buf, sizeof buf, f, ap);
+  va_end(ap);
+  return buf;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Deterministic PRNG (splitmix64).
+
+struct Rng {
+  uint64_t s;
+  explicit Rng(uint64_t seed) : s(seed) {}
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (next() >> 11) * (1.0 / 9007199254740992.0); }  // [0,1)
+  double sym() { return 2.0 * uniform() - 1.0; }                          // [-1,1)
+  uint64_t below(uint64_t n) { return n ? next() % n : 0; }
+};
+
+// ------------------------------------------------------------------------------------------------
+// Type helpers.
+
+template <typename T> constexpr fz::DType dtype_of();
+template <> constexpr fz::DType dtype_of<float>() { return fz::DType::Float32; }
+template <> constexpr fz::DType dtype_of<double>() { return fz::DType::Float64; }
+
+template <typename T> using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+
+template <typename T> static Bits<T> bits_of(T v) {
+  Bits<T> b;
+  std::memcpy(&b, &v, sizeof b);
+  return b;
+}
+template <typename T> static T from_bits(Bits<T> b) {
+  T v;
+  std::memcpy(&v, &b, sizeof v);
+  return v;
+}
+template <typename T> static const char* tname() { return sizeof(T) == 4 ? "f32" : "f64"; }
+
+// Exact-size byte buffer (heap; size 0 still allocates so the pointer is valid but unusable).
+struct Bytes {
+  std::vector<uint8_t> v;  // constructed with exactly the needed size: capacity == size
+  Bytes() = default;
+  explicit Bytes(size_t n) : v(n) {}
+  Bytes(const uint8_t* p, size_t n) : v(p, p + n) {}
+  const uint8_t* data() const { return v.data(); }
+  uint8_t* data() { return v.data(); }
+  size_t size() const { return v.size(); }
+};
+
+// Compresses into a buffer of exactly max_compressed_size bytes, then copies the stream into an
+// exact-size buffer (so readers of the returned stream overrun into ASan's redzone, not slack).
+template <typename T>
+static Bytes compress_exact(const std::vector<T>& x, const fz::CompressParams& p,
+                            const fz::Progress* prog = nullptr) {
+  const size_t ndim = p.shape ? p.shape->size() : 1;
+  const size_t cap = fz::max_compressed_size(dtype_of<T>(), x.size(), p.chunk_len, ndim);
+  std::vector<uint8_t> dst(cap);
+  const size_t n = fz::compress(x.data(), dtype_of<T>(), x.size(), p, dst.data(), cap, prog);
+  CHECK_MSG(n <= cap, fmt("stream %zu bytes > max_compressed_size %zu", n, cap));
+  CHECK(n > 0);
+  return Bytes(dst.data(), n);
+}
+
+template <typename T>
+static std::vector<T> decompress_exact(const Bytes& s, uint64_t count, int threads,
+                                       const fz::Progress* prog = nullptr) {
+  std::vector<T> out(count);
+  fz::decompress(s.data(), s.size(), out.data(), count, threads, prog);
+  return out;
+}
+
+template <typename T> static bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
+}
+
+// Checks the contract between input and decoded output: strict bound for finite values,
+// bit-exact otherwise (and everywhere when eb == 0).
+template <typename T>
+static void check_bound(const std::vector<T>& x, const std::vector<T>& y, double eb) {
+  CHECK(x.size() == y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const bool exact_needed = eb == 0.0 || !std::isfinite(x[i]);
+    if (exact_needed) {
+      if (bits_of(x[i]) != bits_of(y[i]))
+        fail_at(__FILE__, __LINE__,
+                fmt("value %zu not bit-exact: x=%.17g (0x%llx) x'=%.17g (0x%llx) eb=%g", i,
+                    (double)x[i], (unsigned long long)bits_of(x[i]), (double)y[i],
+                    (unsigned long long)bits_of(y[i]), eb));
+    } else {
+      const double err = std::fabs((double)x[i] - (double)y[i]);
+      if (!(err <= eb))
+        fail_at(__FILE__, __LINE__,
+                fmt("bound violated at %zu: x=%.17g x'=%.17g |err|=%.17g > eb=%.17g", i,
+                    (double)x[i], (double)y[i], err, eb));
+    }
+  }
+  g_checks += x.size();
+}
+
+// ------------------------------------------------------------------------------------------------
+// Data kinds.
+
+enum class Kind {
+  Smooth, Noise, NoiseBig, Constant, Zeros, Alternating, Specials, Denormals, Huge,
+  CodeOverflow, RandomBits, Steps, Ramp, Extremes, SignedZeros, Count_
+};
+
+static const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::Smooth: return "smooth";
+    case Kind::Noise: return "noise";
+    case Kind::NoiseBig: return "noise*1e6";
+    case Kind::Constant: return "constant";
+    case Kind::Zeros: return "zeros";
+    case Kind::Alternating: return "alternating";
+    case Kind::Specials: return "nan/inf";
+    case Kind::Denormals: return "denormals";
+    case Kind::Huge: return "1e30";
+    case Kind::CodeOverflow: return "code-overflow";
+    case Kind::RandomBits: return "random-bits";
+    case Kind::Steps: return "steps";
+    case Kind::Ramp: return "ramp";
+    case Kind::Extremes: return "extremes";
+    case Kind::SignedZeros: return "signed-zeros";
+    default: return "?";
+  }
+}
+
+template <typename T> static std::vector<T> make_data(Kind k, size_t n, uint64_t seed) {
+  Rng r(seed * 1000003u + (uint64_t)k * 7919u + n);
+  std::vector<T> x(n);
+  using L = std::numeric_limits<T>;
+  for (size_t i = 0; i < n; ++i) {
+    const double di = (double)i;
+    double v = 0;
+    switch (k) {
+      case Kind::Smooth: v = 100.0 * std::sin(di * 1e-3) + std::cos(di * 0.037) + 1e-3 * r.sym(); break;
+      case Kind::Noise: v = r.sym(); break;
+      case Kind::NoiseBig: v = 1e6 * r.sym(); break;
+      case Kind::Constant: v = 3.14159265358979; break;
+      case Kind::Zeros: v = 0.0; break;
+      case Kind::Alternating: v = (i & 1) ? 7.5 : -7.5; break;
+      case Kind::Specials: {
+        const uint64_t m = r.below(9);
+        v = m == 0 ? L::quiet_NaN() : m == 1 ? L::infinity() : m == 2 ? -L::infinity()
+            : std::sin(di * 0.01);
+        break;
+      }
+      case Kind::Denormals: {
+        const uint64_t m = r.below(4);
+        x[i] = m == 0 ? L::denorm_min() * (T)(double)r.below(1000)
+             : m == 1 ? -L::denorm_min() * (T)(double)r.below(1u << 20)
+             : m == 2 ? L::min() * (T)r.uniform() : (T)0;
+        continue;
+      }
+      case Kind::Huge: v = ((i & 1) ? 1e30 : -1e30) * (1.0 + 0.1 * r.sym()); break;
+      case Kind::CodeOverflow: {
+        // Quantisation codes that overflow any integer type for small eb, huge Lorenzo jumps.
+        const uint64_t m = r.below(6);
+        v = m == 0 ? (double)L::max() : m == 1 ? (double)L::lowest() : m == 2 ? 1e30
+            : m == 3 ? -3e37 : m == 4 ? 1e-3 * r.sym() : 9.2e18 * r.sym();
+        break;
+      }
+      case Kind::RandomBits:
+        x[i] = from_bits<T>((Bits<T>)r.next());
+        continue;
+      case Kind::Steps: v = (double)((i / 77) % 5) * 1e5 - 2e5 + ((i / 77) % 3 ? 0.25 : 0); break;
+      case Kind::Ramp: v = di * 1e3 - 5e5; break;
+      case Kind::Extremes: {
+        const uint64_t m = r.below(5);
+        x[i] = m == 0 ? L::max() : m == 1 ? L::lowest() : m == 2 ? L::min() : m == 3 ? -L::min()
+             : (T)(r.sym() * 1e-5);
+        continue;
+      }
+      case Kind::SignedZeros: x[i] = (i % 3 == 0) ? (T)-0.0 : (i % 3 == 1) ? (T)0.0 : (T)1e-30; continue;
+      default: break;
+    }
+    x[i] = (T)v;
+  }
+  return x;
+}
+
+// ------------------------------------------------------------------------------------------------
+// One full round-trip case: compress (threads 1,2,3 and pipelined), validate header, decode
+// (threads 1,2,3 and pipelined), random-access decode of every chunk, bound check.
+
+struct CaseOpts {
+  bool threads_sweep = true;
+  bool pipelined = true;
+  bool chunks = true;
+};
+
+template <typename T>
+static void roundtrip_case(const std::vector<T>& x, double eb, uint32_t chunk_len,
+                           const CaseOpts& o = CaseOpts()) {
+  fz::CompressParams p;
+  p.error_bound = eb;
+  p.chunk_len = chunk_len;
+  p.threads = 1;
+  const uint64_t n = x.size();
+  const Bytes s1 = compress_exact(x, p);
+
+  // Header.
+  const fz::StreamInfo info = fz::read_info(s1.data(), s1.size());
+  const uint64_t nchunks = (n + chunk_len - 1) / chunk_len;
+  CHECK(info.dtype == dtype_of<T>());
+  CHECK(info.count == n);
+  CHECK(info.error_bound == eb);
+  CHECK(info.chunk_len == chunk_len);
+  CHECK_MSG(info.num_chunks == nchunks, fmt("num_chunks %" PRIu64 " want %" PRIu64, info.num_chunks, nchunks));
+  CHECK(info.shape == std::vector<uint64_t>{n});
+  CHECK(info.total_bytes == s1.size());
+  CHECK(info.header_bytes <= info.total_bytes);
+
+  // Determinism across thread counts (byte-identical streams), and the pipelined path.
+  if (o.threads_sweep) {
+    for (int t : {2, 3, 0}) {
+      p.threads = t;
+      const Bytes st = compress_exact(x, p);
+      CHECK_MSG(st.v == s1.v, fmt("stream differs between threads=1 and threads=%d", t));
+    }
+    p.threads = 1;
+  }
+  uint64_t ncalls = 0;
+  if (o.pipelined) {
+    const fz::Progress prog = [&](uint64_t, uint64_t) { ++ncalls; };
+    const Bytes sp = compress_exact(x, p, &prog);
+    CHECK_MSG(sp.v == s1.v, "pipelined (progress) stream differs from threads=1 stream");
+    CHECK(ncalls == nchunks);
+  }
+
+  // Decode.
+  const std::vector<T> y = decompress_exact<T>(s1, n, 1);
+  check_bound(x, y, eb);
+  if (o.threads_sweep) {
+    for (int t : {2, 3, 0}) {
+      const std::vector<T> yt = decompress_exact<T>(s1, n, t);
+      CHECK_MSG(same_bits(y, yt), fmt("decode differs between threads=1 and threads=%d", t));
+    }
+  }
+  if (o.pipelined) {
+    ncalls = 0;
+    const fz::Progress prog = [&](uint64_t, uint64_t) { ++ncalls; };
+    const std::vector<T> yp = decompress_exact<T>(s1, n, 1, &prog);
+    CHECK_MSG(same_bits(y, yp), "pipelined decode differs");
+    CHECK(ncalls == nchunks);
+  }
+
+  // Random access: every chunk into an exact chunk_len buffer.
+  if (o.chunks) {
+    for (uint64_t c = 0; c < nchunks; ++c) {
+      std::vector<T> buf(chunk_len);
+      const uint64_t got = fz::decompress_chunk(s1.data(), s1.size(), c, buf.data(), chunk_len);
+      const uint64_t want = std::min<uint64_t>(chunk_len, n - c * chunk_len);
+      CHECK_MSG(got == want, fmt("chunk %" PRIu64 ": %" PRIu64 " values, want %" PRIu64, c, got, want));
+      CHECK_MSG(std::memcmp(buf.data(), y.data() + c * chunk_len, want * sizeof(T)) == 0,
+                fmt("decompress_chunk(%" PRIu64 ") differs from decompress", c));
+    }
+    {
+      std::vector<T> buf(chunk_len);
+      CHECK_THROWS_INDEX(fz::decompress_chunk(s1.data(), s1.size(), nchunks, buf.data(), chunk_len));
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------------
+// Test groups.
+
+// 1e-39 is below FLT_MIN and 1e-310 below DBL_MIN (lossless fallback); 1e300 and DBL_MAX clamp the
+// float32 bin.
+static const double kBounds[] = {0.0,  1e-310, 1e-39, 1e-12, 1e-9, 1e-6, 1e-3, 0.1,
+                                 1.0,  1e3,    1e6,   1e300, std::numeric_limits<double>::max()};
+
+template <typename T> static void test_matrix() {
+  const size_t sizes[] = {0, 1, 2, 31, 32, 33, 5119, 5120, 5121, 10007};
+  size_t cases = 0;
+  for (size_t n : sizes) {
+    for (int ki = 0; ki < (int)Kind::Count_; ++ki) {
+      const Kind k = (Kind)ki;
+      const std::vector<T> x = make_data<T>(k, n, 1);
+      for (double eb : kBounds) {
+        g_ctx = fmt("matrix %s n=%zu kind=%s eb=%g chunk=%u", tname<T>(), n, kind_name(k), eb,
+                    fz::kDefaultChunkLen);
+        CaseOpts o;
+        // Keep the sanitizer run short: the full thread/pipeline sweep on a subset of bounds.
+        o.threads_sweep = (eb == 0.0 || eb == 1e-3 || eb == 1e6 || n <= 33);
+        o.chunks = o.threads_sweep || eb == 1e-9;
+        o.pipelined = o.threads_sweep;
+        roundtrip_case(x, eb, fz::kDefaultChunkLen, o);
+        ++cases;
+      }
+    }
+  }
+  std::printf("  matrix %s: %zu cases\n", tname<T>(), cases);
+}
+
+template <typename T> static void test_large(bool quick) {
+  const size_t n = quick ? 200003 : 1000003;  // prime
+  for (Kind k : {Kind::Smooth, Kind::Noise, Kind::Specials, Kind::RandomBits}) {
+    const std::vector<T> x = make_data<T>(k, n, 2);
+    for (double eb : {0.0, 1e-4, 1.0}) {
+      g_ctx = fmt("large %s n=%zu kind=%s eb=%g", tname<T>(), n, kind_name(k), eb);
+      CaseOpts o;
+      o.threads_sweep = (k == Kind::Smooth || k == Kind::Specials);
+      o.pipelined = (k == Kind::Smooth && eb == 1e-4);
+      o.chunks = (k == Kind::Smooth);
+      roundtrip_case(x, eb, fz::kDefaultChunkLen, o);
+    }
+  }
+  // Largest chunk length on a large array.
+  {
+    const std::vector<T> x = make_data<T>(Kind::Smooth, n, 3);
+    g_ctx = fmt("large %s n=%zu chunk=65536", tname<T>(), n);
+    roundtrip_case(x, 1e-3, fz::kMaxChunkLen);
+  }
+}
+
+template <typename T> static void test_chunk_lengths() {
+  const size_t sizes[] = {0, 1, 33, 65541, 200003};
+  for (uint32_t cl : {32u, 64u, 96u, 5120u, 65536u}) {
+    for (size_t n : sizes) {
+      for (Kind k : {Kind::Smooth, Kind::Specials, Kind::CodeOverflow, Kind::RandomBits}) {
+        const std::vector<T> x = make_data<T>(k, n, 4);
+        for (double eb : {0.0, 1e-5, 10.0}) {
+          g_ctx = fmt("chunk_len %s cl=%u n=%zu kind=%s eb=%g", tname<T>(), cl, n, kind_name(k), eb);
+          CaseOpts o;
+          o.threads_sweep = (n <= 65541 || cl >= 5120) && eb != 10.0;
+          o.pipelined = (eb == 1e-5);
+          o.chunks = (n <= 65541) || cl >= 5120;
+          roundtrip_case(x, eb, cl, o);
+        }
+      }
+    }
+  }
+  // Invalid chunk lengths: ArgumentError from compress.
+  const std::vector<T> x = make_data<T>(Kind::Smooth, 1000, 5);
+  for (uint32_t cl : {0u, 1u, 16u, 31u, 33u, 48u, 100u, 5121u, 65537u, 65568u, 131072u, 0xFFFFFFFFu,
+                      0xFFFFFFE0u}) {
+    g_ctx = fmt("invalid chunk_len %s cl=%u", tname<T>(), cl);
+    fz::CompressParams p;
+    p.error_bound = 1e-3;
+    p.chunk_len = cl;
+    const size_t cap = fz::max_compressed_size(dtype_of<T>(), x.size(), 32) * 4 + (1u << 16);
+    std::vector<uint8_t> dst(cap);
+    CHECK_THROWS(fz::compress(x.data(), dtype_of<T>(), x.size(), p, dst.data(), cap),
+                 fz::ArgumentError);
+    // Same with the pipelined path.
+    const fz::Progress prog = [](uint64_t, uint64_t) {};
+    CHECK_THROWS(fz::compress(x.data(), dtype_of<T>(), x.size(), p, dst.data(), cap, &prog),
+                 fz::ArgumentError);
+  }
+}
+
+template <typename T> static void test_bad_args() {
+  const std::vector<T> x = make_data<T>(Kind::Smooth, 3000, 6);
+  const fz::DType dt = dtype_of<T>();
+  const size_t cap = fz::max_compressed_size(dt, x.size());
+  // Invalid error bounds.
+  for (double eb : {-1.0, -1e-300, std::numeric_limits<double>::quiet_NaN(),
+                    std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
+    g_ctx = fmt("invalid eb %s eb=%g", tname<T>(), eb);
+    fz::CompressParams p;
+    p.error_bound = eb;
+    std::vector<uint8_t> dst(cap);
+    CHECK_THROWS(fz::compress(x.data(), dt, x.size(), p, dst.data(), cap), fz::ArgumentError);
+  }
+  // dst capacity below max_compressed_size.
+  {
+    g_ctx = fmt("small dst_cap %s", tname<T>());
+    fz::CompressParams p;
+    p.error_bound = 1e-3;
+    for (size_t c : {(size_t)0, (size_t)1, cap / 2, cap - 1}) {
+      std::vector<uint8_t> dst(c);
+      CHECK_THROWS(fz::compress(x.data(), dt, x.size(), p, dst.data(), c), fz::ArgumentError);
+    }
+  }
+  // Decompress into a too small destination.
+  {
+    g_ctx = fmt("small dst %s", tname<T>());
+    fz::CompressParams p;
+    p.error_bound = 1e-3;
+    const Bytes s = compress_exact(x, p);
+    for (uint64_t c : {(uint64_t)0, (uint64_t)1, (uint64_t)x.size() - 1}) {
+      std::vector<T> out(c);
+      CHECK_THROWS_LIB(fz::decompress(s.data(), s.size(), out.data(), c, 1));
+      CHECK_THROWS_LIB(fz::decompress(s.data(), s.size(), out.data(), c, 2));
+    }
+    // decompress_chunk into less than the chunk's values (one chunk of 3000 values here).
+    for (uint64_t c : {(uint64_t)0, (uint64_t)1, (uint64_t)x.size() - 1}) {
+      std::vector<T> out(c);
+      CHECK_THROWS_LIB(fz::decompress_chunk(s.data(), s.size(), 0, out.data(), c));
+    }
+    // The last chunk (3000 - 0 = 3000 values here, single chunk): exact room is enough.
+    {
+      std::vector<T> out(x.size());
+      CHECK(fz::decompress_chunk(s.data(), s.size(), 0, out.data(), x.size()) == x.size());
+    }
+    // Out-of-range chunk index.
+    {
+      std::vector<T> out(fz::kDefaultChunkLen);
+      CHECK_THROWS_INDEX(fz::decompress_chunk(s.data(), s.size(), 1, out.data(), out.size()));
+      CHECK_THROWS_INDEX(fz::decompress_chunk(s.data(), s.size(), ~0ull, out.data(), out.size()));
+    }
+    // Truncated stream and empty input.
+    {
+      std::vector<T> out(x.size());
+      for (size_t len : {(size_t)0, (size_t)1, (size_t)7, s.size() / 2, s.size() - 1}) {
+        const Bytes t(s.data(), len);
+        CHECK_THROWS(fz::read_info(t.data(), t.size()), fz::StreamError);
+        CHECK_THROWS(fz::decompress(t.data(), t.size(), out.data(), out.size(), 1), fz::StreamError);
+        CHECK_THROWS(fz::decompress_chunk(t.data(), t.size(), 0, out.data(), out.size()),
+                     fz::StreamError);
+      }
+      CHECK_THROWS(fz::read_info(nullptr, 0), fz::StreamError);
+    }
+  }
+  // Shape whose product differs from count, too many dimensions, product overflow.
+  {
+    g_ctx = fmt("bad shape %s", tname<T>());
+    fz::CompressParams p;
+    p.error_bound = 1e-3;
+    const size_t cap2 = fz::max_compressed_size(dt, x.size(), p.chunk_len, fz::kMaxDims);
+    std::vector<uint8_t> dst(cap2);
+    const std::vector<std::vector<uint64_t>> bad = {
+        {2, 3}, {3000, 0}, {}, {1500, 2, 2}, {1ull << 32, 1ull << 32, 3000},  // 2^64 wraps to 0
+        {3, 1000, 1ull << 63, 2}};                                          // wraps to 3000
+    for (const auto& shp : bad) {
+      p.shape = shp;
+      CHECK_THROWS(fz::compress(x.data(), dt, x.size(), p, dst.data(), cap2), fz::ArgumentError);
+    }
+    std::vector<uint64_t> many(fz::kMaxDims + 1, 1);
+    many[0] = 3000;
+    p.shape = many;
+    const size_t cap3 = cap2 + 64 * 8;  // generous: the call must fail on ndim, not on capacity
+    std::vector<uint8_t> dst3(cap3);
+    CHECK_THROWS(fz::compress(x.data(), dt, x.size(), p, dst3.data(), cap3), fz::ArgumentError);
+    CHECK_THROWS(fz::max_compressed_size(dt, 10, fz::kDefaultChunkLen, fz::kMaxDims + 1),
+                 fz::ArgumentError);
+  }
+  // Null pointers.
+  {
+    g_ctx = fmt("null pointers %s", tname<T>());
+    fz::CompressParams p;
+    p.error_bound = 1e-3;
+    std::vector<uint8_t> dst(cap);
+    CHECK_THROWS(fz::compress(nullptr, dt, x.size(), p, dst.data(), cap), fz::ArgumentError);
+    CHECK_THROWS(fz::compress(x.data(), dt, x.size(), p, nullptr, cap), fz::ArgumentError);
+    const Bytes s = compress_exact(x, p);
+    CHECK_THROWS(fz::decompress(s.data(), s.size(), nullptr, x.size(), 1), fz::ArgumentError);
+    CHECK_THROWS(fz::decompress_chunk(s.data(), s.size(), 0, nullptr, x.size()), fz::ArgumentError);
+    CHECK_THROWS(fz::decompress(nullptr, s.size(), nullptr, x.size(), 1), fz::ArgumentError);
+  }
+}
+
+// max_compressed_size must not wrap around for counts whose worst case does not fit in size_t.
+static void test_max_size_overflow() {
+  g_ctx = "max_compressed_size overflow";
+  for (fz::DType dt : {fz::DType::Float32, fz::DType::Float64}) {
+    for (uint64_t n : {1ull << 61, (1ull << 62) + 12345, ~0ull, ~0ull / 8 + 1}) {
+      for (uint32_t cl : {32u, 5120u, 65536u}) {
+        bool threw = false;
+        size_t m = 0;
+        try {
+          m = fz::max_compressed_size(dt, n, cl);
+        } catch (const fz::ArgumentError&) {
+          threw = true;
+        }
+        // Either refuse, or return a value that really bounds count*sizeof(T) (no wrap-around).
+        CHECK_MSG(threw || (m / fz::dtype_size(dt) >= n),
+                  fmt("max_compressed_size(%s, %llu, %u) wrapped around to %zu", fz::dtype_name(dt),
+                      (unsigned long long)n, cl, m));
+      }
+    }
+  }
+}
+
+template <typename T> static void test_shape() {
+  const std::vector<std::vector<uint64_t>> shapes = {
+      {120}, {4, 5, 6}, {1, 120, 1}, {2, 2, 2, 15}, {120, 1, 1, 1, 1, 1, 1, 1}};
+  for (const auto& shp : shapes) {
+    const std::vector<T> x = make_data<T>(Kind::Smooth, 120, 7);
+    g_ctx = fmt("shape %s ndim=%zu", tname<T>(), shp.size());
+    fz::CompressParams p;
+    p.error_bound = 1e-4;
+    p.shape = shp;
+    const Bytes s = compress_exact(x, p);
+    const fz::StreamInfo info = fz::read_info(s.data(), s.size());
+    CHECK(info.shape == shp);
+    CHECK(info.count == 120);
+    check_bound(x, decompress_exact<T>(s, 120, 2), 1e-4);
+  }
+  // kMaxDims dimensions.
+  {
+    g_ctx = fmt("shape %s ndim=kMaxDims", tname<T>());
+    std::vector<uint64_t> shp(fz::kMaxDims, 1);
+    shp[fz::kMaxDims / 2] = 777;
+    const std::vector<T> x = make_data<T>(Kind::Noise, 777, 8);
+    fz::CompressParams p;
+    p.error_bound = 0.0;
+    p.shape = shp;
+    const Bytes s = compress_exact(x, p);
+    const fz::StreamInfo info = fz::read_info(s.data(), s.size());
+    CHECK(info.shape == shp);
+    check_bound(x, decompress_exact<T>(s, 777, 1), 0.0);
+  }
+  // 0-d tensor: empty shape, one value.
+  for (double eb : {0.0, 1e-3}) {
+    g_ctx = fmt("shape %s 0-d eb=%g", tname<T>(), eb);
+    const std::vector<T> x = {(T)-2.718281828};
+    fz::CompressParams p;
+    p.error_bound = eb;
+    p.shape = std::vector<uint64_t>{};
+    const Bytes s = compress_exact(x, p);
+    const fz::StreamInfo info = fz::read_info(s.data(), s.size());
+    CHECK(info.shape.empty());
+    CHECK(info.count == 1);
+    CHECK(info.num_chunks == 1);
+    check_bound(x, decompress_exact<T>(s, 1, 1), eb);
+  }
+  // Zero-size tensors with a shape.
+  for (const std::vector<uint64_t>& shp : {std::vector<uint64_t>{0}, std::vector<uint64_t>{3, 0, 5},
+                                          std::vector<uint64_t>{0, 0}}) {
+    g_ctx = fmt("shape %s zero-size ndim=%zu", tname<T>(), shp.size());
+    const std::vector<T> x;
+    fz::CompressParams p;
+    p.error_bound = 1e-2;
+    p.shape = shp;
+    const Bytes s = compress_exact(x, p);
+    const fz::StreamInfo info = fz::read_info(s.data(), s.size());
+    CHECK(info.shape == shp);
+    CHECK(info.count == 0);
+    CHECK(info.num_chunks == 0);
+    std::vector<T> out;
+    fz::decompress(s.data(), s.size(), out.data(), 0, 1);
+    std::vector<T> one(1);
+    fz::decompress(s.data(), s.size(), one.data(), 1, 2);  // more room than needed is fine
+  }
+}
+
+struct ProgressAbort {
+  uint64_t at;
+};
+
+template <typename T> static void test_progress() {
+  for (size_t n : {(size_t)0, (size_t)1, (size_t)5120, (size_t)5121, (size_t)51200, (size_t)54321}) {
+    for (uint32_t cl : {32u, 5120u}) {
+      if (cl == 32 && n > 5121) continue;
+      g_ctx = fmt("progress %s n=%zu chunk=%u", tname<T>(), n, cl);
+      const std::vector<T> x = make_data<T>(Kind::Smooth, n, 9);
+      const uint64_t nchunks = (n + cl - 1) / cl;
+      fz::CompressParams p;
+      p.error_bound = 1e-3;
+      p.chunk_len = cl;
+      p.threads = 3;  // ignored when progress is set
+      std::vector<std::pair<uint64_t, uint64_t>> calls;
+      const fz::Progress prog = [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
+      const Bytes s = compress_exact(x, p, &prog);
+      CHECK_MSG(calls.size() == nchunks, fmt("compress: %zu progress calls, want %" PRIu64, calls.size(), nchunks));
+      for (size_t i = 0; i < calls.size(); ++i) {
+        CHECK_MSG(calls[i].first == i + 1 && calls[i].second == nchunks,
+                  fmt("compress call %zu = (%" PRIu64 ", %" PRIu64 ")", i, calls[i].first, calls[i].second));
+      }
+      calls.clear();
+      const std::vector<T> y = decompress_exact<T>(s, n, 3, &prog);
+      check_bound(x, y, 1e-3);
+      CHECK_MSG(calls.size() == nchunks, fmt("decompress: %zu progress calls, want %" PRIu64, calls.size(), nchunks));
+      for (size_t i = 0; i < calls.size(); ++i) {
+        CHECK_MSG(calls[i].first == i + 1 && calls[i].second == nchunks,
+                  fmt("decompress call %zu = (%" PRIu64 ", %" PRIu64 ")", i, calls[i].first, calls[i].second));
+      }
+
+      // An exception thrown by the callback propagates out of compress/decompress unchanged.
+      for (uint64_t stop_at : {(uint64_t)1, nchunks / 2 + 1, nchunks}) {
+        if (nchunks == 0) break;
+        const fz::Progress thrower = [&](uint64_t done, uint64_t) {
+          if (done == stop_at) throw ProgressAbort{done};
+        };
+        bool caught = false;
+        try {
+          compress_exact(x, p, &thrower);
+        } catch (const ProgressAbort& a) {
+          caught = (a.at == stop_at);
+        }
+        CHECK_MSG(caught, fmt("compress: exception from progress at %" PRIu64 " not propagated", stop_at));
+        caught = false;
+        try {
+          decompress_exact<T>(s, n, 2, &thrower);
+        } catch (const ProgressAbort& a) {
+          caught = (a.at == stop_at);
+        }
+        CHECK_MSG(caught, fmt("decompress: exception from progress at %" PRIu64 " not propagated", stop_at));
+        // A std::exception subtype too (must not be translated into a StreamError).
+        const fz::Progress thrower2 = [&](uint64_t done, uint64_t) {
+          if (done == stop_at) throw std::logic_error("stop");
+        };
+        caught = false;
+        try {
+          decompress_exact<T>(s, n, 1, &thrower2);
+        } catch (const std::logic_error& e) {
+          caught = std::string(e.what()) == "stop" && !dynamic_cast<const fz::ArgumentError*>(&e);
+        }
+        CHECK_MSG(caught, "decompress: std::logic_error from progress not propagated unchanged");
+      }
+    }
+  }
+}
+
+template <typename T> static void test_max_size() {
+  // Worst case: incompressible random bits at eb = 0 and every dimension count.
+  for (size_t n : {(size_t)0, (size_t)1, (size_t)31, (size_t)33, (size_t)5121, (size_t)70001}) {
+    for (uint32_t cl : {32u, 5120u, 65536u}) {
+      for (size_t ndim : {(size_t)1, (size_t)3, (size_t)fz::kMaxDims}) {
+        g_ctx = fmt("max_size %s n=%zu cl=%u ndim=%zu", tname<T>(), n, cl, ndim);
+        const std::vector<T> x = make_data<T>(Kind::RandomBits, n, 10);
+        fz::CompressParams p;
+        p.error_bound = 0.0;
+        p.chunk_len = cl;
+        p.threads = 2;
+        std::vector<uint64_t> shp(ndim, 1);
+        shp[0] = n;
+        p.shape = shp;
+        const Bytes s = compress_exact(x, p);
+        CHECK(s.size() <= fz::max_compressed_size(dtype_of<T>(), n, cl, ndim));
+        check_bound(x, decompress_exact<T>(s, n, 2), 0.0);
+        // Also with noise at a tiny bound (outliers everywhere).
+        p.error_bound = 1e-300;
+        const Bytes s2 = compress_exact(x, p);
+        check_bound(x, decompress_exact<T>(s2, n, 2), 1e-300);
+      }
+    }
+  }
+  // Monotone in count.
+  size_t prev = 0;
+  for (uint64_t n = 0; n < 300; ++n) {
+    const size_t m = fz::max_compressed_size(dtype_of<T>(), n);
+    CHECK(m >= prev);
+    prev = m;
+  }
+}
+
+// Decoding in a process with flush-to-zero / denormals-are-zero (e.g. torch.set_flush_denormal)
+// must give the same values: the reconstruction T(q)*bin never leaves the normal range. Encoding
+// under FTZ/DAZ must still honour the bound measured with IEEE arithmetic.
+template <typename T> static void test_ftz_daz() {
+#ifdef ZCCL_TEST_HAVE_MXCSR
+  const unsigned saved = _mm_getcsr();
+  for (Kind k : {Kind::Smooth, Kind::Denormals, Kind::Extremes, Kind::Noise}) {
+    for (double eb : {1e-30, 1e-6, 1e-3, 1.0}) {
+      if (eb < (double)std::numeric_limits<T>::min()) continue;
+      g_ctx = fmt("ftz/daz %s kind=%s eb=%g", tname<T>(), kind_name(k), eb);
+      const std::vector<T> x = make_data<T>(k, 5121, 12);
+      fz::CompressParams p;
+      p.error_bound = eb;
+      p.threads = 1;  // the MXCSR setting is per thread; stay on this one
+      const Bytes s = compress_exact(x, p);
+      const std::vector<T> y = decompress_exact<T>(s, x.size(), 1);
+      _mm_setcsr(saved | 0x8040u);  // FTZ | DAZ
+      const std::vector<T> y_ftz = decompress_exact<T>(s, x.size(), 1);
+      const Bytes s_ftz = compress_exact(x, p);
+      _mm_setcsr(saved);
+      CHECK_MSG(same_bits(y, y_ftz), "decode under FTZ/DAZ differs");
+      check_bound(x, decompress_exact<T>(s_ftz, x.size(), 1), eb);
+    }
+  }
+#endif
+}
+
+// --digest: a hash of the streams and decoded values of a fixed set of inputs, printed so the
+// test driver can check that builds with different kernels (scalar, AVX2) and optimisation levels
+// produce byte-identical streams and values.
+static uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
+  const uint8_t* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001B3ull;
+  return h;
+}
+
+template <typename T> static uint64_t digest_cases(uint64_t h) {
+  for (size_t n : {(size_t)1, (size_t)33, (size_t)5121, (size_t)70003}) {
+    for (int ki = 0; ki < (int)Kind::Count_; ++ki) {
+      const std::vector<T> x = make_data<T>((Kind)ki, n, 13);
+      for (double eb : kBounds) {
+        fz::CompressParams p;
+        p.error_bound = eb;
+        p.threads = 2;
+        const Bytes s = compress_exact(x, p);
+        const std::vector<T> y = decompress_exact<T>(s, n, 2);
+        h = fnv1a(h, s.data(), s.size());
+        h = fnv1a(h, y.data(), y.size() * sizeof(T));
+      }
+    }
+  }
+  return h;
+}
+
+// Encoding the same values as float32 and float64: the streams carry their dtype.
+static void test_dtype_mismatch() {
+  g_ctx = "dtype";
+  const std::vector<float> xf = make_data<float>(Kind::Smooth, 100, 11);
+  fz::CompressParams p;
+  p.error_bound = 1e-3;
+  const Bytes s = compress_exact(xf, p);
+  const fz::StreamInfo info = fz::read_info(s.data(), s.size());
+  CHECK(info.dtype == fz::DType::Float32);
+  CHECK(fz::dtype_size(fz::DType::Float32) == 4);
+  CHECK(fz::dtype_size(fz::DType::Float64) == 8);
+  CHECK(std::string(fz::dtype_name(fz::DType::Float32)).size() > 0);
+  CHECK(std::string(fz::dtype_name(fz::DType::Float64)).size() > 0);
+  CHECK(fz::default_threads() >= 1);
+  // Invalid dtype enum value.
+  std::vector<uint8_t> dst(1 << 16);
+  CHECK_THROWS(fz::compress(xf.data(), (fz::DType)7, xf.size(), p, dst.data(), dst.size()),
+               fz::ArgumentError);
+}
+
+// ------------------------------------------------------------------------------------------------
+
+int main(int argc, char** argv) {
+  bool quick = false, digest = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--quick") == 0) {
+      quick = true;
+    } else if (std::strcmp(argv[i], "--digest") == 0) {
+      digest = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--digest]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (digest) {
+    uint64_t h = 0xCBF29CE484222325ull;
+    h = digest_cases<float>(h);
+    h = digest_cases<double>(h);
+    std::printf("DIGEST %016llx\n", (unsigned long long)h);
+    return 0;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto step = [&](const char* name, void (*fn)()) {
+    const auto a = std::chrono::steady_clock::now();
+    fn();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+    std::printf("%-28s ok  %.2fs\n", name, s);
+    std::fflush(stdout);
+  };
+  step("dtype", test_dtype_mismatch);
+  step("max_size_overflow", test_max_size_overflow);
+  step("bad_args<f32>", test_bad_args<float>);
+  step("bad_args<f64>", test_bad_args<double>);
+  step("shape<f32>", test_shape<float>);
+  step("shape<f64>", test_shape<double>);
+  step("progress<f32>", test_progress<float>);
+  step("progress<f64>", test_progress<double>);
+  step("ftz_daz<f32>", test_ftz_daz<float>);
+  step("ftz_daz<f64>", test_ftz_daz<double>);
+  step("max_size<f32>", test_max_size<float>);
+  step("max_size<f64>", test_max_size<double>);
+  step("matrix<f32>", test_matrix<float>);
+  step("matrix<f64>", test_matrix<double>);
+  step("chunk_lengths<f32>", test_chunk_lengths<float>);
+  step("chunk_lengths<f64>", test_chunk_lengths<double>);
+  if (quick) {
+    step("large<f32> (quick)", [] { test_large<float>(true); });
+    step("large<f64> (quick)", [] { test_large<double>(true); });
+  } else {
+    step("large<f32>", [] { test_large<float>(false); });
+    step("large<f64>", [] { test_large<double>(false); });
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("core_test: all passed (%llu checks, %.1fs)\n", (unsigned long long)g_checks, s);
+  return 0;
+}

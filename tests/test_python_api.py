@@ -1,0 +1,298 @@
+"""Argument validation and documented behaviour of the Python compressor API."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import zccl_torch
+from helpers_compress import assert_bitwise_equal, assert_within_bound, make_data
+
+
+@pytest.fixture
+def x32():
+    return make_data("sin", 1000, torch.float32, seed=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Exports
+# --------------------------------------------------------------------------------------------
+
+def test_public_names():
+    for name in zccl_torch.__all__:
+        assert hasattr(zccl_torch, name), name
+    assert zccl_torch.DEFAULT_CHUNK_SIZE == 5120
+    assert issubclass(zccl_torch.CorruptStreamError, ValueError)
+
+
+def test_stream_info_fields(x32):
+    s = zccl_torch.compress(x32.reshape(10, 100), 1e-3, chunk_size=64)
+    info = zccl_torch.stream_info(s)
+    assert isinstance(info, zccl_torch.StreamInfo)
+    assert info.dtype == torch.float32
+    assert info.numel == 1000
+    assert info.shape == (10, 100)
+    assert info.error_bound == 1e-3
+    assert info.chunk_size == 64
+    assert info.num_chunks == 16
+    assert info.total_bytes == s.numel()
+    assert 0 < info.header_bytes < s.numel()
+
+
+def test_stream_is_flat_contiguous_uint8(x32):
+    s = zccl_torch.compress(x32, 1e-3)
+    assert s.dtype == torch.uint8 and s.dim() == 1 and s.is_contiguous() and s.device.type == "cpu"
+
+
+# --------------------------------------------------------------------------------------------
+# dtype, device, layout, type of the input
+# --------------------------------------------------------------------------------------------
+
+BAD_DTYPES = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool,
+              torch.complex64, torch.complex128, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", BAD_DTYPES, ids=str)
+def test_unsupported_dtype_is_type_error_naming_it(dtype):
+    t = torch.zeros(10, dtype=dtype)
+    with pytest.raises(TypeError) as info:
+        zccl_torch.compress(t, 1e-3)
+    assert str(dtype).replace("torch.", "") in str(info.value)
+    with pytest.raises(TypeError) as info:
+        zccl_torch.max_compressed_size(dtype, 10)
+    assert str(dtype).replace("torch.", "") in str(info.value)
+
+
+@pytest.mark.parametrize("obj", [[1.0, 2.0], np.zeros(4, dtype=np.float32), 3.0, None, "x"])
+def test_non_tensor_is_type_error(obj):
+    with pytest.raises(TypeError):
+        zccl_torch.compress(obj, 1e-3)
+
+
+def test_meta_device_is_value_error():
+    with pytest.raises(ValueError):
+        zccl_torch.compress(torch.empty(10, device="meta"), 1e-3)
+
+
+def test_sparse_is_type_error():
+    with pytest.raises(TypeError):
+        zccl_torch.compress(torch.zeros(10).to_sparse(), 1e-3)
+
+
+# --------------------------------------------------------------------------------------------
+# error_bound and mode
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("eb", [-1e-3, -0.0 - 1e-300, float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("mode", ["abs", "rel"])
+def test_bad_bound_is_value_error(x32, eb, mode):
+    with pytest.raises(ValueError):
+        zccl_torch.compress(x32, eb, mode)
+    with pytest.raises(ValueError):
+        zccl_torch.resolve_error_bound(x32, eb, mode)
+
+
+@pytest.mark.parametrize("eb", ["1e-3", None, True, torch.tensor(1e-3), [1e-3], 1j])
+def test_non_number_bound_is_type_error(x32, eb):
+    with pytest.raises(TypeError):
+        zccl_torch.compress(x32, eb)
+
+
+def test_numeric_bound_types_accepted(x32):
+    ref = zccl_torch.compress(x32, 1.0)
+    assert torch.equal(zccl_torch.compress(x32, 1), ref)
+    assert torch.equal(zccl_torch.compress(x32, np.float64(1.0)), ref)
+
+
+def test_negative_zero_bound_is_lossless(x32):
+    s = zccl_torch.compress(x32, -0.0)
+    assert_bitwise_equal(x32, zccl_torch.decompress(s))
+
+
+@pytest.mark.parametrize("mode", ["ABS", "Rel", "relative", "", None, "pw_rel", 1])
+def test_bad_mode_is_value_error(x32, mode):
+    with pytest.raises(ValueError):
+        zccl_torch.compress(x32, 1e-3, mode)
+
+
+def test_resolve_error_bound_matches_numpy():
+    x = make_data("cumsum", 5000, torch.float32, seed=1, nonfinite=0.02)
+    a = x.numpy().astype(np.float64)
+    a = a[np.isfinite(a)]
+    assert zccl_torch.resolve_error_bound(x, 1e-3, "rel") == 1e-3 * float(a.max() - a.min())
+    assert zccl_torch.resolve_error_bound(x, 1e-3, "abs") == 1e-3
+    assert zccl_torch.resolve_error_bound(x, 1e-3) == 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize(
+    "values",
+    [[2.5] * 100, [float("nan")] * 50, [float("inf"), -float("inf"), float("nan")] * 20,
+     [7.0, float("nan"), float("inf"), 7.0], [-0.0, 0.0] * 40, [1e30] * 33],
+    ids=["constant", "all-nan", "all-nonfinite", "one-finite-value", "signed-zeros", "huge-const"],
+)
+def test_rel_mode_zero_range_is_lossless(dtype, values):
+    x = torch.tensor(values, dtype=dtype)
+    assert zccl_torch.resolve_error_bound(x, 0.1, "rel") == 0.0
+    s = zccl_torch.compress(x, 0.1, "rel")
+    assert zccl_torch.stream_info(s).error_bound == 0.0
+    assert_bitwise_equal(x, zccl_torch.decompress(s), "rel mode, zero range")
+
+
+def test_rel_mode_zero_bound_infinite_range_is_lossless():
+    """float64 data spanning -max..max: the range overflows to inf in double, and 0 * inf is NaN;
+    a zero relative bound must still mean lossless, not a NaN bound."""
+    fi = torch.finfo(torch.float64)
+    x = torch.tensor([fi.max, -fi.max, 1.0, 0.5] * 10, dtype=torch.float64)
+    assert zccl_torch.resolve_error_bound(x, 0.0, "rel") == 0.0
+    s = zccl_torch.compress(x, 0.0, "rel")
+    assert zccl_torch.stream_info(s).error_bound == 0.0
+    assert_bitwise_equal(x, zccl_torch.decompress(s), "rel 0 on an infinite range")
+
+
+def test_rel_mode_empty_tensor():
+    x = torch.zeros(0, dtype=torch.float64)
+    assert zccl_torch.resolve_error_bound(x, 0.1, "rel") == 0.0
+    y = zccl_torch.decompress(zccl_torch.compress(x, 0.1, "rel"))
+    assert y.shape == (0,) and y.dtype == torch.float64
+
+
+def test_rel_mode_bound_holds(x32):
+    eb = zccl_torch.resolve_error_bound(x32, 1e-3, "rel")
+    assert_within_bound(x32, zccl_torch.decompress(zccl_torch.compress(x32, 1e-3, "rel")), eb)
+
+
+# --------------------------------------------------------------------------------------------
+# chunk_size and threads
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cs", [0, -32, 1, 16, 31, 33, 100, 5121, 65537, 65568, 2**20, 2**40,
+                                5120.0, "5120", None, True, 32.5])
+def test_bad_chunk_size_is_value_error(x32, cs):
+    with pytest.raises(ValueError):
+        zccl_torch.compress(x32, 1e-3, chunk_size=cs)
+    with pytest.raises(ValueError):
+        zccl_torch.max_compressed_size(torch.float32, 100, chunk_size=cs)
+
+
+@pytest.mark.parametrize("cs", [32, 64, 96, 4096, 5120, 65504, 65536])
+def test_good_chunk_sizes(x32, cs):
+    s = zccl_torch.compress(x32, 1e-3, chunk_size=cs)
+    assert zccl_torch.stream_info(s).chunk_size == cs
+    assert_within_bound(x32, zccl_torch.decompress(s), 1e-3)
+
+
+@pytest.mark.parametrize("threads", [0, -1, -8, 1.0, 2.5, "2", True, False])
+def test_bad_threads_is_value_error(x32, threads):
+    with pytest.raises(ValueError):
+        zccl_torch.compress(x32, 1e-3, threads=threads)
+    s = zccl_torch.compress(x32, 1e-3)
+    with pytest.raises(ValueError):
+        zccl_torch.decompress(s, threads=threads)
+
+
+def test_many_threads_ok(x32):
+    s = zccl_torch.compress(x32, 1e-3, threads=64, chunk_size=32)
+    assert torch.equal(s, zccl_torch.compress(x32, 1e-3, threads=1, chunk_size=32))
+    assert_within_bound(x32, zccl_torch.decompress(s, threads=64), 1e-3)
+
+
+@pytest.mark.parametrize("progress", [1, "cb", object()])
+def test_non_callable_progress_is_type_error(x32, progress):
+    with pytest.raises(TypeError):
+        zccl_torch.compress(x32, 1e-3, progress=progress)
+    s = zccl_torch.compress(x32, 1e-3)
+    with pytest.raises(TypeError):
+        zccl_torch.decompress(s, progress=progress)
+
+
+def test_keyword_only_options(x32):
+    with pytest.raises(TypeError):
+        zccl_torch.compress(x32, 1e-3, "abs", 64)  # chunk_size is keyword-only
+
+
+def test_decompress_chunk_index_type(x32):
+    s = zccl_torch.compress(x32, 1e-3, chunk_size=64)
+    for bad in (0.0, "0", None, True):
+        with pytest.raises(TypeError):
+            zccl_torch.decompress_chunk(s, bad)
+
+
+# --------------------------------------------------------------------------------------------
+# max_compressed_size
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("numel", [-1, 1.5, "10", None, True, 10.0])
+def test_max_compressed_size_bad_numel(numel):
+    with pytest.raises(ValueError):
+        zccl_torch.max_compressed_size(torch.float32, numel)
+
+
+@pytest.mark.parametrize("ndim", [-1, 65, 1000, 1.0, "1", None])
+def test_max_compressed_size_bad_ndim(ndim):
+    with pytest.raises(ValueError):
+        zccl_torch.max_compressed_size(torch.float32, 10, ndim=ndim)
+
+
+@pytest.mark.parametrize("dtype", ["float32", np.float32, float, None], ids=str)
+def test_max_compressed_size_bad_dtype(dtype):
+    with pytest.raises(TypeError):
+        zccl_torch.max_compressed_size(dtype, 10)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_max_compressed_size_values(dtype):
+    item = torch.empty(0, dtype=dtype).element_size()
+    prev = 0
+    for n in [0, 1, 31, 32, 33, 5119, 5120, 5121, 10**6, 10**7 + 3]:
+        for cs in (32, 5120, 65536):
+            m = zccl_torch.max_compressed_size(dtype, n, chunk_size=cs)
+            assert isinstance(m, int)
+            # eb=0 on random bits is incompressible: the worst case holds at least the raw data
+            assert m >= n * item, (n, cs, m)
+        m = zccl_torch.max_compressed_size(dtype, n)
+        assert m >= prev, "max_compressed_size should not shrink as numel grows"
+        prev = m
+    # more dims carry more shape metadata, never less room
+    assert zccl_torch.max_compressed_size(dtype, 10, ndim=64) >= \
+        zccl_torch.max_compressed_size(dtype, 10, ndim=0)
+    # huge counts: a number (or a clean error), not a crash or a wrap-around
+    try:
+        big = zccl_torch.max_compressed_size(dtype, 2**50)
+    except (ValueError, OverflowError):
+        pass
+    else:
+        assert big >= 2**50 * item
+    with pytest.raises((ValueError, OverflowError)):
+        zccl_torch.max_compressed_size(dtype, 2**64)
+
+
+def test_max_compressed_size_default_chunk_keyword():
+    assert zccl_torch.max_compressed_size(torch.float32, 1000) == \
+        zccl_torch.max_compressed_size(torch.float32, 1000, chunk_size=5120, ndim=1)
+
+
+# --------------------------------------------------------------------------------------------
+# Output properties
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_decompress_output(dtype):
+    x = make_data("noise", 777, dtype, seed=1).reshape(7, 111)
+    y = zccl_torch.decompress(zccl_torch.compress(x, 1e-4))
+    assert y.dtype == dtype and y.shape == x.shape and y.is_contiguous()
+    assert y.device.type == "cpu" and not y.requires_grad
+    c = zccl_torch.decompress_chunk(zccl_torch.compress(x, 1e-4, chunk_size=64), 0)
+    assert c.dtype == dtype and c.dim() == 1 and c.numel() == 64
+
+
+def test_decompress_result_is_independent_of_stream(x32):
+    s = zccl_torch.compress(x32, 1e-3)
+    y = zccl_torch.decompress(s)
+    before = y.clone()
+    s.zero_()
+    assert_bitwise_equal(before, y, "decompress output aliases the stream buffer")
+    assert math.isfinite(float(y.sum()))

@@ -1,0 +1,39 @@
+"""zccl-torch: error-bounded lossy compression inside collective communication.
+
+Importing the package loads the compiled extension (``zccl_torch._C``). It never initialises MPI.
+
+Public API (compressor layer)::
+
+    stream = zccl_torch.compress(tensor, error_bound=1e-4, mode="rel")
+    restored = zccl_torch.decompress(stream)          # dtype and shape restored
+    info = zccl_torch.stream_info(stream)             # header fields
+    zccl_torch.max_compressed_size(torch.float32, n)  # worst-case stream bytes
+
+See README.md for the error-bound contract and the stream format.
+"""
+
+from zccl_torch.compressor import (
+    DEFAULT_CHUNK_SIZE,
+    StreamInfo,
+    compress,
+    decompress,
+    decompress_chunk,
+    max_compressed_size,
+    resolve_error_bound,
+    stream_info,
+)
+from zccl_torch.errors import CorruptStreamError
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "CorruptStreamError",
+    "StreamInfo",
+    "compress",
+    "decompress",
+    "decompress_chunk",
+    "max_compressed_size",
+    "resolve_error_bound",
+    "stream_info",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,199 @@
+"""Python front end of the fZ-light compressor (CPU tensors).
+
+The heavy lifting happens in C++ (``zccl_torch._C``); this module validates arguments, turns a
+relative bound into an absolute one and restores dtype and shape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from zccl_torch import _C
+
+#: Values per independently decodable chunk (also the pipelining granularity).
+DEFAULT_CHUNK_SIZE: int = _C.DEFAULT_CHUNK_LEN
+
+_CODE_OF_DTYPE = {torch.float32: 1, torch.float64: 2}
+_DTYPE_OF_CODE = {code: dtype for dtype, code in _CODE_OF_DTYPE.items()}
+
+ProgressCallback = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    """Header of a compressed stream, as :func:`stream_info` reads it."""
+
+    dtype: torch.dtype
+    numel: int
+    shape: tuple[int, ...]
+    error_bound: float
+    chunk_size: int
+    num_chunks: int
+    header_bytes: int
+    total_bytes: int
+
+
+def _check_dtype(dtype: torch.dtype) -> int:
+    code = _CODE_OF_DTYPE.get(dtype)
+    if code is None:
+        raise TypeError(
+            f"zccl_torch compresses float32 and float64 tensors only, got {dtype}; "
+            "cast first (e.g. tensor.float()) or send it uncompressed"
+        )
+    return code
+
+
+def _check_threads(threads: int | None) -> int:
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive int or None, got {threads!r}")
+    return threads
+
+
+def _check_chunk_size(chunk_size: int) -> int:
+    block = _C.BLOCK_LEN
+    if (
+        isinstance(chunk_size, bool)
+        or not isinstance(chunk_size, int)
+        or chunk_size < block
+        or chunk_size > _C.MAX_CHUNK_LEN
+        or chunk_size % block
+    ):
+        raise ValueError(
+            f"chunk_size must be a multiple of {block} in [{block}, {_C.MAX_CHUNK_LEN}], "
+            f"got {chunk_size!r}"
+        )
+    return chunk_size
+
+
+def resolve_error_bound(tensor: torch.Tensor, error_bound: float, mode: str = "abs") -> float:
+    """Returns the absolute bound that ``compress(tensor, error_bound, mode)`` would use.
+
+    ``mode="abs"``: ``error_bound`` itself. ``mode="rel"``: ``error_bound`` times the value range
+    (max - min over the finite values) of ``tensor``; a tensor with no finite values, or a constant
+    one, has range 0 and so is stored exactly.
+    """
+    if isinstance(error_bound, bool) or not isinstance(error_bound, (int, float)):
+        raise TypeError(f"error_bound must be a real number, got {type(error_bound).__name__}")
+    error_bound = float(error_bound)
+    if math.isnan(error_bound) or error_bound < 0 or math.isinf(error_bound):
+        raise ValueError(f"error_bound must be finite and >= 0, got {error_bound}")
+    if mode == "abs":
+        return error_bound
+    if mode != "rel":
+        raise ValueError(f"mode must be 'abs' or 'rel', got {mode!r}")
+    finite = tensor[torch.isfinite(tensor)]
+    if finite.numel() == 0:
+        return 0.0
+    value_range = float(finite.max().double() - finite.min().double())
+    return error_bound * value_range
+
+
+def compress(
+    tensor: torch.Tensor,
+    error_bound: float,
+    mode: str = "abs",
+    *,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> torch.Tensor:
+    """Compresses a CPU float32/float64 tensor into a self-describing ``torch.uint8`` stream.
+
+    Every finite value ``x`` comes back as ``x'`` with ``abs(x - x') <= eb`` computed in float64,
+    where ``eb`` is the absolute bound (see :func:`resolve_error_bound`). NaN and +/-Inf, and any
+    value that cannot be quantised safely, are stored exactly. ``error_bound=0`` is lossless.
+
+    Args:
+        tensor: CPU tensor of dtype float32 or float64, any shape. Non-contiguous tensors are
+            copied to contiguous memory first.
+        error_bound: the bound, interpreted according to ``mode``.
+        mode: ``"abs"`` (absolute) or ``"rel"`` (relative to the tensor's finite value range).
+        chunk_size: values per independently decodable chunk (multiple of 32, at most 65536).
+        threads: OpenMP threads; ``None`` uses the OpenMP default (``OMP_NUM_THREADS``).
+        progress: optional ``progress(chunks_done, chunks_total)`` called between chunks; the
+            compression then runs chunk by chunk on the calling thread (the pipelined mode).
+
+    Returns:
+        A 1-D ``torch.uint8`` tensor holding the whole stream.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"compress expects a torch.Tensor, got {type(tensor).__name__}")
+    code = _check_dtype(tensor.dtype)
+    if tensor.device.type != "cpu":
+        raise ValueError(f"compress handles CPU tensors only, got a tensor on {tensor.device}")
+    if tensor.layout != torch.strided:
+        raise TypeError(f"compress needs a dense (strided) tensor, got layout {tensor.layout}")
+    if progress is not None and not callable(progress):
+        raise TypeError("progress must be callable(chunks_done, chunks_total) or None")
+    eb = resolve_error_bound(tensor, error_bound, mode)
+    src = tensor.detach().contiguous()
+    return _C.compress(
+        src, code, eb, _check_chunk_size(chunk_size), _check_threads(threads), list(src.shape),
+        progress,
+    )
+
+
+def _as_stream(stream: torch.Tensor) -> torch.Tensor:
+    if not isinstance(stream, torch.Tensor):
+        raise TypeError(f"expected a torch.uint8 stream tensor, got {type(stream).__name__}")
+    if stream.dtype != torch.uint8:
+        raise TypeError(f"a compressed stream is a torch.uint8 tensor, got {stream.dtype}")
+    if stream.device.type != "cpu":
+        raise ValueError(f"decompress handles CPU streams only, got {stream.device}")
+    return stream.detach().reshape(-1).contiguous()
+
+
+def stream_info(stream: torch.Tensor) -> StreamInfo:
+    """Reads and validates a stream's header and chunk table (raises CorruptStreamError)."""
+    raw = _C.stream_info(_as_stream(stream))
+    return StreamInfo(
+        dtype=_DTYPE_OF_CODE[raw["dtype"]],
+        numel=raw["count"],
+        shape=tuple(raw["shape"]),
+        error_bound=raw["error_bound"],
+        chunk_size=raw["chunk_len"],
+        num_chunks=raw["num_chunks"],
+        header_bytes=raw["header_bytes"],
+        total_bytes=raw["total_bytes"],
+    )
+
+
+def decompress(
+    stream: torch.Tensor,
+    *,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> torch.Tensor:
+    """Decompresses a stream made by :func:`compress`, restoring dtype and shape.
+
+    Any truncated, corrupted or malformed stream raises :class:`zccl_torch.CorruptStreamError`.
+    ``threads`` and ``progress`` mean what they mean for :func:`compress`; a stream decodes with
+    any thread count, whatever it was compressed with.
+    """
+    if progress is not None and not callable(progress):
+        raise TypeError("progress must be callable(chunks_done, chunks_total) or None")
+    return _C.decompress(_as_stream(stream), _check_threads(threads), progress)
+
+
+def decompress_chunk(stream: torch.Tensor, index: int) -> torch.Tensor:
+    """Decodes chunk ``index`` alone and returns its values as a 1-D tensor."""
+    if isinstance(index, bool) or not isinstance(index, int):
+        raise TypeError(f"chunk index must be an int, got {type(index).__name__}")
+    return _C.decompress_chunk(_as_stream(stream), index)
+
+
+def max_compressed_size(
+    dtype: torch.dtype, numel: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, ndim: int = 1
+) -> int:
+    """Worst-case stream size in bytes for ``numel`` values; compress never exceeds it."""
+    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
+        raise ValueError(f"numel must be a non-negative int, got {numel!r}")
+    if not isinstance(ndim, int) or ndim < 0 or ndim > _C.MAX_DIMS:
+        raise ValueError(f"ndim must be in [0, {_C.MAX_DIMS}], got {ndim!r}")
+    return _C.max_compressed_size(_check_dtype(dtype), numel, _check_chunk_size(chunk_size), ndim)
