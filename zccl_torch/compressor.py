@@ -87,10 +87,13 @@ def resolve_error_bound(tensor: torch.Tensor, error_bound: float, mode: str = "a
         return error_bound
     if mode != "rel":
         raise ValueError(f"mode must be 'abs' or 'rel', got {mode!r}")
-    finite = tensor[torch.isfinite(tensor)]
-    if finite.numel() == 0:
+    _check_dtype(tensor.dtype)
+    lo, hi, finite = _C.finite_range(tensor.detach().contiguous(), 0)
+    if not finite:
         return 0.0
-    value_range = float(finite.max().double() - finite.min().double())
+    value_range = hi - lo
+    if math.isinf(value_range):  # float64 data spanning more than the float64 range
+        return error_bound * hi - error_bound * lo
     return error_bound * value_range
 
 

@@ -381,10 +381,35 @@ void decompress_typed(const uint8_t* src, const Parsed& p, T* out, int threads,
   if (!failure.empty()) throw StreamError(failure);
 }
 
+template <class T>
+FiniteRange finite_range_typed(const T* x, uint64_t count, int threads) {
+  T lo = std::numeric_limits<T>::infinity();
+  T hi = -std::numeric_limits<T>::infinity();
+  uint64_t finite = 0;
+  const int nt = resolve_threads(threads, count / (1u << 16) + 1);
+  // Branch-free body so it vectorises: a non-finite value contributes +inf to min, -inf to max.
+#pragma omp parallel for num_threads(nt) reduction(min : lo) reduction(max : hi) reduction(+ : finite)
+  for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) {
+    const T v = x[i];
+    const bool ok = std::fabs(v) <= std::numeric_limits<T>::max();
+    lo = std::min(lo, ok ? v : std::numeric_limits<T>::infinity());
+    hi = std::max(hi, ok ? v : -std::numeric_limits<T>::infinity());
+    finite += ok;
+  }
+  if (finite == 0) return {};
+  return {static_cast<double>(lo), static_cast<double>(hi), finite};
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------
 // Public API.
+
+FiniteRange finite_range(const void* src, DType dt, uint64_t count, int threads) {
+  if (src == nullptr && count > 0) throw ArgumentError("zccl: null source pointer");
+  if (dt == DType::Float32) return finite_range_typed(static_cast<const float*>(src), count, threads);
+  return finite_range_typed(static_cast<const double*>(src), count, threads);
+}
 
 size_t dtype_size(DType dt) {
   switch (dt) {

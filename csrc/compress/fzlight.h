@@ -88,6 +88,15 @@ void decompress(const uint8_t* src, size_t len, void* dst, uint64_t dst_count, i
 uint64_t decompress_chunk(const uint8_t* src, size_t len, uint64_t index, void* dst,
                           uint64_t dst_count);
 
+// Min and max over the finite values (NaN and +/-Inf skipped); `finite` counts them. Used to turn
+// a relative bound into an absolute one: eb = rel * (max - min).
+struct FiniteRange {
+  double min = 0.0;
+  double max = 0.0;
+  uint64_t finite = 0;
+};
+FiniteRange finite_range(const void* src, DType dt, uint64_t count, int threads = 0);
+
 // Number of threads used when `threads` <= 0.
 int default_threads();
 

@@ -1,5 +1,9 @@
 // pybind11 module zccl_torch._C: torch tensors in, fZ-light streams out. No algorithm logic here.
+// torch's headers are not -Wextra clean; keep our own warnings visible.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/extension.h>
+#pragma GCC diagnostic pop
 
 #include <optional>
 #include <string>
@@ -126,6 +130,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("max_compressed_size", [](int code, uint64_t n, uint32_t chunk_len, size_t ndim) {
     return fz::max_compressed_size(dtype_from_code(code), n, chunk_len, ndim);
   });
+  m.def("finite_range", [](const torch::Tensor& src, int threads) {
+    TORCH_CHECK(src.is_contiguous() && src.device().is_cpu(), "zccl: need a contiguous CPU tensor");
+    const fz::DType dt = src.scalar_type() == torch::kFloat64 ? fz::DType::Float64 : fz::DType::Float32;
+    TORCH_CHECK_TYPE(src.scalar_type() == torch::kFloat32 || src.scalar_type() == torch::kFloat64,
+                     "zccl: finite_range needs float32 or float64");
+    py::gil_scoped_release nogil;
+    const fz::FiniteRange r = fz::finite_range(src.data_ptr(), dt, src.numel(), threads);
+    return std::make_tuple(r.min, r.max, r.finite);
+  }, py::arg("src"), py::arg("threads") = 0,
+     "(min, max, number of finite values) over the finite values of a float tensor");
   m.def("default_threads", &fz::default_threads, "OpenMP threads used when threads=None");
   m.def("mpi_library_version", &zccl::transport::mpi_library_version,
         "Version string of the linked MPI library (does not initialise MPI)");
