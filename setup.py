@@ -35,7 +35,8 @@ def mpi_flags() -> tuple[list[str], list[str]]:
         )
 
     def show(what: str) -> list[str]:
-        out = subprocess.run([mpicc, f"--showme:{what}"], check=True, capture_output=True, text=True)
+        cmd = [mpicc, f"--showme:{what}"]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True)
         return shlex.split(out.stdout)
 
     return show("compile"), show("link")
@@ -65,7 +66,7 @@ setup(
             name="zccl_torch._C",
             sources=sources(),
             extra_compile_args=compile_args() + mpi_compile,
-            extra_link_args=["-fopenmp"] + mpi_link,
+            extra_link_args=["-fopenmp", *mpi_link],
         )
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import argparse
 import time
-
-import torch
+from collections.abc import Callable
 
 import zccl_torch
 from zccl_torch import datasets, metrics
 
 
-def best_time(fn, reps: int) -> tuple[float, object]:
-    """Fastest of ``reps`` calls (the demo wants a quick, stable figure; benchmarks report medians)."""
+def best_time(fn: Callable[[], object], reps: int) -> tuple[float, object]:
+    """Fastest of ``reps`` calls (a quick, stable figure; the benchmarks report medians)."""
     best, result = float("inf"), None
     for _ in range(reps):
         start = time.perf_counter()

@@ -6,6 +6,7 @@ Hypothesis profiles:
   so every CI run draws the same examples (reproducible failures).
 * ``dev`` - everything else: more examples, random seeds (the example database in .hypothesis/
   replays earlier failures first).
+* ``stress`` - only on request (``HYPOTHESIS_PROFILE=stress``): 10x the dev examples.
 
 ``HYPOTHESIS_PROFILE=<name>`` overrides the choice. Tests scale their example counts from the
 loaded profile through ``helpers_compress.examples``.
@@ -27,6 +28,7 @@ _COMMON = dict(
 )
 settings.register_profile("ci", max_examples=30, derandomize=True, **_COMMON)
 settings.register_profile("dev", max_examples=100, **_COMMON)
+settings.register_profile("stress", max_examples=1000, **_COMMON)  # bug hunting, minutes
 
 _in_ci = os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if _in_ci else "dev"))

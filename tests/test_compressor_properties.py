@@ -7,15 +7,12 @@ stream never exceeds max_compressed_size; the format is deterministic whatever t
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
-from hypothesis import strategies as st
-
-import zccl_torch
 from helpers_compress import (
     CHUNK_SIZES,
     DATA_KINDS,
@@ -30,9 +27,12 @@ from helpers_compress import (
     independent_abs_bound,
     make_data,
     num_chunks,
-    positive_bounds,
     small_multi_chunk_sizes,
 )
+from hypothesis import given
+from hypothesis import strategies as st
+
+import zccl_torch
 
 
 def roundtrip(x, error_bound, mode="abs", *, chunk_size=5120, threads=None, what=""):
@@ -107,7 +107,7 @@ def test_arbitrary_bit_patterns(data, error_bound):
 def test_lossless_is_bit_exact(dtype):
     x = make_data("random_bits", 20_000, dtype, seed=3)
     x[:4] = torch.tensor([0.0, -0.0, float("nan"), -float("nan")], dtype=dtype)
-    stream, y, _ = roundtrip(x, 0.0)
+    _, y, _ = roundtrip(x, 0.0)
     assert_bitwise_equal(x, y, "eb=0")
     # relative mode with bound 0 is lossless too
     _, y2, eb = roundtrip(x, 0.0, "rel")
@@ -167,6 +167,106 @@ def test_values_beyond_quantisation_range_tiny_bound():
         roundtrip(x, 1e-12, chunk_size=64)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("eb", (0.5, 1e-3, 3.0))
+def test_codes_near_the_integer_limit(dtype, eb):
+    """Codes near +-2**30 (the Lorenzo deltas then need 31 bits), alternating and smooth."""
+    bin_ = 2 * eb
+    for k in (2**30 - 65, 2**30 - 64, 2**30 - 63, 2**30, 2**31, 2**24 + 1, 2**24 - 1):
+        alt = torch.tensor([k * bin_, -k * bin_] * 48 + [k * bin_] * 7, dtype=dtype)
+        roundtrip(alt, eb, chunk_size=32, what=f"alternating +-{k}*bin eb={eb}")
+        ramp = (k * bin_ + torch.arange(-300, 300, dtype=torch.float64) * eb * 0.77).to(dtype)
+        roundtrip(ramp, eb, chunk_size=64, what=f"ramp around {k}*bin eb={eb}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_tiny_bounds_at_the_normal_limit(dtype):
+    """Bounds around the smallest normal number of the dtype, with data on the same scale."""
+    tiny = torch.finfo(dtype).tiny
+    bounds_ = (tiny * 0.5, tiny * (1 - 2**-20), tiny, tiny * 1.5, tiny * 1e3, 2 * tiny,
+               5e-324, 1e-300)
+    for eb in bounds_:
+        for kind in ("denormal", "noise", "sin"):
+            x = make_data(kind, 999, dtype, seed=3, scale=tiny * 100)
+            x[::50] = 1.0
+            roundtrip(x, eb, chunk_size=64, what=f"{kind} eb={eb!r}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_outliers_at_chunk_and_block_edges(dtype):
+    cs = 65536
+    x = make_data("sin", 2 * cs + 5, dtype, seed=1)
+    for i in (0, 31, 32, cs - 33, cs - 32, cs - 1, cs, cs + 1, 2 * cs - 1, 2 * cs, 2 * cs + 4):
+        x[i] = float("nan") if i % 2 else 1e30
+    for chunk in (32, 64, cs):
+        roundtrip(x, 1e-4, chunk_size=chunk, what=f"chunk_size={chunk}")
+    # every value of a full 65536 chunk an outlier
+    y = torch.full((cs + 3,), float("nan"), dtype=dtype)
+    y[::3] = float("inf")
+    roundtrip(y, 1e-4, chunk_size=cs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_flush_denormal_mode(dtype):
+    """With the FPU flushing subnormals (torch.set_flush_denormal), the bound still holds and
+    a stream decodes to the same values as without flushing."""
+    x = make_data("mixed", 5000, dtype, seed=2, nonfinite=0.01)
+    x[:1000] = make_data("denormal", 1000, dtype, seed=3)
+    tiny = torch.finfo(dtype).tiny
+    plain = {eb: zccl_torch.compress(x, eb, chunk_size=64, threads=1) for eb in (tiny, 1e-3)}
+    if not torch.set_flush_denormal(True):
+        pytest.skip("flush-denormal mode not supported on this CPU")
+    try:
+        out = {}
+        for eb in (tiny, 1e-3):
+            s = zccl_torch.compress(x, eb, chunk_size=64, threads=1)
+            out[eb] = (zccl_torch.decompress(s, threads=1),
+                       zccl_torch.decompress(plain[eb], threads=1))
+    finally:
+        torch.set_flush_denormal(False)
+    for eb, (y, y_plain) in out.items():
+        assert_within_bound(x, y, eb, f"eb={eb!r}: compressed and decompressed with flush-denormal")
+        assert_within_bound(x, y_plain, eb, f"eb={eb!r}: decompressed with flush-denormal")
+
+
+def test_concurrent_calls_from_python_threads():
+    """compress/decompress release the GIL; concurrent calls must not share state."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    inputs = [make_data(k, 20_000 + i, DTYPES[i % 2], seed=i, nonfinite=0.01)
+              for i, k in enumerate(("sin", "noise", "mixed", "cumsum", "random_bits", "steps"))]
+    serial = [zccl_torch.compress(x, 1e-3, chunk_size=1024) for x in inputs]
+
+    def work(i):
+        s = zccl_torch.compress(inputs[i], 1e-3, chunk_size=1024, threads=2)
+        return s, zccl_torch.decompress(s, threads=2)
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, list(range(len(inputs))) * 3))
+    for k, (s, y) in enumerate(results):
+        i = k % len(inputs)
+        assert torch.equal(s, serial[i]), f"input {i}: concurrent stream differs"
+        assert_within_bound(inputs[i], y, 1e-3, f"input {i}")
+
+
+def test_progress_callback_may_reenter():
+    """A progress hook that itself compresses and decompresses (e.g. a nested collective)."""
+    x = make_data("sin", 320, torch.float32, seed=1)
+    inner = make_data("noise", 100, torch.float64, seed=2)
+    seen = []
+
+    def progress(done, total):
+        assert isinstance(done, int) and isinstance(total, int)
+        y = zccl_torch.decompress(zccl_torch.compress(inner, 1e-6, chunk_size=32,
+                                                      progress=lambda d, t: None))
+        assert_within_bound(inner, y, 1e-6, "nested")
+        seen.append(done)
+
+    s = zccl_torch.compress(x, 1e-3, chunk_size=32, progress=progress)
+    assert seen == list(range(1, 11))
+    assert torch.equal(s, zccl_torch.compress(x, 1e-3, chunk_size=32))
+
+
 # --------------------------------------------------------------------------------------------
 # Threads: deterministic format, any thread count decodes any stream
 # --------------------------------------------------------------------------------------------
@@ -191,7 +291,9 @@ def test_thread_counts_deterministic_and_interchangeable(data, error_bound, chun
     for tc in (1, 3):
         for td in (1, 2, 3, None):
             y = zccl_torch.decompress(streams[tc], threads=td)
-            assert_bitwise_equal(reference, y, f"{what}: compress threads={tc}, decompress threads={td}")
+            assert_bitwise_equal(
+                reference, y, f"{what}: compress threads={tc}, decompress threads={td}"
+            )
 
 
 def test_threads_many_chunks():
@@ -217,7 +319,7 @@ def _check_progress_calls(calls, expected_chunks, what):
     totals = {total for _, total in calls}
     assert totals == {expected_chunks}, f"{what}: totals {totals}, expected {expected_chunks}"
     done = [d for d, _ in calls]
-    assert all(a < b for a, b in zip(done, done[1:])), f"{what}: done not increasing: {done}"
+    assert all(a < b for a, b in itertools.pairwise(done)), f"{what}: done not increasing: {done}"
     assert 0 <= done[0] and done[-1] == expected_chunks, f"{what}: done = {done}"
 
 
@@ -243,7 +345,7 @@ def test_progress_pipeline_matches_plain(data, error_bound, chunk_size):
     assert_within_bound(x, y, error_bound, what)
 
 
-class _Stop(Exception):
+class _StopError(Exception):
     pass
 
 
@@ -257,9 +359,9 @@ def test_progress_exception_propagates(fail_at, direction):
     def progress(done, total):
         calls.append(done)
         if len(calls) == fail_at:
-            raise _Stop(f"stop at call {fail_at}")
+            raise _StopError(f"stop at call {fail_at}")
 
-    with pytest.raises(_Stop, match=f"stop at call {fail_at}"):
+    with pytest.raises(_StopError, match=f"stop at call {fail_at}"):
         if direction == "compress":
             zccl_torch.compress(x, 1e-4, chunk_size=32, progress=progress)
         else:
@@ -350,7 +452,7 @@ def test_shapes_restored(shape, dtype):
     n = math.prod(shape)
     x = make_data("sin", n, dtype, seed=n).reshape(shape)
     for eb in (0.0, 1e-4):
-        stream, y, _ = roundtrip(x, eb, chunk_size=64, what=f"shape={shape}")
+        _, y, _ = roundtrip(x, eb, chunk_size=64, what=f"shape={shape}")
         assert y.shape == x.shape
 
 
@@ -371,6 +473,8 @@ def test_non_contiguous_inputs(dtype):
         "strided": base[::2, 1::3],
         "flipped": base.flip(0),
         "expanded": base[0:1, :].expand(5, 70),
+        "storage offset": base.reshape(-1)[13:4013],
+        "row slice": base[7:9],
         "permuted3d": base.reshape(6, 10, 70).permute(2, 0, 1),
     }
     for name, v in views.items():
@@ -474,10 +578,11 @@ def test_large_float32():
     values=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1,
                     max_size=80),
     error_bound=bounds,
+    mode=st.sampled_from(("abs", "rel")),
 )
-def test_float32_values_shrinkable(values, error_bound):
+def test_float32_values_shrinkable(values, error_bound, mode):
     x = torch.tensor(values, dtype=torch.float32)
-    roundtrip(x, error_bound, chunk_size=32, what=f"values={values!r} eb={error_bound!r}")
+    roundtrip(x, error_bound, mode, chunk_size=32, what=f"values={values!r} eb={error_bound!r}")
 
 
 @examples(100)
@@ -491,7 +596,7 @@ def test_float64_values_shrinkable(values, error_bound, mode):
     roundtrip(x, error_bound, mode, chunk_size=32, what=f"values={values!r} eb={error_bound!r}")
 
 
-def test_metadata_dtype_numpy_independent():
+def test_stream_info_rel_bound_matches_numpy():
     """stream_info agrees with the independent numpy bound for rel mode."""
     x = make_data("cumsum", 4000, torch.float32, seed=3, nonfinite=0.05)
     a = x.numpy().astype(np.float64)

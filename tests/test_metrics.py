@@ -4,6 +4,10 @@
 * psnr          = 20*log10(range) - 10*log10(mse), range = max - min of the original; inf if equal
 * nrmse         = sqrt(mse) / range
 * compression_ratio(orig, stream) = original bytes / stream bytes
+
+Errors are taken over the positions where the original is finite and the range over its finite
+values; a non-finite original not reproduced exactly (or a finite one decoded as non-finite) is an
+infinite error: max_abs_error = nrmse = inf, psnr = -inf.
 """
 
 from __future__ import annotations
@@ -13,11 +17,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers_compress import DTYPES, examples, make_data
 from hypothesis import given
 from hypothesis import strategies as st
 
 import zccl_torch
-from helpers_compress import DTYPES, examples, make_data
 from zccl_torch import metrics
 
 REL = 1e-12  # summation order differs between numpy and torch; nothing else may
@@ -27,18 +31,27 @@ def _np(t):
     return t.detach().reshape(-1).numpy().astype(np.float64)
 
 
+def _finite_pairs(o, r):
+    a, b = _np(o), _np(r)
+    keep = np.isfinite(a)
+    return a[keep], b[keep]
+
+
 def ref_max_abs_error(o, r):
-    return float(np.max(np.abs(_np(o) - _np(r))))
+    a, b = _finite_pairs(o, r)
+    return float(np.max(np.abs(a - b))) if a.size else 0.0
 
 
 def ref_mse(o, r):
-    d = _np(o) - _np(r)
-    return float(np.mean(d * d))
+    a, b = _finite_pairs(o, r)
+    d = a - b
+    return float(np.mean(d * d)) if a.size else 0.0
 
 
 def ref_range(o):
     a = _np(o)
-    return float(np.max(a) - np.min(a))
+    a = a[np.isfinite(a)]
+    return float(np.max(a) - np.min(a)) if a.size else 0.0
 
 
 def ref_psnr(o, r):
@@ -65,6 +78,11 @@ def pairs(draw):
     noise = draw(st.sampled_from((1e-9, 1e-4, 1e-1)))
     rng = np.random.default_rng(seed + 1)
     r = o + torch.from_numpy((rng.standard_normal(n) * scale * noise).astype(o.numpy().dtype))
+    if n > 2 and draw(st.booleans()):  # non-finite values in the original, reproduced exactly
+        k = rng.integers(2, n, size=max(1, n // 20))
+        vals = torch.tensor([float("nan"), float("inf"), -float("inf")], dtype=dtype)
+        o[k] = vals[torch.from_numpy(k % 3)]
+        r[k] = o[k]
     return o, r
 
 
@@ -163,3 +181,76 @@ def test_mismatched_shapes_raise():
         metrics.max_abs_error(o, torch.zeros(11))
     with pytest.raises((ValueError, RuntimeError, TypeError)):
         metrics.psnr(o, torch.zeros(5, 2)[:, :1])
+
+
+def test_value_range_and_summary():
+    o = make_data("cumsum", 3000, torch.float64, seed=5, nonfinite=0.05)
+    r = o + 1e-3
+    assert metrics.value_range(o) == ref_range(o)
+    summary = metrics.error_summary(o, r, zccl_torch.compress(o, 1e-2))
+    assert summary["max_abs_error"] == metrics.max_abs_error(o, r)
+    assert summary["psnr"] == metrics.psnr(o, r)
+    assert summary["nrmse"] == metrics.nrmse(o, r)
+    assert summary["value_range"] == ref_range(o)
+    assert summary["ratio"] == metrics.compression_ratio(o, zccl_torch.compress(o, 1e-2))
+    assert "ratio" not in metrics.error_summary(o, r)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_nonfinite_reproduced_exactly_is_ignored(dtype):
+    o = make_data("sin", 500, dtype, seed=6)
+    o[::17], o[3::19], o[5::23] = float("nan"), float("inf"), -float("inf")
+    r = o.clone()
+    fin = torch.isfinite(o)
+    r[fin] += 1e-3
+    assert float(metrics.max_abs_error(o, r)) == ref_max_abs_error(o, r)
+    assert math.isclose(float(metrics.psnr(o, r)), ref_psnr(o, r), rel_tol=REL)
+    assert math.isclose(float(metrics.nrmse(o, r)), ref_nrmse(o, r), rel_tol=REL)
+
+
+@pytest.mark.parametrize(
+    "orig, recon",
+    [
+        ([1.0, float("nan"), 3.0], [1.0, 2.0, 3.0]),          # NaN lost
+        ([1.0, float("inf"), 3.0], [1.0, -float("inf"), 3.0]),  # Inf sign flipped
+        ([1.0, float("inf"), 3.0], [1.0, 1e300, 3.0]),        # Inf became finite
+        ([1.0, 2.0, 3.0], [1.0, float("nan"), 3.0]),          # finite decoded as NaN
+        ([1.0, 2.0, 3.0], [1.0, float("inf"), 3.0]),          # finite decoded as Inf
+    ],
+    ids=["nan-lost", "inf-sign", "inf-finite", "finite-to-nan", "finite-to-inf"],
+)
+def test_nonfinite_mismatch_is_infinite_error(orig, recon):
+    o = torch.tensor(orig, dtype=torch.float64)
+    r = torch.tensor(recon, dtype=torch.float64)
+    assert metrics.max_abs_error(o, r) == math.inf
+    assert metrics.psnr(o, r) == -math.inf
+    assert metrics.nrmse(o, r) == math.inf
+
+
+def test_constant_original_with_error():
+    o = torch.full((10,), 3.0, dtype=torch.float64)
+    r = o + 0.5
+    assert metrics.max_abs_error(o, r) == 0.5
+    assert metrics.psnr(o, r) == -math.inf
+    assert metrics.nrmse(o, r) == math.inf
+
+
+def test_empty_and_all_nonfinite():
+    e = torch.zeros(0, dtype=torch.float32)
+    assert metrics.max_abs_error(e, e) == 0.0
+    assert metrics.psnr(e, e) == math.inf
+    assert metrics.nrmse(e, e) == 0.0
+    n = torch.tensor([float("nan"), float("inf")])
+    assert metrics.max_abs_error(n, n.clone()) == 0.0
+    assert metrics.psnr(n, n.clone()) == math.inf
+    assert metrics.value_range(n) == 0.0
+
+
+def test_compression_ratio_byte_count_and_errors():
+    o = torch.zeros(1000, dtype=torch.float64)
+    assert metrics.compression_ratio(o, 800) == 10.0
+    for bad in (0, -5):
+        with pytest.raises(ValueError):
+            metrics.compression_ratio(o, bad)
+    with pytest.raises(ValueError):
+        metrics.compression_ratio(o, torch.zeros(0, dtype=torch.uint8))

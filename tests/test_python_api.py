@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from helpers_compress import assert_bitwise_equal, assert_within_bound, make_data
 
 import zccl_torch
-from helpers_compress import assert_bitwise_equal, assert_within_bound, make_data
 
 
 @pytest.fixture
@@ -259,15 +259,26 @@ def test_max_compressed_size_values(dtype):
     # more dims carry more shape metadata, never less room
     assert zccl_torch.max_compressed_size(dtype, 10, ndim=64) >= \
         zccl_torch.max_compressed_size(dtype, 10, ndim=0)
-    # huge counts: a number (or a clean error), not a crash or a wrap-around
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("numel", [2**50, 2**58, 2**61, 2**62, 2**63, 2**64 - 1])
+def test_max_compressed_size_huge_counts_do_not_wrap(dtype, numel):
+    """A huge count gives a true upper bound or a clean error, never a wrapped-around size."""
+    item = torch.empty(0, dtype=dtype).element_size()
     try:
-        big = zccl_torch.max_compressed_size(dtype, 2**50)
+        m = zccl_torch.max_compressed_size(dtype, numel)
     except (ValueError, OverflowError):
-        pass
-    else:
-        assert big >= 2**50 * item
+        return
+    assert m >= numel * item, (
+        f"max_compressed_size({dtype}, {numel}) = {m} < raw size {numel * item}"
+    )
+
+
+@pytest.mark.parametrize("numel", [2**64, 2**70])
+def test_max_compressed_size_beyond_uint64_is_value_error(numel):
     with pytest.raises((ValueError, OverflowError)):
-        zccl_torch.max_compressed_size(dtype, 2**64)
+        zccl_torch.max_compressed_size(torch.float32, numel)
 
 
 def test_max_compressed_size_default_chunk_keyword():

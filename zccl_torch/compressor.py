@@ -188,6 +188,8 @@ def decompress_chunk(stream: torch.Tensor, index: int) -> torch.Tensor:
     """Decodes chunk ``index`` alone and returns its values as a 1-D tensor."""
     if isinstance(index, bool) or not isinstance(index, int):
         raise TypeError(f"chunk index must be an int, got {type(index).__name__}")
+    if not 0 <= index < 2**63:
+        raise IndexError(f"chunk index {index} out of range")
     return _C.decompress_chunk(_as_stream(stream), index)
 
 
@@ -195,8 +197,8 @@ def max_compressed_size(
     dtype: torch.dtype, numel: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, ndim: int = 1
 ) -> int:
     """Worst-case stream size in bytes for ``numel`` values; compress never exceeds it."""
-    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
-        raise ValueError(f"numel must be a non-negative int, got {numel!r}")
+    if isinstance(numel, bool) or not isinstance(numel, int) or not 0 <= numel < 2**64:
+        raise ValueError(f"numel must be a non-negative int below 2**64, got {numel!r}")
     if not isinstance(ndim, int) or ndim < 0 or ndim > _C.MAX_DIMS:
         raise ValueError(f"ndim must be in [0, {_C.MAX_DIMS}], got {ndim!r}")
     return _C.max_compressed_size(_check_dtype(dtype), numel, _check_chunk_size(chunk_size), ndim)

@@ -25,7 +25,11 @@ def _pair(original: torch.Tensor, reconstructed: torch.Tensor) -> tuple[torch.Te
 
 
 def _nonfinite_mismatch(x: torch.Tensor, y: torch.Tensor) -> bool:
-    bad = ~torch.isfinite(x)
+    """True if a non-finite value changed, or a finite one came back non-finite."""
+    x_finite, y_finite = torch.isfinite(x), torch.isfinite(y)
+    if bool((x_finite & ~y_finite).any()):
+        return True
+    bad = ~x_finite
     if not bool(bad.any()):
         return False
     same_nan = torch.isnan(x[bad]) & torch.isnan(y[bad])

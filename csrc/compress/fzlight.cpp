@@ -9,6 +9,7 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "crc32c.h"
 #include "fzlight_block.h"
@@ -51,10 +52,15 @@ void check_chunk_len(uint32_t chunk_len) {
   }
 }
 
-int resolve_threads(int threads, uint64_t chunks) {
+// Threads for `units` of work: at most one per unit, so tiny inputs skip the parallel region
+// (whose start-up costs more than a few chunks of work).
+int resolve_threads(int threads, uint64_t units) {
   const int t = threads > 0 ? threads : default_threads();
-  return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(t), chunks)));
+  return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(t), units)));
 }
+
+// Parallel units of chunk work: four default-sized chunks (~80 KB of float32) per thread at least.
+uint64_t chunk_units(uint64_t chunks) { return (chunks + 3) / 4; }
 
 size_t raw_chunk_bytes(uint32_t m, size_t elem) { return 1 + static_cast<size_t>(m) * elem; }
 
@@ -239,7 +245,7 @@ size_t compress_typed(const T* x, uint64_t count, const CompressParams& p,
   } else if (chunks > 0) {
     // Each thread encodes a contiguous run of chunks at that run's worst-case offset; the runs
     // are then slid down in order (compressed data is small, so the move is cheap).
-    const int nt = resolve_threads(p.threads, chunks);
+    const int nt = resolve_threads(p.threads, chunk_units(chunks));
     const size_t full = raw_chunk_bytes(cl, sizeof(T));
     std::vector<size_t> run_bytes(static_cast<size_t>(nt), 0);
     std::vector<OutlierBuffer<T>> buffers(static_cast<size_t>(nt), OutlierBuffer<T>(cl));
@@ -368,7 +374,7 @@ void decompress_typed(const uint8_t* src, const Parsed& p, T* out, int threads,
   // Exceptions may not leave an OpenMP region: keep the first failure and rethrow after it.
   std::mutex failure_lock;
   std::string failure;
-  const int nt = resolve_threads(threads, chunks);
+  const int nt = resolve_threads(threads, chunk_units(chunks));
 #pragma omp parallel for num_threads(nt) schedule(static)
   for (int64_t c = 0; c < static_cast<int64_t>(chunks); ++c) {
     try {
@@ -381,23 +387,88 @@ void decompress_typed(const uint8_t* src, const Parsed& p, T* out, int threads,
   if (!failure.empty()) throw StreamError(failure);
 }
 
+// Min/max of x[0..n) over finite values; a non-finite value contributes +inf to the min and -inf
+// to the max, so the loop is branch-free.
+template <class T>
+void finite_minmax_scalar(const T* x, uint64_t n, T& lo, T& hi) {
+  constexpr T kInf = std::numeric_limits<T>::infinity();
+  for (uint64_t i = 0; i < n; ++i) {
+    const bool ok = std::fabs(x[i]) <= std::numeric_limits<T>::max();
+    lo = std::min(lo, ok ? x[i] : kInf);
+    hi = std::max(hi, ok ? x[i] : -kInf);
+  }
+}
+
+#if defined(__AVX2__)
+// The same with AVX2 lanes and two accumulators per extreme.
+struct MinMaxF32 {
+  using V = __m256;
+  static V splat(float v) { return _mm256_set1_ps(v); }
+  static void step(V& l, V& h, const float* p) {
+    const V v = _mm256_loadu_ps(p);
+    const V ok = _mm256_cmp_ps(_mm256_andnot_ps(splat(-0.0f), v),
+                               splat(std::numeric_limits<float>::max()), _CMP_LE_OQ);
+    l = _mm256_min_ps(l, _mm256_blendv_ps(splat(std::numeric_limits<float>::infinity()), v, ok));
+    h = _mm256_max_ps(h, _mm256_blendv_ps(splat(-std::numeric_limits<float>::infinity()), v, ok));
+  }
+};
+struct MinMaxF64 {
+  using V = __m256d;
+  static V splat(double v) { return _mm256_set1_pd(v); }
+  static void step(V& l, V& h, const double* p) {
+    const V v = _mm256_loadu_pd(p);
+    const V ok = _mm256_cmp_pd(_mm256_andnot_pd(splat(-0.0), v),
+                               splat(std::numeric_limits<double>::max()), _CMP_LE_OQ);
+    l = _mm256_min_pd(l, _mm256_blendv_pd(splat(std::numeric_limits<double>::infinity()), v, ok));
+    h = _mm256_max_pd(h, _mm256_blendv_pd(splat(-std::numeric_limits<double>::infinity()), v, ok));
+  }
+};
+
+template <class T, class K = std::conditional_t<std::is_same_v<T, float>, MinMaxF32, MinMaxF64>>
+void finite_minmax(const T* x, uint64_t n, T& lo, T& hi) {
+  using V = typename K::V;
+  constexpr uint64_t kLanes = sizeof(V) / sizeof(T);
+  V l0 = K::splat(std::numeric_limits<T>::infinity()), l1 = l0;
+  V h0 = K::splat(-std::numeric_limits<T>::infinity()), h1 = h0;
+  uint64_t i = 0;
+  for (; i + 2 * kLanes <= n; i += 2 * kLanes) {
+    K::step(l0, h0, x + i);
+    K::step(l1, h1, x + i + kLanes);
+  }
+  alignas(32) T lbuf[2 * kLanes], hbuf[2 * kLanes];
+  std::memcpy(lbuf, &l0, sizeof(V));
+  std::memcpy(lbuf + kLanes, &l1, sizeof(V));
+  std::memcpy(hbuf, &h0, sizeof(V));
+  std::memcpy(hbuf + kLanes, &h1, sizeof(V));
+  lo = *std::min_element(lbuf, lbuf + 2 * kLanes);
+  hi = *std::max_element(hbuf, hbuf + 2 * kLanes);
+  finite_minmax_scalar(x + i, n - i, lo, hi);
+}
+#else
+template <class T>
+void finite_minmax(const T* x, uint64_t n, T& lo, T& hi) {
+  lo = std::numeric_limits<T>::infinity();
+  hi = -std::numeric_limits<T>::infinity();
+  finite_minmax_scalar(x, n, lo, hi);
+}
+#endif
+
 template <class T>
 FiniteRange finite_range_typed(const T* x, uint64_t count, int threads) {
-  T lo = std::numeric_limits<T>::infinity();
-  T hi = -std::numeric_limits<T>::infinity();
-  uint64_t finite = 0;
+  // At least ~256 KiB per thread: below that a parallel region costs more than it saves.
   const int nt = resolve_threads(threads, count / (1u << 16) + 1);
-  // Branch-free body so it vectorises: a non-finite value contributes +inf to min, -inf to max.
-#pragma omp parallel for num_threads(nt) reduction(min : lo) reduction(max : hi) reduction(+ : finite)
-  for (int64_t i = 0; i < static_cast<int64_t>(count); ++i) {
-    const T v = x[i];
-    const bool ok = std::fabs(v) <= std::numeric_limits<T>::max();
-    lo = std::min(lo, ok ? v : std::numeric_limits<T>::infinity());
-    hi = std::max(hi, ok ? v : -std::numeric_limits<T>::infinity());
-    finite += ok;
+  std::vector<T> lo(static_cast<size_t>(nt)), hi(static_cast<size_t>(nt));
+#pragma omp parallel num_threads(nt)
+  {
+    const uint64_t t = static_cast<uint64_t>(omp_get_thread_num());
+    const uint64_t begin = count * t / static_cast<uint64_t>(nt);
+    const uint64_t end = count * (t + 1) / static_cast<uint64_t>(nt);
+    finite_minmax(x + begin, end - begin, lo[t], hi[t]);
   }
-  if (finite == 0) return {};
-  return {static_cast<double>(lo), static_cast<double>(hi), finite};
+  const T l = *std::min_element(lo.begin(), lo.end());
+  const T h = *std::max_element(hi.begin(), hi.end());
+  if (!(l <= h)) return {};  // no finite value at all
+  return {static_cast<double>(l), static_cast<double>(h), true};
 }
 
 }  // namespace
@@ -433,7 +504,12 @@ size_t max_compressed_size(DType dt, uint64_t count, uint32_t chunk_len, size_t 
   check_chunk_len(chunk_len);
   if (ndim > kMaxDims) throw ArgumentError("zccl: at most 64 dimensions");
   const uint64_t chunks = fmt::num_chunks(count, chunk_len);
-  return fmt::header_bytes(ndim, chunks) + chunks + count * dtype_size(dt);
+  const uint64_t elem = dtype_size(dt);
+  const uint64_t limit = std::numeric_limits<size_t>::max();
+  if (count > (limit - fmt::header_bytes(ndim, 0)) / (elem + 1 + fmt::kTableEntryBytes)) {
+    throw ArgumentError("zccl: " + std::to_string(count) + " values exceed the addressable size");
+  }
+  return fmt::header_bytes(ndim, chunks) + chunks + count * elem;
 }
 
 size_t compress(const void* src, DType dt, uint64_t count, const CompressParams& params,

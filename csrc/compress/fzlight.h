@@ -88,12 +88,12 @@ void decompress(const uint8_t* src, size_t len, void* dst, uint64_t dst_count, i
 uint64_t decompress_chunk(const uint8_t* src, size_t len, uint64_t index, void* dst,
                           uint64_t dst_count);
 
-// Min and max over the finite values (NaN and +/-Inf skipped); `finite` counts them. Used to turn
-// a relative bound into an absolute one: eb = rel * (max - min).
+// Min and max over the finite values (NaN and +/-Inf skipped); `any_finite` is false when there
+// are none. Used to turn a relative bound into an absolute one: eb = rel * (max - min).
 struct FiniteRange {
   double min = 0.0;
   double max = 0.0;
-  uint64_t finite = 0;
+  bool any_finite = false;
 };
 FiniteRange finite_range(const void* src, DType dt, uint64_t count, int threads = 0);
 

@@ -137,9 +137,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                      "zccl: finite_range needs float32 or float64");
     py::gil_scoped_release nogil;
     const fz::FiniteRange r = fz::finite_range(src.data_ptr(), dt, src.numel(), threads);
-    return std::make_tuple(r.min, r.max, r.finite);
+    return std::make_tuple(r.min, r.max, r.any_finite);
   }, py::arg("src"), py::arg("threads") = 0,
-     "(min, max, number of finite values) over the finite values of a float tensor");
+     "(min, max, any_finite) over the finite values of a float tensor");
   m.def("default_threads", &fz::default_threads, "OpenMP threads used when threads=None");
   m.def("mpi_library_version", &zccl::transport::mpi_library_version,
         "Version string of the linked MPI library (does not initialise MPI)");
