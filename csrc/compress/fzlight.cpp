@@ -126,10 +126,11 @@ size_t encode_chunk(const T* x, uint32_t m, const Quantizer<T>* qz, uint8_t* dst
   if (pos + n_out * (2 + sizeof(T)) > raw_bytes) return write_raw();
   dst[0] = fmt::kChunkEncoded;
   fmt::store<uint32_t>(dst + 5, static_cast<uint32_t>(n_out));
-  std::memcpy(dst + pos, outliers.index.data(), n_out * 2);
-  pos += n_out * 2;
-  std::memcpy(dst + pos, outliers.value.data(), n_out * sizeof(T));
-  return pos + n_out * sizeof(T);
+  if (n_out > 0) {  // memcpy from an empty vector's null data() is undefined even for 0 bytes
+    std::memcpy(dst + pos, outliers.index.data(), n_out * 2);
+    std::memcpy(dst + pos + n_out * 2, outliers.value.data(), n_out * sizeof(T));
+  }
+  return pos + n_out * (2 + sizeof(T));
 }
 
 // Validates the chunk's structure against its recorded size, then decodes m values into out.
@@ -248,7 +249,10 @@ size_t compress_typed(const T* x, uint64_t count, const CompressParams& p,
     const int nt = resolve_threads(p.threads, chunk_units(chunks));
     const size_t full = raw_chunk_bytes(cl, sizeof(T));
     std::vector<size_t> run_bytes(static_cast<size_t>(nt), 0);
-    std::vector<OutlierBuffer<T>> buffers(static_cast<size_t>(nt), OutlierBuffer<T>(cl));
+    // Built in place: copying a prototype would drop the reserved capacity.
+    std::vector<OutlierBuffer<T>> buffers;
+    buffers.reserve(static_cast<size_t>(nt));
+    for (int t = 0; t < nt; ++t) buffers.emplace_back(cl);
 #pragma omp parallel num_threads(nt)
     {
       const int t = omp_get_thread_num();
@@ -321,6 +325,7 @@ Parsed parse(const uint8_t* src, size_t len) {
   }
   if (!std::isfinite(info.error_bound) || info.error_bound < 0) corrupt("invalid error bound");
   if (!std::isfinite(p.bin) || p.bin < 0) corrupt("invalid quantisation bin");
+  if (p.bin > 2.0 * info.error_bound) corrupt("quantisation bin wider than twice the error bound");
   if (info.dtype == DType::Float32 && static_cast<double>(static_cast<float>(p.bin)) != p.bin) {
     corrupt("quantisation bin not representable in float32");
   }

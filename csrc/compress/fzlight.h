@@ -85,6 +85,8 @@ void decompress(const uint8_t* src, size_t len, void* dst, uint64_t dst_count, i
                 const Progress* progress = nullptr);
 
 // Decompresses chunk `index` alone into `dst` (room for chunk_len values; returns values written).
+// Throws std::out_of_range (IndexError in Python) when index >= num_chunks. Parses the header
+// and table on each call: for many chunks, prefer decompress().
 uint64_t decompress_chunk(const uint8_t* src, size_t len, uint64_t index, void* dst,
                           uint64_t dst_count);
 

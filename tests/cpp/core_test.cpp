@@ -1,8 +1,18 @@
 // Self-contained tests of the torch-free fZ-light core (csrc/compress), meant to run under
 // AddressSanitizer / UndefinedBehaviorSanitizer (see tests/test_cpp_core.py).
 //
-// Usage: core_test [--quick]
-//   --quick  drops the ~1e6-value cases (the rest of the matrix still runs).
+// Usage: core_test [--quick] [--digest]
+//   --quick   uses ~2e5 instead of ~1e6 values for the large cases (the rest runs unchanged).
+//   --digest  prints a hash of the streams and decoded values of a fixed set of inputs and exits;
+//             builds with different kernels/flags must print the same hash.
+//
+// Covered: round trips (float32/float64; sizes 0..~1e6; bounds 0, 1e-310..DBL_MAX; smooth, noise,
+// constant, alternating, NaN/Inf, denormals, 1e30, code-overflow, random bits, ...) with the strict
+// bound |x - x'| <= eb checked in double and bit-exact non-finite values; stream size <=
+// max_compressed_size; byte-identical streams for any thread count and the pipelined path;
+// decoding with any thread count; chunk lengths and invalid ones; shapes (1-D, N-D, 0-d, empty,
+// kMaxDims); progress callbacks and exceptions thrown from them; random access per chunk;
+// argument errors; finite_range; FTZ/DAZ floating-point modes.
 //
 // Every buffer handed to the library is a heap allocation of exactly the documented size, so an
 // overrun of a single byte is reported by ASan.
@@ -367,9 +377,18 @@ static void roundtrip_case(const std::vector<T>& x, double eb, uint32_t chunk_le
     CHECK(ncalls == nchunks);
   }
 
-  // Random access: every chunk into an exact chunk_len buffer.
+  // Random access into an exact chunk_len buffer: every chunk, or (each call re-validates the
+  // whole header and table) a sample of 64 including the first and the last ones.
   if (o.chunks) {
-    for (uint64_t c = 0; c < nchunks; ++c) {
+    std::vector<uint64_t> which;
+    if (nchunks <= 64) {
+      for (uint64_t c = 0; c < nchunks; ++c) which.push_back(c);
+    } else {
+      for (uint64_t c = 0; c < 8; ++c) which.push_back(c);
+      for (uint64_t k = 1; k < 48; ++k) which.push_back(8 + (nchunks - 16) * k / 48);
+      for (uint64_t c = nchunks - 8; c < nchunks; ++c) which.push_back(c);
+    }
+    for (uint64_t c : which) {
       std::vector<T> buf(chunk_len);
       const uint64_t got = fz::decompress_chunk(s1.data(), s1.size(), c, buf.data(), chunk_len);
       const uint64_t want = std::min<uint64_t>(chunk_len, n - c * chunk_len);
@@ -437,17 +456,19 @@ template <typename T> static void test_large(bool quick) {
 }
 
 template <typename T> static void test_chunk_lengths() {
-  const size_t sizes[] = {0, 1, 33, 65541, 200003};
   for (uint32_t cl : {32u, 64u, 96u, 5120u, 65536u}) {
-    for (size_t n : sizes) {
+    for (size_t n : {(size_t)0, (size_t)1, (size_t)33, (size_t)65541, (size_t)200003}) {
+      const bool big = n > 65541;
+      if (big && cl != 32u && cl != 65536u) continue;
       for (Kind k : {Kind::Smooth, Kind::Specials, Kind::CodeOverflow, Kind::RandomBits}) {
+        if (big && (k == Kind::Specials || k == Kind::CodeOverflow)) continue;
         const std::vector<T> x = make_data<T>(k, n, 4);
         for (double eb : {0.0, 1e-5, 10.0}) {
+          if (big && eb != 1e-5) continue;
           g_ctx = fmt("chunk_len %s cl=%u n=%zu kind=%s eb=%g", tname<T>(), cl, n, kind_name(k), eb);
           CaseOpts o;
-          o.threads_sweep = (n <= 65541 || cl >= 5120) && eb != 10.0;
-          o.pipelined = (eb == 1e-5);
-          o.chunks = (n <= 65541) || cl >= 5120;
+          o.threads_sweep = eb != 10.0;
+          o.pipelined = eb == 1e-5;
           roundtrip_case(x, eb, cl, o);
         }
       }
@@ -796,7 +817,7 @@ static uint64_t fnv1a(uint64_t h, const void* p, size_t n) {
 }
 
 template <typename T> static uint64_t digest_cases(uint64_t h) {
-  for (size_t n : {(size_t)1, (size_t)33, (size_t)5121, (size_t)70003}) {
+  for (size_t n : {(size_t)1, (size_t)33, (size_t)5121, (size_t)20011}) {
     for (int ki = 0; ki < (int)Kind::Count_; ++ki) {
       const std::vector<T> x = make_data<T>((Kind)ki, n, 13);
       for (double eb : kBounds) {
@@ -811,6 +832,71 @@ template <typename T> static uint64_t digest_cases(uint64_t h) {
     }
   }
   return h;
+}
+
+// finite_range: min/max over finite values, any thread count, serial reference.
+template <typename T> static void test_finite_range() {
+  const fz::DType dt = dtype_of<T>();
+  for (size_t n : {(size_t)0, (size_t)1, (size_t)2, (size_t)33, (size_t)65535, (size_t)65536,
+                   (size_t)65537, (size_t)200003}) {
+    for (int ki = 0; ki < (int)Kind::Count_; ++ki) {
+      const Kind k = (Kind)ki;
+      if (n > 65537 && k != Kind::Specials && k != Kind::RandomBits && k != Kind::Smooth) continue;
+      const std::vector<T> x = make_data<T>(k, n, 14);
+      double lo = 0, hi = 0;
+      uint64_t finite = 0;
+      for (T v : x) {
+        if (!std::isfinite(v)) continue;
+        if (finite == 0 || (double)v < lo) lo = (double)v;
+        if (finite == 0 || (double)v > hi) hi = (double)v;
+        ++finite;
+      }
+      for (int t : {1, 2, 3, 0}) {
+        g_ctx = fmt("finite_range %s n=%zu kind=%s threads=%d", tname<T>(), n, kind_name(k), t);
+        const fz::FiniteRange r = fz::finite_range(x.data(), dt, n, t);
+        CHECK_MSG(r.any_finite == (finite > 0), fmt("any_finite %d want %d", (int)r.any_finite,
+                                                    (int)(finite > 0)));
+        CHECK_MSG(r.min == lo && r.max == hi,
+                  fmt("range [%.17g, %.17g] want [%.17g, %.17g]", r.min, r.max, lo, hi));
+      }
+    }
+  }
+  // Only non-finite values: an empty range.
+  {
+    g_ctx = fmt("finite_range %s all non-finite", tname<T>());
+    const std::vector<T> x = {std::numeric_limits<T>::quiet_NaN(), std::numeric_limits<T>::infinity(),
+                              -std::numeric_limits<T>::infinity()};
+    const fz::FiniteRange r = fz::finite_range(x.data(), dt, x.size(), 2);
+    CHECK(!r.any_finite && r.min == 0.0 && r.max == 0.0);
+  }
+  g_ctx = fmt("finite_range %s null", tname<T>());
+  CHECK(!fz::finite_range(nullptr, dt, 0).any_finite);
+  CHECK_THROWS(fz::finite_range(nullptr, dt, 5), fz::ArgumentError);
+}
+
+// Odd thread counts give the same stream; a larger destination is written only up to count.
+template <typename T> static void test_misc() {
+  const std::vector<T> x = make_data<T>(Kind::Specials, 3 * 5120 + 17, 15);
+  fz::CompressParams p;
+  p.error_bound = 1e-4;
+  p.threads = 1;
+  const Bytes ref = compress_exact(x, p);
+  for (int t : {-1, 4, 7, 64}) {
+    g_ctx = fmt("misc %s threads=%d", tname<T>(), t);
+    p.threads = t;
+    CHECK(compress_exact(x, p).v == ref.v);
+    const std::vector<T> y = decompress_exact<T>(ref, x.size(), t);
+    check_bound(x, y, 1e-4);
+  }
+  g_ctx = fmt("misc %s larger destination", tname<T>());
+  const T sentinel = (T)-12345.5;
+  std::vector<T> big(x.size() + 100, sentinel);
+  fz::decompress(ref.data(), ref.size(), big.data(), big.size(), 2);
+  for (size_t i = x.size(); i < big.size(); ++i) CHECK(bits_of(big[i]) == bits_of(sentinel));
+  std::vector<T> chunk(2 * fz::kDefaultChunkLen, sentinel);
+  const uint64_t got = fz::decompress_chunk(ref.data(), ref.size(), 3, chunk.data(), chunk.size());
+  CHECK(got == 17);
+  for (size_t i = 17; i < chunk.size(); ++i) CHECK(bits_of(chunk[i]) == bits_of(sentinel));
 }
 
 // Encoding the same values as float32 and float64: the streams carry their dtype.
@@ -872,6 +958,10 @@ int main(int argc, char** argv) {
   step("progress<f64>", test_progress<double>);
   step("ftz_daz<f32>", test_ftz_daz<float>);
   step("ftz_daz<f64>", test_ftz_daz<double>);
+  step("finite_range<f32>", test_finite_range<float>);
+  step("finite_range<f64>", test_finite_range<double>);
+  step("misc<f32>", test_misc<float>);
+  step("misc<f64>", test_misc<double>);
   step("max_size<f32>", test_max_size<float>);
   step("max_size<f64>", test_max_size<double>);
   step("matrix<f32>", test_matrix<float>);
