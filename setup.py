@@ -22,7 +22,13 @@ from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = Path(__file__).resolve().parent
 # Torch-free core first, then the pybind11/torch layer.
-SOURCE_DIRS = ["csrc/compress", "csrc/transport", "csrc/python"]
+SOURCE_DIRS = [
+    "csrc/compress",
+    "csrc/transport",
+    "csrc/collectives",
+    "csrc/backend",
+    "csrc/python",
+]
 
 
 def mpi_flags() -> tuple[list[str], list[str]]:

@@ -1,6 +1,7 @@
 """zccl-torch: error-bounded lossy compression inside collective communication.
 
-Importing the package loads the compiled extension (``zccl_torch._C``). It never initialises MPI.
+Importing the package loads the compiled extension (``zccl_torch._C``) and registers the
+``"zccl"`` torch.distributed backend. It never initialises MPI (the first zccl group does).
 
 Public API (compressor layer)::
 
@@ -12,6 +13,7 @@ Public API (compressor layer)::
 See README.md for the error-bound contract and the stream format.
 """
 
+from zccl_torch import backend as _backend
 from zccl_torch.compressor import (
     DEFAULT_CHUNK_SIZE,
     StreamInfo,
@@ -22,15 +24,23 @@ from zccl_torch.compressor import (
     resolve_error_bound,
     stream_info,
 )
+from zccl_torch.config import Options, config, current_options
 from zccl_torch.errors import CorruptStreamError
+
+_backend.register()
+last_stats = _backend.last_stats
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "CorruptStreamError",
+    "Options",
     "StreamInfo",
     "compress",
+    "config",
+    "current_options",
     "decompress",
     "decompress_chunk",
+    "last_stats",
     "max_compressed_size",
     "resolve_error_bound",
     "stream_info",

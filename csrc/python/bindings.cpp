@@ -3,13 +3,17 @@
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/extension.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/utils/pybind.h>
 #pragma GCC diagnostic pop
 
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "../backend/zccl_backend.h"
 #include "../compress/fzlight.h"
+#include "../transport/comm.h"
 #include "../transport/mpi_info.h"
 
 namespace py = pybind11;
@@ -113,6 +117,41 @@ py::dict stream_info(const torch::Tensor& stream) {
   return d;
 }
 
+namespace zb = zccl::backend;
+
+// The Python Options (a dict of plain values here) -> the C++ per-call configuration.
+zb::CallConfig call_config_from(const py::dict& d) {
+  zb::CallConfig c;
+  c.error_bound = d["error_bound"].cast<double>();
+  const auto mode = d["mode"].cast<std::string>();
+  c.mode = mode == "abs" ? zb::BoundMode::Abs : zb::BoundMode::Rel;
+  c.threads = d["threads"].cast<int>();
+  c.chunk_len = d["chunk_size"].cast<uint32_t>();
+  c.min_compress_bytes = d["min_compress_bytes"].cast<size_t>();
+  c.check_sizes = d["check_sizes"].cast<bool>();
+  const auto algo = d["algorithm"].cast<std::string>();
+  using zccl::coll::Algorithm;
+  if (algo == "auto") c.algorithm = Algorithm::Auto;
+  else if (algo == "ring") c.algorithm = Algorithm::Ring;
+  else if (algo == "recursive_doubling") c.algorithm = Algorithm::RecursiveDoubling;
+  else if (algo == "mpi") c.algorithm = Algorithm::Mpi;
+  else if (algo == "cprp2p") c.algorithm = Algorithm::CprP2P;
+  else throw std::invalid_argument("zccl: unknown algorithm '" + algo + "'");
+  return c;
+}
+
+const char* algorithm_name(zccl::coll::Algorithm a) {
+  using zccl::coll::Algorithm;
+  switch (a) {
+    case Algorithm::Auto: return "auto";
+    case Algorithm::Ring: return "ring";
+    case Algorithm::RecursiveDoubling: return "recursive_doubling";
+    case Algorithm::Mpi: return "mpi";
+    case Algorithm::CprP2P: return "cprp2p";
+  }
+  return "unknown";
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -144,4 +183,68 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mpi_library_version", &zccl::transport::mpi_library_version,
         "Version string of the linked MPI library (does not initialise MPI)");
   m.def("mpi_is_initialized", &zccl::transport::mpi_is_initialized);
+  m.def("finalize_mpi_if_owned", &zccl::transport::finalize_if_owned,
+        "MPI_Finalize, only if zccl initialised MPI and it is still running");
+
+  // The backend object itself is returned as torch's c10d Backend (pybind11 finds the type
+  // torch registered); zccl-specific queries go through these functions.
+  m.def(
+      "create_backend",
+      [](int rank, int size, const std::vector<int64_t>& global_ranks, const std::string& group_id,
+         double timeout_seconds, const py::dict& config) -> c10::intrusive_ptr<c10d::Backend> {
+        const zb::CallConfig cfg = call_config_from(config);
+        const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
+        py::gil_scoped_release nogil;
+        return zb::create_backend(rank, size, global_ranks, group_id, timeout, cfg);
+      },
+      py::arg("rank"), py::arg("size"), py::arg("global_ranks"), py::arg("group_id"),
+      py::arg("timeout_seconds"), py::arg("config"));
+  m.def(
+      "set_call_override",
+      [](const py::object& config) {
+        if (config.is_none()) {
+          zb::set_thread_override(std::nullopt);
+        } else {
+          zb::set_thread_override(call_config_from(config.cast<py::dict>()));
+        }
+      },
+      "Per-thread configuration override for collectives issued from this thread (None clears)");
+  m.def(
+      "output_error_bound",
+      [](const std::string& algorithm, const std::string& op, int p, double eb, bool allreduce) {
+        using zccl::coll::ReduceOp;
+        py::dict d;
+        d["algorithm"] = algorithm;
+        d["mode"] = "abs";
+        d["error_bound"] = 0.0;
+        d["threads"] = 0;
+        d["chunk_size"] = static_cast<int>(zccl::fz::kDefaultChunkLen);
+        d["min_compress_bytes"] = 0;
+        d["check_sizes"] = true;
+        const zb::CallConfig c = call_config_from(d);
+        ReduceOp rop = ReduceOp::Sum;
+        if (op == "avg") rop = ReduceOp::Avg;
+        else if (op == "min") rop = ReduceOp::Min;
+        else if (op == "max") rop = ReduceOp::Max;
+        else if (op != "sum") throw std::invalid_argument("zccl: op must be sum, avg, min or max");
+        return zccl::coll::output_error_bound(c.algorithm, rop, p, eb, allreduce);
+      },
+      py::arg("algorithm"), py::arg("op"), py::arg("p"), py::arg("eb"), py::arg("allreduce"),
+      "Documented worst-case output error of a compressed reduction");
+  m.def("last_stats", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> py::object {
+    auto* z = dynamic_cast<zb::ZcclBackend*>(backend.get());
+    if (z == nullptr) throw std::invalid_argument("zccl: not a zccl backend");
+    const zb::LastStats s = z->last_stats();
+    py::dict d;
+    d["op"] = s.op;
+    d["error_bound"] = s.error_bound;
+    d["algorithm"] = algorithm_name(s.stats.algorithm);
+    d["bytes_in"] = s.stats.bytes_in;
+    d["bytes_sent"] = s.stats.bytes_sent;
+    d["bytes_compressed"] = s.stats.bytes_compressed;
+    d["compress_seconds"] = s.stats.compress_seconds;
+    d["decompress_seconds"] = s.stats.decompress_seconds;
+    d["total_seconds"] = s.stats.total_seconds;
+    return d;
+  });
 }

@@ -1,0 +1,97 @@
+#include "routing.h"
+
+#include <stdexcept>
+#include <string>
+
+namespace zccl::backend {
+
+bool is_compressible_dtype(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
+
+bool is_floating(at::ScalarType t) { return is_compressible_dtype(t); }
+
+fz::DType compressed_dtype(at::ScalarType t) {
+  return t == at::kDouble ? fz::DType::Float64 : fz::DType::Float32;
+}
+
+MPI_Datatype mpi_datatype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kHalf:
+    case at::kBFloat16: return MPI_UINT16_T;
+    case at::kByte: return MPI_UINT8_T;
+    case at::kChar: return MPI_INT8_T;
+    case at::kShort: return MPI_INT16_T;
+    case at::kInt: return MPI_INT32_T;
+    case at::kLong: return MPI_INT64_T;
+    case at::kBool: return MPI_C_BOOL;
+    default:
+      throw std::invalid_argument(std::string("zccl: unsupported dtype ") + c10::toString(t));
+  }
+}
+
+const char* op_name(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNKNOWN";
+  }
+}
+
+void validate_reduce(const c10d::ReduceOp& op, at::ScalarType t, const char* what) {
+  const std::string where = std::string("zccl: ") + what + " with ReduceOp." + op_name(op) +
+                            " on " + c10::toString(t) + ": ";
+  (void)mpi_datatype(t);  // unsupported dtypes throw here
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::PRODUCT:
+    case c10d::ReduceOp::MIN:
+    case c10d::ReduceOp::MAX: return;
+    case c10d::ReduceOp::AVG:
+      if (!is_floating(t)) throw std::invalid_argument(where + "AVG needs a floating-point dtype");
+      return;
+    case c10d::ReduceOp::BAND:
+    case c10d::ReduceOp::BOR:
+    case c10d::ReduceOp::BXOR:
+      if (is_floating(t)) throw std::invalid_argument(where + "bitwise ops need an integer or bool dtype");
+      return;
+    default:
+      throw std::invalid_argument(where + "this reduce op is not supported by the zccl backend");
+  }
+}
+
+MPI_Op mpi_op(const c10d::ReduceOp& op, at::ScalarType t) {
+  const bool boolean = t == at::kBool;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::AVG: return boolean ? MPI_LOR : MPI_SUM;
+    case c10d::ReduceOp::PRODUCT: return boolean ? MPI_LAND : MPI_PROD;
+    case c10d::ReduceOp::MIN: return boolean ? MPI_LAND : MPI_MIN;
+    case c10d::ReduceOp::MAX: return boolean ? MPI_LOR : MPI_MAX;
+    case c10d::ReduceOp::BAND: return boolean ? MPI_LAND : MPI_BAND;
+    case c10d::ReduceOp::BOR: return boolean ? MPI_LOR : MPI_BOR;
+    case c10d::ReduceOp::BXOR: return boolean ? MPI_LXOR : MPI_BXOR;
+    default: throw std::invalid_argument(std::string("zccl: unsupported reduce op ") + op_name(op));
+  }
+}
+
+std::optional<coll::ReduceOp> compressed_op(const c10d::ReduceOp& op) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return coll::ReduceOp::Sum;
+    case c10d::ReduceOp::AVG: return coll::ReduceOp::Avg;
+    case c10d::ReduceOp::MIN: return coll::ReduceOp::Min;
+    case c10d::ReduceOp::MAX: return coll::ReduceOp::Max;
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace zccl::backend

@@ -1,0 +1,32 @@
+// Maps torch dtypes and reduce ops onto the compressed path (fZ-light float types) or the exact
+// MPI path. No algorithm logic: just the table of what goes where.
+#pragma once
+
+#include <mpi.h>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#pragma GCC diagnostic pop
+
+#include "../collectives/collectives.h"
+
+namespace zccl::backend {
+
+// float32/float64 compress natively; float16/bfloat16 compress after widening to float32.
+bool is_compressible_dtype(at::ScalarType t);
+bool is_floating(at::ScalarType t);
+// fZ-light dtype of the (widened) tensor: Float64 for double, Float32 otherwise.
+fz::DType compressed_dtype(at::ScalarType t);
+// MPI datatype moving the tensor's bytes exactly (half types as 16-bit integers).
+MPI_Datatype mpi_datatype(at::ScalarType t);
+// MPI reduction for the exact path (AVG maps to SUM; the caller divides). Throws for
+// unsupported combinations with a message naming the op and dtype.
+MPI_Op mpi_op(const c10d::ReduceOp& op, at::ScalarType t);
+// The compressed-path reduction, if this op has one (SUM/AVG/MIN/MAX).
+std::optional<coll::ReduceOp> compressed_op(const c10d::ReduceOp& op);
+// Throws std::invalid_argument unless (op, dtype) is supported at all.
+void validate_reduce(const c10d::ReduceOp& op, at::ScalarType t, const char* what);
+const char* op_name(const c10d::ReduceOp& op);
+
+}  // namespace zccl::backend

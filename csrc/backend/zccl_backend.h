@@ -1,0 +1,159 @@
+// c10d::Backend "zccl": turns torch.distributed calls into ZCCL collectives (float payloads,
+// compressed within the error bound) or exact MPI (everything else). One worker thread per group
+// runs the queued collectives in order; point-to-point traffic is posted immediately and driven
+// by a progress thread so isend/irecv pairs never deadlock behind the queue.
+#pragma once
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#pragma GCC diagnostic pop
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "call_config.h"
+#include "work.h"
+
+namespace zccl::backend {
+
+// Counters of the most recent compressed collective on this group (for Python stats).
+struct LastStats {
+  coll::Stats stats;
+  double error_bound = 0.0;
+  std::string op;
+};
+
+class ZcclBackend : public c10d::Backend {
+ public:
+  ZcclBackend(std::unique_ptr<transport::Comm> coll_comm, std::unique_ptr<transport::Comm> p2p_comm,
+              CallConfig defaults, std::chrono::milliseconds timeout);
+  ~ZcclBackend() override;
+
+  const std::string getBackendName() const override { return "zccl"; }
+  void setTimeout(std::chrono::milliseconds timeout) override;
+  void shutdown() override;
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+
+  const CallConfig& defaults() const { return defaults_; }
+  LastStats last_stats() const;
+
+ private:
+  using Job = std::function<void(const CallConfig&)>;
+  struct Queued {
+    c10::intrusive_ptr<ZcclWork> work;
+    Job job;
+    CallConfig config;
+  };
+  struct PendingP2P {
+    c10::intrusive_ptr<ZcclWork> work;
+    transport::Request request;
+    std::function<void(size_t)> on_done;  // receives the byte count; may throw
+  };
+
+  c10::intrusive_ptr<c10d::Work> enqueue(const char* name, c10d::OpType type,
+                                         std::vector<at::Tensor> outputs, Job job);
+  void worker_loop();
+  void p2p_loop();
+  c10::intrusive_ptr<c10d::Work> post_p2p(const char* name, c10d::OpType type,
+                                          std::vector<at::Tensor> outputs,
+                                          transport::Request request,
+                                          std::function<void(size_t)> on_done);
+
+  // Agrees on element counts across ranks (when configured) and, for REL bounds, on the value
+  // range of `data`; returns the absolute error bound to compress with.
+  double agree(const char* what, uint64_t count, const at::Tensor* data, const CallConfig& cfg,
+               bool rel_needed) const;
+  coll::Config coll_config(const CallConfig& cfg, double eb) const;
+  bool compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const;
+  void record(const char* op, const coll::Stats& stats, double eb);
+
+  // The op bodies, run on the worker thread.
+  void run_allreduce(at::Tensor& t, const c10d::ReduceOp& op, const CallConfig& cfg);
+  void run_broadcast(at::Tensor& t, int root, const CallConfig& cfg);
+  void run_reduce(at::Tensor& t, const c10d::ReduceOp& op, int root, const CallConfig& cfg);
+  void run_allgather(const at::Tensor& in, at::Tensor& flat_out, const CallConfig& cfg);
+  void run_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out, const c10d::ReduceOp& op,
+                          const CallConfig& cfg);
+  void run_gather(const at::Tensor& in, at::Tensor* flat_out, int root, const CallConfig& cfg);
+  void run_scatter(const at::Tensor* flat_in, at::Tensor& out, int root, const CallConfig& cfg);
+  void run_alltoall(const at::Tensor& in, at::Tensor& out, const std::vector<size_t>& send_counts,
+                    const std::vector<size_t>& recv_counts, const CallConfig& cfg);
+
+  std::unique_ptr<transport::Comm> comm_;
+  std::unique_ptr<transport::Comm> p2p_comm_;
+  CallConfig defaults_;
+  std::chrono::milliseconds timeout_;
+
+  std::mutex queue_mutex_;
+  std::condition_variable queue_cv_;
+  std::deque<Queued> queue_;
+  bool stopping_ = false;
+  std::thread worker_;
+
+  std::mutex p2p_mutex_;
+  std::condition_variable p2p_cv_;
+  std::deque<PendingP2P> p2p_;
+  bool p2p_stopping_ = false;
+  std::thread p2p_thread_;
+
+  mutable std::mutex stats_mutex_;
+  LastStats last_;
+};
+
+// Creates the backend for a process group (the Python creator calls this). `global_ranks` empty
+// or equal to all of MPI_COMM_WORLD means the world group; MPI's rank/size must agree with torch's.
+c10::intrusive_ptr<c10d::Backend> create_backend(int rank, int size,
+                                                 const std::vector<int64_t>& global_ranks,
+                                                 const std::string& group_id,
+                                                 std::chrono::milliseconds timeout,
+                                                 const CallConfig& defaults);
+
+}  // namespace zccl::backend

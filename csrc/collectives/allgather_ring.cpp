@@ -1,0 +1,184 @@
+// Ring allgather / allgatherv of compressed blocks (ZCCL data-movement framework).
+//
+// Steps (p ranks, rank r, left = r-1, right = r+1 mod p):
+//   1. Compress the own block once (cfg.error_bound, cfg.threads, cfg.chunk_len).
+//   2. Exchange (stream size, own count, hash of the counts vector) with one exact MPI allgather
+//      of 3 uint64 per rank. Every rank sees the same table, so a count that differs from what
+//      the others expect makes *every* rank throw "size mismatch across ranks" before any data
+//      moves (no rank is left waiting). Receive buffers are then sized exactly.
+//   3. p-1 ring steps: in step s send block (r - s) mod p to the right and receive block
+//      (r - s - 1) mod p from the left (the block received in the previous step is forwarded, so
+//      every link carries one block per step: balanced). Compressed bytes are forwarded as they
+//      are: never decompressed and recompressed on the way.
+//   4. Decompress each of the p-1 received blocks once, straight into its place in recv; block
+//      s is decompressed while the transfer of step s+1 is in flight.
+//   The own block is copied exactly (memmove; nothing when send already is recv's own slot).
+//
+// Cost (n values per block, N = n * sizeof(T) bytes, compression ratio rho, C/D = compress/
+// decompress time of n values):
+//   C(n) + log2(p)*alpha (size exchange) + (p-1)*(alpha + beta*N/rho) + (p-1)*D(n)
+//   (decompression overlaps the next step's transfer) versus (p-1)*(alpha + beta*N) uncompressed.
+//
+// Error bound: every value of another rank's block satisfies |x - x'| <= cfg.error_bound (one
+// compression, strict in double); the own block is exact; cfg.error_bound == 0 is bit-exact.
+//
+// Uncompressed MPI path (MPI_Iallgather(v), exact): cfg.algorithm == Mpi, p == 1, count == 0
+// (allgatherv: all counts 0), or block bytes (allgatherv: the largest block) below
+// cfg.min_compress_bytes. Algorithm::CprP2P runs this same ring: a data-movement collective
+// already compresses each block exactly once.
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "datamove_common.h"
+
+namespace zccl::coll {
+
+namespace {
+
+using detail::Bytes;
+
+uint64_t hash_counts(const std::vector<size_t>& counts) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the 64-bit counts
+  for (size_t c : counts) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (static_cast<uint64_t>(c) >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  }
+  return h;
+}
+
+// The ring over blocks of counts[q] values, packed at displs[q] (in values) in recv.
+void ring(Comm& comm, int tag, const void* send, void* recv, const std::vector<size_t>& counts,
+          const std::vector<size_t>& displs, DType dt, const Config& cfg, detail::CallStats& cs,
+          const char* op) {
+  const int p = comm.size(), r = comm.rank();
+  const size_t es = fz::dtype_size(dt);
+  auto* out = static_cast<uint8_t*>(recv);
+
+  // 1. Compress the own block once.
+  std::vector<Bytes> blocks(p);
+  detail::compress_block(send, counts[r], dt, cfg, blocks[r], cs.s);
+
+  // 2. Exchange stream sizes and counts; all ranks check the same table.
+  const uint64_t mine[3] = {blocks[r].size(), counts[r], hash_counts(counts)};
+  std::vector<uint64_t> table(3 * static_cast<size_t>(p));
+  comm.allgather(mine, table.data(), 3, MPI_UINT64_T);
+  cs.s.bytes_sent += sizeof(mine);
+  for (int q = 0; q < p; ++q) {
+    if (table[3 * q + 2] != table[2]) {
+      detail::throw_size_mismatch(op, "ranks 0 and " + std::to_string(q) +
+                                          " pass different counts vectors");
+    }
+  }
+  for (int q = 0; q < p; ++q) {
+    if (table[3 * q + 1] != counts[q]) {
+      detail::throw_size_mismatch(op, "rank " + std::to_string(q) + " contributes " +
+                                          std::to_string(table[3 * q + 1]) +
+                                          " values, the others expect " +
+                                          std::to_string(counts[q]));
+    }
+  }
+
+  // 3./4. Ring steps; the block received in step s-1 is forwarded in step s and decompressed
+  // while it travels (both only read it), then released.
+  const int right = (r + 1) % p, left = (r - 1 + p) % p;
+  auto decode = [&](int q) {
+    detail::decompress_block(blocks[q].data(), blocks[q].size(), out + displs[q] * es, counts[q],
+                             dt, cfg, cs.s, op, q);
+  };
+  int pending = -1;  // block received in the previous step, not decoded yet
+  for (int s = 0; s < p - 1; ++s) {
+    const int send_q = (r - s + p) % p;  // == pending for s >= 1
+    const int recv_q = (r - s - 1 + p) % p;
+    blocks[recv_q].resize(table[3 * recv_q]);
+    std::vector<transport::Request> reqs;
+    reqs.reserve(2);
+    reqs.push_back(comm.irecv(blocks[recv_q].data(), blocks[recv_q].size(), left, tag));
+    reqs.push_back(comm.isend(blocks[send_q].data(), blocks[send_q].size(), right, tag));
+    cs.s.bytes_sent += blocks[send_q].size();
+    if (pending >= 0) decode(pending);
+    comm.wait_all(reqs);
+    Bytes().swap(blocks[send_q]);  // sent (and decoded): no longer needed
+    if (reqs[0].received != blocks[recv_q].size()) {
+      detail::throw_size_mismatch(op, "rank " + std::to_string(left) + " forwarded " +
+                                          std::to_string(reqs[0].received) + " bytes of block " +
+                                          std::to_string(recv_q) + ", announced " +
+                                          std::to_string(blocks[recv_q].size()));
+    }
+    pending = recv_q;
+  }
+  if (pending >= 0) decode(pending);
+  detail::copy_exact(send, out + displs[r] * es, counts[r] * es);
+}
+
+}  // namespace
+
+void allgather(Comm& comm, const void* send, void* recv, size_t count, DType dt,
+               const Config& cfg, Stats* stats) {
+  const char* op = "allgather";
+  detail::CallStats cs(stats);
+  const int tag = comm.next_tag_base();
+  const int p = comm.size();
+  const size_t bytes = detail::payload_bytes(count, dt, op);
+  detail::payload_bytes(count * static_cast<size_t>(p), dt, op);  // overflow check of recv
+  detail::check_buffer(send, count, op, "send");
+  detail::check_buffer(recv, count, op, "recv");
+  detail::check_config(cfg, op);
+  cs.s.bytes_in = bytes;
+  if (detail::use_mpi_path(cfg, p, count, bytes)) {
+    comm.allgather(send, recv, count, detail::mpi_type(dt));
+    cs.s.bytes_sent = bytes * static_cast<size_t>(p - 1);  // as by a ring
+    cs.done(Algorithm::Mpi);
+    return;
+  }
+  std::vector<size_t> counts(p, count), displs(p);
+  for (int q = 0; q < p; ++q) displs[q] = count * static_cast<size_t>(q);
+  ring(comm, tag, send, recv, counts, displs, dt, cfg, cs, op);
+  cs.done(cfg.algorithm == Algorithm::CprP2P ? Algorithm::CprP2P : Algorithm::Ring);
+}
+
+void allgatherv(Comm& comm, const void* send, size_t count, void* recv,
+                const std::vector<size_t>& counts, DType dt, const Config& cfg, Stats* stats) {
+  const char* op = "allgatherv";
+  detail::CallStats cs(stats);
+  const int tag = comm.next_tag_base();
+  const int p = comm.size(), r = comm.rank();
+  if (counts.size() != static_cast<size_t>(p)) {
+    throw std::invalid_argument("zccl: allgatherv: counts has " + std::to_string(counts.size()) +
+                                " entries for " + std::to_string(p) + " ranks");
+  }
+  if (counts[r] != count) {
+    throw std::invalid_argument("zccl: allgatherv: count " + std::to_string(count) +
+                                " differs from counts[" + std::to_string(r) +
+                                "] = " + std::to_string(counts[r]));
+  }
+  std::vector<size_t> displs(p);
+  size_t total = 0, largest = 0;
+  for (int q = 0; q < p; ++q) {
+    displs[q] = total;
+    if (counts[q] > std::numeric_limits<size_t>::max() - total) {
+      throw std::invalid_argument("zccl: allgatherv: the counts overflow the address space");
+    }
+    total += counts[q];
+    largest = std::max(largest, counts[q]);
+  }
+  detail::payload_bytes(total, dt, op);
+  detail::check_buffer(send, count, op, "send");
+  detail::check_buffer(recv, total, op, "recv");
+  detail::check_config(cfg, op);
+  const size_t es = fz::dtype_size(dt);
+  cs.s.bytes_in = count * es;
+  if (detail::use_mpi_path(cfg, p, largest, largest * es)) {
+    comm.allgatherv(send, count, recv, counts, detail::mpi_type(dt));
+    cs.s.bytes_sent = (total - count) * es;  // as by a ring
+    cs.done(Algorithm::Mpi);
+    return;
+  }
+  ring(comm, tag, send, recv, counts, displs, dt, cfg, cs, op);
+  cs.done(cfg.algorithm == Algorithm::CprP2P ? Algorithm::CprP2P : Algorithm::Ring);
+}
+
+}  // namespace zccl::coll

@@ -1,0 +1,101 @@
+// ZCCL collectives on float32/float64 buffers, torch-free: the data-movement framework (compress
+// once at the source, move compressed bytes, decompress once at the end) and the computation
+// framework (ring reduce-scatter with a pipelined compressor that polls MPI between chunks).
+// Every algorithm lives in its own .cpp with a comment giving its steps, cost and error bound.
+// Non-float dtypes and non-compressible ops never come here: the backend sends them exactly
+// through transport::Comm.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "../compress/fzlight.h"
+#include "../transport/comm.h"
+
+namespace zccl::coll {
+
+using fz::DType;
+using transport::Comm;
+
+enum class ReduceOp : uint8_t { Sum, Avg, Min, Max };
+
+// Which implementation runs. Auto picks by size and p (see choose_allreduce).
+enum class Algorithm : uint8_t {
+  Auto,
+  Ring,               // ring reduce-scatter (+ ring allgather) / ring allgather
+  RecursiveDoubling,  // recursive-doubling allreduce (fold for non-power-of-two p)
+  Mpi,                // the MPI library's own uncompressed collective (baseline)
+  CprP2P,             // naive: compress before every send, decompress after every receive
+};
+
+struct Config {
+  double error_bound = 0.0;  // absolute bound per compression (0: lossless fZ-light)
+  int threads = 0;           // compressor OpenMP threads (0: default)
+  uint32_t chunk_len = fz::kDefaultChunkLen;  // pipeline / stream chunk, in values
+  Algorithm algorithm = Algorithm::Auto;
+  size_t min_compress_bytes = 0;  // payloads below this go through MPI uncompressed
+};
+
+// What a collective did, for stats and benchmarks (summed over the call, this rank).
+struct Stats {
+  uint64_t bytes_in = 0;          // uncompressed payload bytes this rank contributed
+  uint64_t bytes_sent = 0;        // bytes this rank put on the wire
+  uint64_t bytes_compressed = 0;  // uncompressed bytes this rank compressed
+  double compress_seconds = 0.0;
+  double decompress_seconds = 0.0;
+  double total_seconds = 0.0;
+  Algorithm algorithm = Algorithm::Auto;  // the one that ran
+};
+
+// ---- Data-movement framework (output error: eb per value; exact when eb == 0) ----
+
+// recv holds size()*count values: rank r's block at r*count. Ring of compressed blocks.
+void allgather(Comm& comm, const void* send, void* recv, size_t count, DType dt,
+               const Config& cfg, Stats* stats = nullptr);
+// Allgather with a different count per rank (recv is packed in rank order).
+void allgatherv(Comm& comm, const void* send, size_t count, void* recv,
+                const std::vector<size_t>& counts, DType dt, const Config& cfg,
+                Stats* stats = nullptr);
+// Binomial tree of the root's compressed stream; the root's buffer is left untouched and the
+// others get its decompressed values.
+void broadcast(Comm& comm, void* buf, size_t count, DType dt, int root, const Config& cfg,
+               Stats* stats = nullptr);
+// Root compresses each destination's block once; binomial tree forwards compressed blocks.
+void scatter(Comm& comm, const void* send, void* recv, size_t count, DType dt, int root,
+             const Config& cfg, Stats* stats = nullptr);
+// Each rank compresses its block once; binomial tree gathers compressed blocks to the root.
+void gather(Comm& comm, const void* send, void* recv, size_t count, DType dt, int root,
+            const Config& cfg, Stats* stats = nullptr);
+// Each rank compresses each destination block once; pairwise exchange of compressed blocks.
+// Counts/displacements in elements; recv_counts must match what peers send (checked).
+void alltoallv(Comm& comm, const void* send, const std::vector<size_t>& send_counts,
+               const std::vector<size_t>& send_displs, void* recv,
+               const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+               DType dt, const Config& cfg, Stats* stats = nullptr);
+
+// ---- Computation framework ----
+// Output error bounds (proved in each algorithm's file, asserted by tests, see README); p' is
+// the largest power of two <= p:
+//   ring reduce-scatter SUM: (p-1)*eb;   ring allreduce SUM: (p-1)*eb + eb (allgather stage);
+//   recursive doubling SUM: (p+p'-2)*eb (both partners reduce the same two decoded buffers so
+//   replicas stay bit-identical; 2(p-1)*eb for power-of-two p);   cprp2p SUM: 2(p-1)*eb;
+//   AVG: the SUM bound / p;   MIN/MAX: eb.   output_error_bound() returns these.
+
+// send holds p*count values (block r for rank r); recv gets this rank's reduced block.
+void reduce_scatter(Comm& comm, const void* send, void* recv, size_t count, DType dt, ReduceOp op,
+                    const Config& cfg, Stats* stats = nullptr);
+// In place on buf (count values).
+void allreduce(Comm& comm, void* buf, size_t count, DType dt, ReduceOp op, const Config& cfg,
+               Stats* stats = nullptr);
+// Result on root only (buf of other ranks is left unspecified-but-valid).
+void reduce(Comm& comm, void* buf, size_t count, DType dt, ReduceOp op, int root,
+            const Config& cfg, Stats* stats = nullptr);
+
+// What Algorithm::Auto resolves to for an allreduce of `bytes` on `p` ranks.
+Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg);
+
+// Worst-case output error of allreduce/reduce_scatter for (algorithm, op, p, eb), as documented.
+double output_error_bound(Algorithm algorithm, ReduceOp op, int p, double eb, bool allreduce);
+
+}  // namespace zccl::coll

@@ -1,0 +1,199 @@
+// What the computation-framework algorithms share (internal to csrc/collectives): argument
+// validation, block layouts, a compressor wrapper that checks received streams and fills Stats,
+// pending-request polling for the pipelined compressor, and the internal entry points of each
+// algorithm file (one algorithm per .cpp; the public functions of collectives.h dispatch to these
+// from choose.cpp and reduce.cpp).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+#include <vector>
+
+#include "collectives.h"
+
+namespace zccl::coll::compute {
+
+template <class T>
+constexpr DType dtype_of() {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "float32/float64 only");
+  return std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
+}
+
+// Wall-clock seconds since construction.
+class Clock {
+ public:
+  Clock() : start_(std::chrono::steady_clock::now()) {}
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Throws std::invalid_argument (with `fn` in the message) for unusable arguments.
+void validate(const char* fn, const void* buf, size_t count, DType dt, ReduceOp op,
+              const Config& cfg);
+bool is_min_max(ReduceOp op);
+const char* op_name(ReduceOp op);
+const char* algorithm_name(Algorithm a);
+MPI_Datatype mpi_type(DType dt);
+MPI_Op mpi_op(ReduceOp op);  // Avg maps to MPI_SUM (the caller divides)
+// a += b for the traffic and codec counters of Stats (not bytes_in: a nested call's input is
+// part of ours; not total_seconds or algorithm).
+void add_stats(Stats& a, const Stats& b);
+// Largest power of two <= p (p >= 1), and its log2.
+int pow2_floor(int p);
+int log2_exact(int p2);
+// True when [a, a+abytes) and [b, b+bbytes) share a byte.
+bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes);
+
+// p blocks over `total` values: block b is [offset[b], offset[b] + count[b]).
+struct Blocks {
+  std::vector<size_t> count;
+  std::vector<size_t> offset;
+  size_t max_count = 0;
+  // The first total % p blocks hold ceil(total / p) values, the rest floor(total / p).
+  static Blocks balanced(size_t total, int p);
+  // Every block holds c = ceil(total / p) values except the last non-empty one (fewer) and any
+  // after it (empty): padded to c, all blocks have one size (for equal-count gathers).
+  static Blocks padded(size_t total, int p);
+};
+
+// Uninitialised heap arrays (std::vector would zero-fill compressed-buffer capacity per call).
+template <class T>
+struct Array {
+  std::unique_ptr<T[]> data;
+  size_t size = 0;
+  Array() = default;
+  explicit Array(size_t n) : data(n ? new T[n] : nullptr), size(n) {}
+  T* get() { return data.get(); }
+  const T* get() const { return data.get(); }
+};
+using Bytes = Array<uint8_t>;
+
+// Per-thread buffers reused across calls. Fresh large allocations cost a page fault per 4 KiB on
+// first touch -- on the test VM decoding 16 MB into new memory takes 20 ms instead of 3.5 ms --
+// so the algorithms keep their streams and scratch arrays here. Each slot is grown on demand and
+// kept (the memory held is the largest message seen per slot: like NCCL's buffers); contents are
+// unspecified. One slot per purpose: an algorithm never hands a slot to something it calls while
+// it still uses it. The backend runs each group's collectives on one worker thread.
+enum Slot : int { kSlotSend0, kSlotSend1, kSlotRecv, kSlotScratch, kSlotScratch2, kSlotCount };
+uint8_t* workspace_bytes(Slot slot, size_t bytes);
+template <class T>
+T* workspace(Slot slot, size_t n) {
+  return reinterpret_cast<T*>(workspace_bytes(slot, n * sizeof(T)));
+}
+
+// fZ-light with one error bound, accounting into Stats. Received streams are validated against
+// the expected element count and dtype before decoding.
+class Codec {
+ public:
+  Codec(DType dt, double eb, const Config& cfg, Stats& stats)
+      : dt_(dt), eb_(eb), cfg_(cfg), stats_(stats) {}
+  double error_bound() const { return eb_; }
+  // Worst-case stream size for n values.
+  size_t capacity(size_t n) const;
+  // Compresses n values into dst (capacity(n) bytes); returns the stream size. With `progress`,
+  // chunk by chunk on this thread (pipelined), otherwise with cfg.threads OpenMP threads.
+  size_t compress(const void* src, size_t n, uint8_t* dst, size_t cap,
+                  const fz::Progress* progress = nullptr);
+  // Decodes a stream of `len` bytes that must hold exactly `expected` values of our dtype
+  // (std::runtime_error "size mismatch across ranks ..." otherwise); `peer` names the sender.
+  void decompress(const uint8_t* src, size_t len, void* dst, size_t expected, int peer,
+                  const fz::Progress* progress = nullptr);
+
+ private:
+  DType dt_;
+  double eb_;
+  const Config& cfg_;
+  Stats& stats_;
+};
+
+// A non-blocking operation polled from the compressor's progress hook.
+struct Pending {
+  transport::Request req;
+  size_t bytes = 0;
+  bool done = true;
+
+  void start(transport::Request r) {
+    req = std::move(r);
+    bytes = 0;
+    done = false;
+  }
+  void poll(const Comm& comm) {
+    if (!done && comm.test(req, &bytes)) done = true;
+  }
+  size_t finish(const Comm& comm) {
+    if (!done) {
+      bytes = comm.wait(req);
+      done = true;
+    }
+    return bytes;
+  }
+};
+
+// A bound for each of k compressions whose errors add up: k * result <= eb holds exactly (eb/k
+// shrunk by 2^-50 so the rounding of the division can never push the sum past eb).
+double split_bound(double eb, int k);
+
+// Config for a nested data-movement call with a different per-compression bound.
+Config with_error_bound(const Config& cfg, double eb);
+
+// ---- Internal entry points (T = float or double; explicitly instantiated in their files) ----
+
+// Where a ring reduce-scatter reads each rank-local block and accumulates partial results.
+// local(b) = local + blocks.offset[b]; acc(b) = single ? single : acc_base + blocks.offset[b].
+// In-place allreduce: local == acc_base, single == nullptr. Out-of-place reduce_scatter:
+// single = the output (the partial being forwarded lives there between steps).
+template <class T>
+struct RingBuffers {
+  const T* local = nullptr;
+  T* acc_base = nullptr;
+  T* single = nullptr;
+  T* acc(const Blocks& b, int block) const { return single ? single : acc_base + b.offset[block]; }
+  const T* loc(const Blocks& b, int block) const { return local + b.offset[block]; }
+};
+
+// reduce_scatter_ring.cpp: pipelined ring reduce-scatter (SUM/AVG; AVG is not divided here).
+// On return acc(rank) holds this rank's reduced block.
+template <class T>
+void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blocks, ReduceOp op,
+                         double eb, const Config& cfg, Stats& st);
+
+// reduce_scatter_minmax.cpp: MIN/MAX reduce-scatter by one exchange of compressed blocks.
+// local holds p blocks (layout `blocks`); out (blocks.count[rank] values, may equal
+// local + offset[rank]) gets this rank's reduced block, within eb of the exact MIN/MAX.
+template <class T>
+void exchange_reduce_scatter(Comm& comm, const T* local, T* out, const Blocks& blocks,
+                             ReduceOp op, double eb, const Config& cfg, Stats& st);
+
+// The allreduce algorithms below run in place on buf (count >= 1, p >= 1), divide by p at the end
+// for AVG, and leave every rank with bit-identical values (CprP2P: see cprp2p.cpp).
+// allreduce_ring.cpp: reduce-scatter + compressed allgather.
+template <class T>
+void ring_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb, const Config& cfg,
+                    Stats& st);
+// The allgather stage: block `rank` of buf (layout `blocks`) goes to everyone, compressed once
+// with eb; on return every rank (the owner included) holds the same decompressed values.
+template <class T>
+void allgather_decompressed(Comm& comm, T* buf, const Blocks& blocks, double eb,
+                            const Config& cfg, Stats& st);
+
+// allreduce_recursive_doubling.cpp
+template <class T>
+void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb,
+                                  const Config& cfg, Stats& st);
+
+// cprp2p.cpp: the naive baseline (compress before every send, decompress after every receive).
+template <class T>
+void cprp2p_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb,
+                      const Config& cfg, Stats& st);
+template <class T>
+void cprp2p_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blocks,
+                           ReduceOp op, double eb, const Config& cfg, Stats& st);
+
+}  // namespace zccl::coll::compute

@@ -1,0 +1,151 @@
+// Reduce to a root with compression: two algorithms.
+//
+// Ring (large messages): reduce-scatter + data-movement gather.
+//   1. blocks of c = ceil(n/p) values (the last ones shorter or empty); the pipelined ring
+//      reduce-scatter (SUM/AVG, reduce_scatter_ring.cpp) or the compressed exchange (MIN/MAX,
+//      reduce_scatter_minmax.cpp) leaves block r reduced on rank r, in place in buf;
+//   2. coll::gather of the blocks (padded to c values; zeros compress to one byte per 32 values)
+//      to the root: each block is compressed once and decompressed once at the root.
+//   Cost: (p-1) alpha + (p-1)/p n w (beta/R + 1/C + 1/D + gamma) for step 1 plus the gather's
+//   log p alpha + (p-1)/p n w beta/R + n w/p /C + (p-1)/p n w /D.
+//   Error: SUM (p-1) eb + eb = p eb (the root's own block only (p-1) eb if the gather keeps it
+//   exact); AVG p eb / p = eb; MIN/MAX both stages at eb/2: eb.
+//
+// Binomial tree (small messages; Algorithm::RecursiveDoubling and CprP2P select it): relative
+//   rank v = (r - root) mod p; for mask = 1, 2, 4, ..: if v has the bit, compress the subtree's
+//   value and send it to v - mask, done; else if v + mask < p, receive that child's stream and
+//   reduce it into buf (all children's receives are posted up front).
+//   Cost: ceil(log2 p) * (alpha + n w (beta/R + 1/C + 1/D + gamma)).
+//   Error: SUM every non-root rank's subtree value is compressed exactly once and each error
+//   enters the root's sum once: (p-1) eb; AVG (p-1) eb / p. MIN/MAX: a value crosses at most
+//   ceil(log2 p) compressions, each adding at most its bound to the worst error so far, so each
+//   runs with eb / ceil(log2 p): eb.
+// Both stay within output_error_bound(algorithm, op, p, eb, allreduce = true) of the same
+// algorithm (Ring p eb; tree (p-1) eb <= RD's (p + p' - 2) eb and CprP2P's 2 (p-1) eb).
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "compute_common.h"
+#include "reduce_kernels.h"
+
+namespace zccl::coll {
+
+namespace {
+
+using namespace compute;
+
+template <class T>
+void ring_reduce(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const Config& cfg,
+                 Stats& st) {
+  const int p = comm.size(), r = comm.rank();
+  const Blocks blocks = Blocks::padded(count, p);
+  const size_t c = blocks.max_count;
+  const double eb = cfg.error_bound;
+  double eb_gather = eb;
+  if (is_min_max(op)) {
+    eb_gather = split_bound(eb, 2);
+    exchange_reduce_scatter(comm, buf, buf + blocks.offset[r], blocks, op, eb_gather, cfg, st);
+  } else {
+    ring_reduce_scatter(comm, RingBuffers<T>{buf, buf, nullptr}, blocks, op, eb, cfg, st);
+  }
+  T* const mine = workspace<T>(kSlotScratch, c);
+  std::copy(buf + blocks.offset[r], buf + blocks.offset[r] + blocks.count[r], mine);
+  std::fill(mine + blocks.count[r], mine + c, T(0));
+  T* const all = r == root ? workspace<T>(kSlotScratch2, c * static_cast<size_t>(p)) : nullptr;
+  Stats sub;
+  gather(comm, mine, all, c, dtype_of<T>(), root, with_error_bound(cfg, eb_gather), &sub);
+  add_stats(st, sub);
+  if (r == root) std::copy(all, all + count, buf);  // block b sits at b*c in both
+}
+
+template <class T>
+void tree_reduce(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const Config& cfg,
+                 Stats& st) {
+  const int p = comm.size(), r = comm.rank();
+  const int v = (r - root + p) % p;
+  int depth = 0;
+  while ((1 << depth) < p) ++depth;
+  const double eb = is_min_max(op) ? split_bound(cfg.error_bound, depth) : cfg.error_bound;
+  const int tag = comm.next_tag_base();
+  Codec codec(dtype_of<T>(), eb, cfg, st);
+  const size_t cap = codec.capacity(count);
+
+  // Children (in increasing mask order) and the parent.
+  std::vector<int> children;
+  int parent = -1;
+  for (int mask = 1; mask < p; mask <<= 1) {
+    if (v & mask) {
+      parent = (v - mask + root) % p;
+      break;
+    }
+    if (v + mask < p) children.push_back((v + mask + root) % p);
+  }
+  std::vector<Bytes> rbufs;
+  std::vector<Pending> rx(children.size());
+  for (size_t i = 0; i < children.size(); ++i) {
+    rbufs.emplace_back(cap);
+    rx[i].start(comm.irecv(rbufs[i].get(), cap, children[i], tag));
+  }
+  Array<T> scratch(children.empty() ? 0 : count);
+  for (size_t i = 0; i < children.size(); ++i) {
+    const size_t got = rx[i].finish(comm);
+    codec.decompress(rbufs[i].get(), got, scratch.get(), count, children[i]);
+    kernels::reduce_into(buf, buf, scratch.get(), count, op, cfg.threads);
+  }
+  if (parent >= 0) {
+    Bytes sbuf(cap);
+    const size_t bytes = codec.compress(buf, count, sbuf.get(), cap);
+    st.bytes_sent += bytes;
+    comm.send(sbuf.get(), bytes, parent, tag);
+  }
+}
+
+template <class T>
+void reduce_typed(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const Config& cfg,
+                  Stats& st) {
+  const int p = comm.size(), r = comm.rank();
+  const size_t bytes = count * sizeof(T);
+  Algorithm alg = cfg.algorithm;
+  if (alg == Algorithm::Auto) alg = choose_allreduce(bytes, p, cfg);
+  if (p == 1 || bytes == 0 || bytes < cfg.min_compress_bytes) alg = Algorithm::Mpi;
+  st.algorithm = alg;
+  switch (alg) {
+    case Algorithm::Mpi:
+      if (p > 1) {
+        comm.reduce(r == root ? MPI_IN_PLACE : buf, buf, count, mpi_type(dtype_of<T>()),
+                    mpi_op(op), root);
+        st.bytes_sent += r == root ? 0 : bytes;  // a tree sends each rank's data once
+      }
+      break;
+    case Algorithm::Ring: ring_reduce(comm, buf, count, op, root, cfg, st); break;
+    case Algorithm::RecursiveDoubling:
+    case Algorithm::CprP2P: tree_reduce(comm, buf, count, op, root, cfg, st); break;
+    case Algorithm::Auto: throw std::logic_error("zccl reduce: no algorithm resolved");
+  }
+  if (op == ReduceOp::Avg && r == root) kernels::divide(buf, count, p, cfg.threads);
+}
+
+}  // namespace
+
+void reduce(Comm& comm, void* buf, size_t count, DType dt, ReduceOp op, int root,
+            const Config& cfg, Stats* stats) {
+  validate("reduce", buf, count, dt, op, cfg);
+  if (root < 0 || root >= comm.size()) {
+    throw std::invalid_argument("zccl reduce: root " + std::to_string(root) +
+                                " is out of range [0, " + std::to_string(comm.size()) + ")");
+  }
+  const Clock clock;
+  Stats st;
+  st.bytes_in = count * fz::dtype_size(dt);
+  if (dt == DType::Float32) {
+    reduce_typed(comm, static_cast<float*>(buf), count, op, root, cfg, st);
+  } else {
+    reduce_typed(comm, static_cast<double*>(buf), count, op, root, cfg, st);
+  }
+  st.total_seconds = clock.seconds();
+  if (stats != nullptr) *stats = st;
+}
+
+}  // namespace zccl::coll

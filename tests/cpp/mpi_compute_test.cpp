@@ -1,0 +1,672 @@
+// Tests of the computation framework (csrc/collectives: reduce_scatter, allreduce, reduce,
+// choose_allreduce, output_error_bound), run under mpirun at any number of ranks (1 included).
+//
+// Usage: mpi_compute_test [--large] [--quick] [--verbose] [--only PHASE]
+//   --large  adds counts of ~1e6 values (a few algorithm/dtype combinations)
+//   --quick  fewer counts and bounds (smoke run)
+//   --verbose  print the largest observed error / bound per collective, algorithm and op
+//
+// Every rank generates every rank's input (deterministic), so each rank computes the exact
+// reference locally, in float64. Inputs are dyadic (multiples of 2^-20 in [-8, 8]): their float64
+// sums are exact, so the reference has no rounding at all. The algorithms' outputs are checked
+// against it with the tolerance
+//     output_error_bound(...)  +  float rounding of the p-1 additions the algorithm performs
+// derived, not guessed: every addition of two values whose exact sum is s rounds by at most
+// u*|s| (u = 2^-24 float32, 2^-53 float64) and every partial sum an algorithm forms has magnitude
+// at most A + B, where A = sum_j |x_j| and B is the compression error bound; so the p-1 additions
+// contribute at most (p-1) u (A + B). AVG then divides once: |fl(f/p) - S/p| <=
+// (|f - S| + u |f|) / p. MIN/MAX perform no arithmetic: tolerance = the bound, nothing else.
+// Integer-valued inputs (sums exact in float32) with eb = 0 must give bit-exact results.
+// Outputs must be bit-identical across ranks (hash of the bytes compared over all ranks).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../../csrc/collectives/collectives.h"
+#include "../../csrc/compress/fzlight.h"
+#include "../../csrc/transport/comm.h"
+#include "mpi_test_util.h"
+
+using zccl::coll::Algorithm;
+using zccl::coll::Config;
+using zccl::coll::ReduceOp;
+using zccl::coll::Stats;
+using zccl::fz::DType;
+using zccl::transport::Comm;
+
+namespace coll = zccl::coll;
+namespace fz = zccl::fz;
+
+namespace {
+
+bool g_quick = false;
+bool g_large = false;
+std::string g_only;  // --only NAME: run one phase (debugging)
+bool g_verbose = false;
+// Largest observed |out - ref| / bound per (collective, algorithm, op), for --verbose.
+std::map<std::string, double> g_tightness;
+long g_cases = 0;
+
+const char* alg_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Auto: return "Auto";
+    case Algorithm::Ring: return "Ring";
+    case Algorithm::RecursiveDoubling: return "RD";
+    case Algorithm::Mpi: return "Mpi";
+    case Algorithm::CprP2P: return "CprP2P";
+  }
+  return "?";
+}
+const char* op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return "SUM";
+    case ReduceOp::Avg: return "AVG";
+    case ReduceOp::Min: return "MIN";
+    case ReduceOp::Max: return "MAX";
+  }
+  return "?";
+}
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+// Input value i of rank `rank` for a case `seed`: smooth plus noise, a multiple of 2^-20 in
+// [-8, 8] (exact in float32; float64 sums of up to 2^8 of them are exact).
+double input_value(uint64_t seed, int rank, size_t i, bool integer) {
+  const uint64_t h = mix(seed * 1000003ULL + static_cast<uint64_t>(rank) * 7919ULL + i);
+  if (integer) return static_cast<double>(static_cast<int64_t>(h % 2001) - 1000);
+  const double smooth = 4.0 * std::sin(0.003 * static_cast<double>(i) + rank);
+  const double noise = (static_cast<double>(h % 1000001) / 1000000.0 - 0.5) * 0.5;
+  const double v = std::clamp(smooth + noise, -8.0, 8.0);
+  return std::round(std::ldexp(v, 20)) / 1048576.0;
+}
+
+template <class T>
+std::vector<T> make_input(uint64_t seed, int rank, size_t n, bool integer) {
+  std::vector<T> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<T>(input_value(seed, rank, i, integer));
+  return v;
+}
+
+double nan_min(double a, double b) {
+  return std::isnan(a) ? a : (std::isnan(b) ? b : std::min(a, b));
+}
+double nan_max(double a, double b) {
+  return std::isnan(a) ? a : (std::isnan(b) ? b : std::max(a, b));
+}
+
+// Exact reference (float64) and A = sum |x_j| for element range [begin, begin+n) of p inputs.
+struct Reference {
+  std::vector<double> value, abs_sum;
+};
+
+template <class T>
+Reference reference(const std::vector<std::vector<T>>& inputs, size_t begin, size_t n,
+                    ReduceOp op) {
+  Reference ref;
+  ref.value.resize(n);
+  ref.abs_sum.assign(n, 0.0);
+  const int p = static_cast<int>(inputs.size());
+  for (size_t i = 0; i < n; ++i) {
+    double acc = static_cast<double>(inputs[0][begin + i]);
+    ref.abs_sum[i] = std::fabs(acc);
+    for (int j = 1; j < p; ++j) {
+      const double x = static_cast<double>(inputs[static_cast<size_t>(j)][begin + i]);
+      ref.abs_sum[i] += std::fabs(x);
+      switch (op) {
+        case ReduceOp::Sum:
+        case ReduceOp::Avg: acc += x; break;
+        case ReduceOp::Min: acc = nan_min(acc, x); break;
+        case ReduceOp::Max: acc = nan_max(acc, x); break;
+      }
+    }
+    if (op == ReduceOp::Avg) acc /= p;
+    ref.value[i] = acc;
+  }
+  return ref;
+}
+
+// The tolerance described at the top of the file.
+double tolerance(double bound, double abs_sum, ReduceOp op, int p, double u) {
+  if (op == ReduceOp::Min || op == ReduceOp::Max) return bound;
+  const double bsum = op == ReduceOp::Avg ? bound * p : bound;
+  const double rsum = (p - 1) * u * (abs_sum + bsum);
+  double tol = bsum + rsum;
+  if (op == ReduceOp::Avg) tol = (bsum + rsum) / p + u * (abs_sum + bsum + rsum) / p;
+  // The test's own float64 arithmetic (|out - ref| and this sum) rounds too.
+  return tol * (1 + 1e-12) + 1e-15 * (abs_sum + 1);
+}
+
+template <class T>
+void check_close(const T* out, const Reference& ref, double bound, ReduceOp op, int p,
+                 const std::string& what, const std::string& key = "") {
+  double worst = 0;
+  const double u = std::is_same_v<T, float> ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53);
+  for (size_t i = 0; i < ref.value.size(); ++i) {
+    const double o = static_cast<double>(out[i]), e = ref.value[i];
+    if (std::isnan(e)) {
+      CHECK_MSG(std::isnan(o), what + ": index " + std::to_string(i) + " expected NaN, got " +
+                                   std::to_string(o));
+      continue;
+    }
+    if (std::isinf(e)) {
+      CHECK_MSG(o == e, what + ": index " + std::to_string(i) + " expected " + std::to_string(e) +
+                            ", got " + std::to_string(o));
+      continue;
+    }
+    const double tol = tolerance(bound, ref.abs_sum[i], op, p, u);
+    const double err = std::fabs(o - e);
+    if (bound > 0) worst = std::max(worst, err / bound);
+    if (!(err <= tol)) {
+      char msg[256];
+      std::snprintf(msg, sizeof msg,
+                    ": index %zu out %.17g ref %.17g err %.3g > tol %.3g (bound %.3g)", i, o, e,
+                    err, tol, bound);
+      zccl_test::fail(__FILE__, __LINE__, what + msg);
+    }
+  }
+  if (!key.empty() && bound > 0) g_tightness[key] = std::max(g_tightness[key], worst);
+}
+
+uint64_t hash_bytes(const void* data, size_t n) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  uint64_t h = 1469598103934665603ULL;
+  for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ULL;
+  return h;
+}
+
+// True when every rank passed the same 64-bit value.
+bool same_everywhere(Comm& comm, uint64_t v) {
+  const std::vector<uint64_t> all = comm.allgather_u64(v);
+  return std::all_of(all.begin(), all.end(), [&](uint64_t x) { return x == all[0]; });
+}
+
+std::string describe(const char* fn, Algorithm a, DType dt, ReduceOp op, double eb, size_t n,
+                     int p) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s alg=%s %s op=%s eb=%g count=%zu p=%d", fn, alg_name(a),
+                fz::dtype_name(dt), op_name(op), eb, n, p);
+  return buf;
+}
+
+Config make_cfg(Algorithm a, double eb) {
+  Config c;
+  c.algorithm = a;
+  c.error_bound = eb;
+  c.threads = 1;  // tests oversubscribe 2 cores: no OpenMP fan-out inside ranks
+  return c;
+}
+
+// Optionally plants non-finite values: rank 0 +Inf at 1, rank 1 NaN at 2, rank (p-1) -Inf at 3
+// and +Inf at 4 on ranks 0 and 1 with -Inf on the last (SUM -> NaN unless p is too small).
+template <class T>
+void plant_nonfinite(std::vector<std::vector<T>>& inputs) {
+  const int p = static_cast<int>(inputs.size());
+  const T inf = std::numeric_limits<T>::infinity();
+  for (auto& v : inputs) {
+    if (v.size() < 8) return;
+  }
+  inputs[0][1] = inf;
+  inputs[static_cast<size_t>(std::min(1, p - 1))][2] = std::numeric_limits<T>::quiet_NaN();
+  inputs[static_cast<size_t>(p - 1)][3] = -inf;
+  inputs[0][4] = inf;
+  inputs[static_cast<size_t>(p - 1)][4] = p > 1 ? -inf : inf;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+template <class T>
+void run_allreduce(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t n, uint64_t seed,
+                   bool integer, bool nonfinite) {
+  const int p = comm.size(), r = comm.rank();
+  const DType dt = std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
+  std::vector<std::vector<T>> inputs;
+  for (int j = 0; j < p; ++j) inputs.push_back(make_input<T>(seed, j, n, integer));
+  if (nonfinite) plant_nonfinite(inputs);
+  std::vector<T> buf = inputs[static_cast<size_t>(r)];
+  Stats st;
+  const Config cfg = make_cfg(a, eb);
+  coll::allreduce(comm, buf.data(), n, dt, op, cfg, &st);
+  const std::string what = describe("allreduce", a, dt, op, eb, n, p) +
+                           (integer ? " integer" : "") + (nonfinite ? " nonfinite" : "");
+  // MPI's MIN/MAX does not promise NaN propagation: skip those cases on the MPI path.
+  if (nonfinite && st.algorithm == Algorithm::Mpi && (op == ReduceOp::Min || op == ReduceOp::Max)) {
+    return;
+  }
+  const Reference ref = reference(inputs, 0, n, op);
+  const double bound = coll::output_error_bound(st.algorithm, op, p, eb, true);
+  check_close(buf.data(), ref, bound, op, p, what,
+              std::string("allreduce ") + alg_name(st.algorithm) + " " + op_name(op));
+  if (integer && eb == 0.0 && op != ReduceOp::Avg) {
+    for (size_t i = 0; i < n; ++i) {
+      CHECK_MSG(static_cast<double>(buf[i]) == ref.value[i], what + ": not bit-exact");
+    }
+  }
+  CHECK_MSG(same_everywhere(comm, hash_bytes(buf.data(), n * sizeof(T))),
+            what + ": outputs differ across ranks");
+  if (a != Algorithm::Auto && n > 0 && p > 1) {
+    CHECK_MSG(st.algorithm == a, what + ": ran " + alg_name(st.algorithm));
+  }
+  CHECK(st.bytes_in == n * sizeof(T));
+  ++g_cases;
+}
+
+template <class T>
+void run_reduce_scatter(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t n, uint64_t seed,
+                        bool aliased) {
+  const int p = comm.size(), r = comm.rank();
+  const DType dt = std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
+  const size_t total = n * static_cast<size_t>(p);
+  std::vector<std::vector<T>> inputs;
+  for (int j = 0; j < p; ++j) inputs.push_back(make_input<T>(seed, j, total, false));
+  std::vector<T> send = inputs[static_cast<size_t>(r)];
+  std::vector<T> recv_buf(n + 1, T(-12345));
+  T* recv = aliased ? send.data() + static_cast<size_t>(r) * n : recv_buf.data();
+  Stats st;
+  coll::reduce_scatter(comm, send.data(), recv, n, dt, op, make_cfg(a, eb), &st);
+  const std::string what =
+      describe("reduce_scatter", a, dt, op, eb, n, p) + (aliased ? " aliased" : "");
+  const Reference ref = reference(inputs, static_cast<size_t>(r) * n, n, op);
+  const double bound = coll::output_error_bound(st.algorithm, op, p, eb, false);
+  check_close(recv, ref, bound, op, p, what,
+              std::string("reduce_scatter ") + alg_name(st.algorithm) + " " + op_name(op));
+  if (!aliased) CHECK_MSG(recv_buf[n] == T(-12345), what + ": wrote past the output");
+  ++g_cases;
+}
+
+template <class T>
+void run_reduce(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t n, uint64_t seed,
+                int root) {
+  const int p = comm.size(), r = comm.rank();
+  const DType dt = std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
+  std::vector<std::vector<T>> inputs;
+  for (int j = 0; j < p; ++j) inputs.push_back(make_input<T>(seed, j, n, false));
+  std::vector<T> buf = inputs[static_cast<size_t>(r)];
+  Stats st;
+  coll::reduce(comm, buf.data(), n, dt, op, root, make_cfg(a, eb), &st);
+  const std::string what =
+      describe("reduce", a, dt, op, eb, n, p) + " root=" + std::to_string(root);
+  if (r == root) {
+    const Reference ref = reference(inputs, 0, n, op);
+    const double bound = coll::output_error_bound(st.algorithm, op, p, eb, true);
+    check_close(buf.data(), ref, bound, op, p, what,
+                std::string("reduce ") + alg_name(st.algorithm) + " " + op_name(op));
+  }
+  ++g_cases;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+std::vector<size_t> counts_for(int p) {
+  std::vector<size_t> c = {0, 1, static_cast<size_t>(p > 1 ? p - 1 : 2),
+                           static_cast<size_t>(p + 1), 1009};
+  if (!g_quick) c.push_back(20011);  // several chunks per block, uneven blocks
+  std::sort(c.begin(), c.end());
+  c.erase(std::unique(c.begin(), c.end()), c.end());
+  return c;
+}
+
+const Algorithm kAlgs[] = {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::CprP2P,
+                           Algorithm::Mpi, Algorithm::Auto};
+const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max};
+
+void test_allreduce_matrix(Comm& comm) {
+  const int p = comm.size();
+  const std::vector<double> ebs = g_quick ? std::vector<double>{0.0, 1e-2}
+                                          : std::vector<double>{0.0, 1e-4, 1e-2};
+  uint64_t seed = 1;
+  for (size_t n : counts_for(p)) {
+    for (Algorithm a : kAlgs) {
+      for (ReduceOp op : kOps) {
+        for (double eb : ebs) {
+          ++seed;
+          run_allreduce<float>(comm, a, op, eb, n, seed, false, false);
+          run_allreduce<double>(comm, a, op, eb, n, seed, false, false);
+        }
+        // Non-finite values and integer data (bit-exact when lossless), fewer combinations.
+        if (n >= 8 && n <= 2000) {
+          run_allreduce<float>(comm, a, op, 1e-3, n, ++seed, false, true);
+          run_allreduce<double>(comm, a, op, 0.0, n, ++seed, false, true);
+          run_allreduce<float>(comm, a, op, 0.0, n, ++seed, true, false);
+          run_allreduce<double>(comm, a, op, 0.0, n, ++seed, true, false);
+        }
+      }
+    }
+  }
+}
+
+void test_reduce_scatter_matrix(Comm& comm) {
+  const int p = comm.size();
+  uint64_t seed = 5000;
+  const Algorithm algs[] = {Algorithm::Ring, Algorithm::CprP2P, Algorithm::Mpi, Algorithm::Auto,
+                            Algorithm::RecursiveDoubling};
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1009}, size_t{6007}}) {
+    for (Algorithm a : algs) {
+      for (ReduceOp op : kOps) {
+        for (double eb : {0.0, 1e-3}) {
+          ++seed;
+          run_reduce_scatter<float>(comm, a, op, eb, n, seed, false);
+          run_reduce_scatter<double>(comm, a, op, eb, n, seed, n == 1009);
+        }
+      }
+    }
+  }
+  (void)p;
+}
+
+void test_reduce_matrix(Comm& comm) {
+  const int p = comm.size();
+  uint64_t seed = 9000;
+  int root = 0;
+  for (size_t n : {size_t{0}, size_t{1}, static_cast<size_t>(p + 1), size_t{1009}, size_t{7001}}) {
+    for (Algorithm a : kAlgs) {
+      for (ReduceOp op : kOps) {
+        ++seed;
+        root = (root + 1) % p;
+        run_reduce<float>(comm, a, op, 1e-3, n, seed, root);
+        run_reduce<double>(comm, a, op, 0.0, n, seed, (root + 1) % p);
+      }
+    }
+  }
+  // Every root once.
+  for (int rt = 0; rt < p; ++rt) {
+    run_reduce<float>(comm, Algorithm::Ring, ReduceOp::Sum, 1e-4, 301, ++seed, rt);
+    run_reduce<double>(comm, Algorithm::RecursiveDoubling, ReduceOp::Max, 1e-4, 301, ++seed, rt);
+  }
+}
+
+void test_large(Comm& comm) {
+  const size_t n = 1000003;
+  run_allreduce<float>(comm, Algorithm::Ring, ReduceOp::Sum, 1e-4, n, 77, false, false);
+  run_allreduce<float>(comm, Algorithm::Ring, ReduceOp::Max, 1e-4, n, 78, false, false);
+  run_allreduce<double>(comm, Algorithm::RecursiveDoubling, ReduceOp::Avg, 1e-3, n, 79, false,
+                        false);
+  run_allreduce<float>(comm, Algorithm::CprP2P, ReduceOp::Sum, 1e-3, n, 80, false, false);
+  run_allreduce<float>(comm, Algorithm::Auto, ReduceOp::Sum, 1e-4, n, 81, false, false);
+  run_reduce_scatter<float>(comm, Algorithm::Ring, ReduceOp::Sum, 1e-4, n / 4, 82, false);
+  run_reduce<float>(comm, Algorithm::Ring, ReduceOp::Avg, 1e-4, n, 83, comm.size() - 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The recompression property: decoding a stream and compressing the decoded values again with
+// the same bound and dtype gives the same VALUES back. Proof sketch, checked here: a decoded
+// value is x' = fl(q * bin) for an integer code q, or a value stored exactly (outlier / raw
+// chunk). Recompressing x' computes fl(x' * inv_bin) = q (1 + d) with |d| <= 3u + O(u^2) (three
+// roundings: q*bin, 1/bin, the product), so it rounds back to q whenever 3u|q| < 1/2, and then
+// reconstructs fl(q * bin) = x' exactly (the verification passes with error 0). float64: |q| <
+// 2^30 always satisfies it. float32: guaranteed for |q| <= 2^21; beyond, a neighbouring code is
+// possible (still within eb of x', but not lossless -- in float32, above 2^24 several codes even
+// map to the same float, which changes the stream bytes but not the values). Outliers are
+// outliers again (same value, same quantiser), and a raw chunk is raw again when recompressed
+// as the same chunk. But values stored exactly are off the quantisation grid: mixed into OTHER
+// chunks (a MIN over reconstructions from several ranks, a raw chunk's value next to encoded
+// ones) they may be quantised, within eb but not exactly -- one more reason the collectives'
+// MIN/MAX bounds do not rely on the property.
+// The collectives do NOT rely on the property for their bounds (MIN/MAX split eb over stages);
+// CprP2P's bit-identical outputs do (see cprp2p.cpp), and the data of the tests satisfies it.
+template <class T>
+size_t recompress_mismatches(const std::vector<T>& x, double eb, double* max_code_mismatch) {
+  const DType dt = std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
+  fz::CompressParams params;
+  params.error_bound = eb;
+  params.threads = 1;
+  std::vector<uint8_t> s1(fz::max_compressed_size(dt, x.size())), s2(s1.size());
+  const size_t b1 = fz::compress(x.data(), dt, x.size(), params, s1.data(), s1.size());
+  std::vector<T> y(x.size()), z(x.size());
+  fz::decompress(s1.data(), b1, y.data(), y.size(), 1);
+  const size_t b2 = fz::compress(y.data(), dt, y.size(), params, s2.data(), s2.size());
+  fz::decompress(s2.data(), b2, z.data(), z.size(), 1);
+  const double bin = static_cast<double>(static_cast<T>(2.0 * eb * (1.0 - 1.0 / 1024.0)));
+  size_t bad = 0;
+  *max_code_mismatch = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    CHECK(std::fabs(static_cast<double>(z[i]) - static_cast<double>(y[i])) <= eb);
+    if (std::memcmp(&y[i], &z[i], sizeof(T)) != 0) {
+      ++bad;
+      *max_code_mismatch = std::max(*max_code_mismatch, std::fabs(static_cast<double>(y[i])) / bin);
+    }
+  }
+  return bad;
+}
+
+void test_recompression_property(Comm& comm) {
+  if (comm.rank() != 0) return;
+  const size_t n = 200000;
+  for (double eb : {1e-6, 1e-4, 1e-2, 0.3}) {
+    for (double scale : {1.0, 1e3, 1e6, 1e9}) {
+      std::vector<double> xd(n);
+      std::vector<float> xf(n);
+      for (size_t i = 0; i < n; ++i) {
+        const double v = scale * (std::sin(0.001 * i) + 1e-3 * ((mix(i) % 1000) / 1000.0 - 0.5));
+        xd[i] = v;
+        xf[i] = static_cast<float>(v);
+      }
+      double worst = 0;
+      // float64: always lossless.
+      CHECK_MSG(recompress_mismatches(xd, eb, &worst) == 0,
+                "float64 recompression not lossless at eb=" + std::to_string(eb) +
+                    " scale=" + std::to_string(scale));
+      // float32: lossless while the codes stay below 2^21; mismatches only above.
+      const size_t bad = recompress_mismatches(xf, eb, &worst);
+      const double bin = static_cast<double>(static_cast<float>(2.0 * eb * (1.0 - 1.0 / 1024.0)));
+      if (scale / bin <= std::ldexp(1.0, 21)) {
+        CHECK_MSG(bad == 0, "float32 recompression not lossless with codes < 2^21");
+      } else if (bad > 0) {
+        CHECK_MSG(worst > std::ldexp(1.0, 21), "float32 mismatch with a code below 2^21");
+        std::printf("recompression: float32 eb=%g scale=%g: %zu of %zu values change (codes up to "
+                    "%.3g > 2^21), each still within eb\n",
+                    eb, scale, bad, n, worst);
+      }
+    }
+  }
+  // Raw chunk (incompressible at this bound) and lossless streams come back exactly too.
+  std::vector<double> noise(5000);
+  for (size_t i = 0; i < noise.size(); ++i) noise[i] = static_cast<double>(mix(i)) * 1e-10;
+  double worst = 0;
+  CHECK(recompress_mismatches(noise, 0.0, &worst) == 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+void test_arguments(Comm& comm) {
+  std::vector<float> buf(16, 1.0f);
+  Config cfg = make_cfg(Algorithm::Ring, 1e-3);
+  Config bad = cfg;
+  bad.error_bound = -1;
+  CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
+               std::invalid_argument, "error bound");
+  bad = cfg;
+  bad.error_bound = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS(coll::reduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, 0, bad),
+               std::invalid_argument, "error bound");
+  bad = cfg;
+  bad.chunk_len = 33;
+  CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
+               std::invalid_argument, "chunk_len");
+  bad = cfg;
+  bad.threads = -2;
+  CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
+               std::invalid_argument, "threads");
+  bad = cfg;
+  bad.algorithm = static_cast<Algorithm>(42);
+  CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
+               std::invalid_argument, "algorithm");
+  CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, static_cast<DType>(9), ReduceOp::Sum, cfg),
+               std::invalid_argument, "dtype");
+  CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, static_cast<ReduceOp>(9), cfg),
+               std::invalid_argument, "op");
+  CHECK_THROWS(coll::allreduce(comm, nullptr, 16, DType::Float32, ReduceOp::Sum, cfg),
+               std::invalid_argument, "null");
+  CHECK_THROWS(
+      coll::reduce_scatter(comm, buf.data(), nullptr, 1, DType::Float32, ReduceOp::Sum, cfg),
+      std::invalid_argument, "null");
+  CHECK_THROWS(coll::reduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, comm.size(), cfg),
+               std::invalid_argument, "root");
+  CHECK_THROWS(coll::reduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, -1, cfg),
+               std::invalid_argument, "root");
+  CHECK_THROWS(coll::output_error_bound(Algorithm::Ring, ReduceOp::Sum, 0, 1e-3, true),
+               std::invalid_argument, "p");
+  CHECK_THROWS(coll::output_error_bound(Algorithm::Ring, ReduceOp::Sum, 2, -1.0, true),
+               std::invalid_argument, "eb");
+  // count == 0 and payloads below min_compress_bytes run (uncompressed) MPI, for every algorithm.
+  for (Algorithm a : kAlgs) {
+    Stats st;
+    coll::allreduce(comm, nullptr, 0, DType::Float64, ReduceOp::Sum, make_cfg(a, 1e-3), &st);
+    CHECK(st.algorithm == Algorithm::Mpi && st.bytes_in == 0);
+    Config c = make_cfg(a, 1e-3);
+    c.min_compress_bytes = 1 << 20;
+    std::vector<float> v(1000, static_cast<float>(comm.rank() + 1));
+    coll::allreduce(comm, v.data(), v.size(), DType::Float32, ReduceOp::Sum, c, &st);
+    CHECK(st.algorithm == Algorithm::Mpi);
+    const float expect = static_cast<float>(comm.size() * (comm.size() + 1) / 2);
+    CHECK(std::all_of(v.begin(), v.end(), [&](float x) { return x == expect; }));
+  }
+}
+
+// Ranks disagreeing on the count: an error on some rank, never a silent success everywhere, and
+// no hang (a short deadline turns a missing message into TimeoutError). The data is smooth and
+// the bound lossy, so every stream is far smaller than the receive capacities: a stream LARGER
+// than the posted capacity makes Open MPI 4.1.4's shared-memory single-copy path (vader CMA)
+// write past the receive buffer before it reports MPI_ERR_TRUNCATE -- a transport-level issue
+// (see the report), not something this test should trigger.
+void test_mismatch(Comm& world) {
+  if (world.size() < 2) return;
+  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling}) {
+    auto comm = Comm::duplicate(world.raw());
+    comm->set_timeout(std::chrono::milliseconds(2000));
+    const size_t n = 1000 + (comm->rank() == 0 ? static_cast<size_t>(comm->size()) : 0);
+    std::vector<double> buf(n);
+    for (size_t i = 0; i < n; ++i) buf[i] = std::sin(0.01 * i);
+    int threw = 0, mismatch = 0;
+    try {
+      coll::allreduce(*comm, buf.data(), n, DType::Float64, ReduceOp::Sum, make_cfg(a, 1e-3));
+    } catch (const std::runtime_error& e) {
+      threw = 1;
+      if (std::string(e.what()).find("size mismatch across ranks") != std::string::npos) {
+        mismatch = 1;
+      }
+    }
+    int any_threw = 0, any_mismatch = 0;
+    MPI_Allreduce(&threw, &any_threw, 1, MPI_INT, MPI_MAX, world.raw());
+    MPI_Allreduce(&mismatch, &any_mismatch, 1, MPI_INT, MPI_MAX, world.raw());
+    CHECK_MSG(any_threw == 1, std::string("count mismatch went unnoticed, ") + alg_name(a));
+    CHECK_MSG(any_mismatch == 1 || a == Algorithm::RecursiveDoubling,
+              std::string("no 'size mismatch across ranks' error, ") + alg_name(a));
+    world.barrier();
+  }
+}
+
+void test_stats_and_choice(Comm& comm) {
+  const int p = comm.size();
+  // output_error_bound: the documented values.
+  const double eb = 1e-3;
+  CHECK(coll::output_error_bound(Algorithm::Mpi, ReduceOp::Sum, 4, eb, true) == 0);
+  CHECK(coll::output_error_bound(Algorithm::Ring, ReduceOp::Sum, 1, eb, true) == 0);
+  CHECK(coll::output_error_bound(Algorithm::Ring, ReduceOp::Sum, 4, eb, false) == 3 * eb);
+  CHECK(coll::output_error_bound(Algorithm::Ring, ReduceOp::Sum, 4, eb, true) == 4 * eb);
+  CHECK(coll::output_error_bound(Algorithm::Ring, ReduceOp::Avg, 4, eb, true) == 4 * eb / 4);
+  const Algorithm rd = Algorithm::RecursiveDoubling;
+  CHECK(coll::output_error_bound(rd, ReduceOp::Sum, 4, eb, true) == 6 * eb);  // 2(p-1)
+  CHECK(coll::output_error_bound(rd, ReduceOp::Sum, 7, eb, true) == 9 * eb);  // p + p' - 2
+  CHECK(coll::output_error_bound(rd, ReduceOp::Sum, 3, eb, true) == 3 * eb);
+  CHECK(coll::output_error_bound(rd, ReduceOp::Sum, 4, eb, false) == 3 * eb);  // RS: ring
+  CHECK(coll::output_error_bound(Algorithm::CprP2P, ReduceOp::Sum, 5, eb, true) == 8 * eb);
+  CHECK(coll::output_error_bound(Algorithm::Auto, ReduceOp::Sum, 8, eb, true) == 14 * eb);
+  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::CprP2P}) {
+    CHECK(coll::output_error_bound(a, ReduceOp::Min, 7, eb, true) == eb);
+    CHECK(coll::output_error_bound(a, ReduceOp::Max, 7, eb, false) == eb);
+  }
+  // choose_allreduce: Mpi for tiny, lossless or single-rank; Ring for large; RD in between.
+  Config c;
+  c.error_bound = 1e-3;
+  CHECK(coll::choose_allreduce(64, 8, c) == Algorithm::Mpi);
+  CHECK(coll::choose_allreduce(size_t{1} << 28, 8, c) == Algorithm::Ring);
+  CHECK(coll::choose_allreduce(size_t{1} << 28, 1, c) == Algorithm::Mpi);
+  Config lossless;
+  CHECK(coll::choose_allreduce(size_t{1} << 28, 8, lossless) == Algorithm::Mpi);
+  bool saw_rd = false;
+  for (size_t b = 1024; b <= (size_t{1} << 28); b *= 2) {
+    saw_rd |= coll::choose_allreduce(b, 4, c) == Algorithm::RecursiveDoubling;
+  }
+  CHECK_MSG(saw_rd, "the cost model never picks recursive doubling at p=4");
+  // Stats of a compressed ring allreduce of smooth data.
+  if (p > 1) {
+    std::vector<float> v(40000);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.001f * i + comm.rank());
+    Stats st;
+    coll::allreduce(comm, v.data(), v.size(), DType::Float32, ReduceOp::Sum,
+                    make_cfg(Algorithm::Ring, 1e-3), &st);
+    CHECK(st.algorithm == Algorithm::Ring);
+    CHECK(st.bytes_in == v.size() * 4);
+    CHECK(st.bytes_sent > 0 && st.bytes_sent < 2 * (p - 1) * v.size() * 4 / p / 2);
+    CHECK(st.bytes_compressed >= v.size() * 4 / p);
+    CHECK(st.compress_seconds > 0 && st.decompress_seconds > 0);
+    CHECK(st.total_seconds >= st.compress_seconds);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") g_quick = true;
+    else if (a == "--large") g_large = true;
+    else if (a == "--verbose") g_verbose = true;
+    else if (a == "--only" && i + 1 < argc) g_only = argv[++i];
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  zccl::transport::ensure_initialized();
+  {
+    auto comm = Comm::duplicate();
+    comm->set_timeout(std::chrono::milliseconds(120000));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto phase = [&](const char* name, auto fn) {
+      if (!g_only.empty() && g_only != name) return;
+      fn(*comm);
+      comm->barrier();
+      if (comm->rank() == 0) {
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("[%6.2fs] %s ok\n", s, name);
+        std::fflush(stdout);
+      }
+    };
+    phase("recompression property", test_recompression_property);
+    phase("arguments", test_arguments);
+    phase("stats and choice", test_stats_and_choice);
+    phase("allreduce matrix", test_allreduce_matrix);
+    phase("reduce_scatter matrix", test_reduce_scatter_matrix);
+    phase("reduce matrix", test_reduce_matrix);
+    if (g_large) phase("large", test_large);
+    phase("mismatch", test_mismatch);
+    if (g_verbose && comm->rank() == 0) {
+      for (const auto& [key, worst] : g_tightness) {
+        std::printf("  max |error| / output_error_bound  %-34s %.3f\n", key.c_str(), worst);
+      }
+    }
+    long total = 0;
+    MPI_Allreduce(&g_cases, &total, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+    if (comm->rank() == 0) {
+      std::printf("mpi_compute_test: all passed (p=%d, %ld rank-cases)\n", comm->size(), total);
+    }
+  }
+  zccl::transport::finalize_if_owned();
+  return 0;
+}

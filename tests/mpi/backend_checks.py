@@ -1,0 +1,503 @@
+"""Multi-rank checks of the "zccl" torch.distributed backend; run under mpirun by the tests.
+
+``mpirun -np P python tests/mpi/backend_checks.py [check ...]``: every rank runs the same checks
+(each a function below), compares with an exact float64 reference that every rank can compute
+(per-rank data comes from a seed), and exits 1 if any check failed on this rank. Uncompressed
+paths are compared bit for bit with mpi4py on the same data.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import sys
+import traceback
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+
+import zccl_torch
+
+EB = 1e-3  # absolute bound used by the checks (mode="abs", so the bound is known exactly)
+CHECKS: dict[str, Callable[[], None]] = {}
+
+
+def check(fn: Callable[[], None]) -> Callable[[], None]:
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def rank() -> int:
+    return dist.get_rank()
+
+
+def world() -> int:
+    return dist.get_world_size()
+
+
+def counts() -> list[int]:
+    """Element counts every collective check runs: 0, 1, p-1, p+1, a prime, a large prime."""
+    p = world()
+    return sorted({0, 1, max(p - 1, 0), p + 1, 1009, 100_003})
+
+
+def data(r: int, n: int, dtype: torch.dtype = torch.float32, salt: int = 0) -> torch.Tensor:
+    """Smooth data distinct per rank, deterministic, so every rank can rebuild every rank's."""
+    g = torch.Generator().manual_seed(1000 * r + 17 * salt + n)
+    base = torch.randn(n, generator=g, dtype=torch.float64).cumsum(0) / math.sqrt(max(n, 1))
+    return (base + r).to(dtype)
+
+
+def float_rounding(terms: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """Worst-case rounding of summing `terms` in `dtype` (gamma_{k} * sum |x_i|), in float64."""
+    unit = torch.finfo(dtype).eps / 2
+    k = len(terms)
+    total = sum((t.double().abs() + EB) for t in terms)
+    return (k * unit / (1 - k * unit)) * total
+
+
+def assert_within(name: str, got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor | float):
+    err = (got.double() - ref.double()).abs()
+    bad = err > bound
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        b = bound[i] if isinstance(bound, torch.Tensor) else bound
+        raise AssertionError(f"{name}: |{got[i]} - {ref[i]}| = {float(err[i])} > {float(b)}")
+
+
+def assert_equal(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
+    if got.shape != ref.shape or got.dtype != ref.dtype:
+        raise AssertionError(
+            f"{name}: {got.dtype}{tuple(got.shape)} vs {ref.dtype}{tuple(ref.shape)}"
+        )
+    same = (
+        (got == ref) | (torch.isnan(got) & torch.isnan(ref))
+        if got.is_floating_point()
+        else got == ref
+    )
+    if not bool(same.all()):
+        i = int((~same).nonzero()[0][0]) if got.dim() else 0
+        raise AssertionError(
+            f"{name}: not bit-exact at {i}: {got.reshape(-1)[i]} vs {ref.reshape(-1)[i]}"
+        )
+
+
+def identical_across_ranks(name: str, t: torch.Tensor) -> None:
+    gathered = [torch.empty_like(t) for _ in range(world())]
+    with zccl_torch.config(algorithm="mpi"):
+        dist.all_gather(gathered, t)
+    for r, g in enumerate(gathered):
+        assert_equal(f"{name} (rank {r} vs {rank()})", g, t)
+
+
+def mpi_allreduce(t: torch.Tensor, op: MPI.Op) -> torch.Tensor:
+    """mpi4py's reference. The zccl exact path runs MPI_Iallreduce (a deadline can be put on it);
+    Open MPI's blocking and non-blocking allreduce may sum floats in different orders, so the
+    reference uses the non-blocking call too: then float results must match bit for bit."""
+    out = torch.empty_like(t)
+    MPI.COMM_WORLD.Iallreduce(t.numpy(), out.numpy(), op=op).Wait()
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+
+
+@check
+def allreduce_compressed_within_bound() -> None:
+    p = world()
+    for dtype in (torch.float32, torch.float64):
+        for algo in ("auto", "ring", "recursive_doubling", "cprp2p"):
+            for op, name in (
+                (dist.ReduceOp.SUM, "sum"),
+                (dist.ReduceOp.AVG, "avg"),
+                (dist.ReduceOp.MIN, "min"),
+                (dist.ReduceOp.MAX, "max"),
+            ):
+                for n in counts():
+                    inputs = [data(r, n, dtype) for r in range(p)]
+                    t = inputs[rank()].clone()
+                    with zccl_torch.config(algorithm=algo):
+                        dist.all_reduce(t, op=op)
+                    stack = torch.stack([x.double() for x in inputs]) if n else torch.zeros(p, 0)
+                    ref = {
+                        "sum": stack.sum(0),
+                        "avg": stack.mean(0),
+                        "min": stack.min(0).values if n else stack.sum(0),
+                        "max": stack.max(0).values if n else stack.sum(0),
+                    }[name]
+                    if n == 0:
+                        assert t.numel() == 0
+                        continue
+                    ran = zccl_torch.last_stats()["algorithm"]
+                    bound = zccl_torch._C.output_error_bound(ran, name, p, EB, True)
+                    rounding = float_rounding(inputs, dtype)
+                    if name == "avg":
+                        rounding = rounding / p + torch.finfo(dtype).eps * ref.abs()
+                    if name in ("min", "max"):
+                        rounding = torch.zeros_like(ref)
+                    assert_within(
+                        f"all_reduce {name} {dtype} {algo}({ran}) n={n}", t, ref, bound + rounding
+                    )
+                    identical_across_ranks(f"all_reduce {name} {dtype} {algo} n={n}", t)
+
+
+@check
+def allreduce_exact_dtypes_match_mpi4py() -> None:
+    p = world()
+    ops = [
+        (dist.ReduceOp.SUM, MPI.SUM),
+        (dist.ReduceOp.PRODUCT, MPI.PROD),
+        (dist.ReduceOp.MIN, MPI.MIN),
+        (dist.ReduceOp.MAX, MPI.MAX),
+        (dist.ReduceOp.BAND, MPI.BAND),
+        (dist.ReduceOp.BOR, MPI.BOR),
+        (dist.ReduceOp.BXOR, MPI.BXOR),
+    ]
+    for dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+        for op, mop in ops:
+            for n in counts():
+                g = torch.Generator().manual_seed(rank() * 7 + n)
+                t = torch.randint(-3 if dtype != torch.uint8 else 0, 4, (n,), generator=g).to(dtype)
+                ref = mpi_allreduce(t, mop)
+                dist.all_reduce(t, op=op)
+                assert_equal(f"all_reduce {dtype} {op} n={n}", t, ref)
+    b = torch.tensor([rank() % 2 == 0, True, False] * 5)
+    ref = mpi_allreduce(b, MPI.LOR)
+    dist.all_reduce(b, op=dist.ReduceOp.SUM)
+    assert_equal("all_reduce bool", b, ref)
+    # Floats below the compression threshold and the 'mpi' baseline are exact, like MPI itself.
+    for dtype in (torch.float32, torch.float64):
+        x = data(rank(), 1009, dtype)
+        ref = mpi_allreduce(x, MPI.SUM)
+        with zccl_torch.config(algorithm="mpi"):
+            y = x.clone()
+            dist.all_reduce(y)
+        assert_equal(f"all_reduce {dtype} mpi baseline", y, ref)
+        with zccl_torch.config(min_compress_bytes=1 << 30):
+            y = x.clone()
+            dist.all_reduce(y)
+        assert_equal(f"all_reduce {dtype} below threshold", y, ref)
+    _ = p
+
+
+@check
+def half_precision_allreduce() -> None:
+    p = world()
+    for dtype in (torch.float16, torch.bfloat16):
+        inputs = [data(r, 4099, torch.float32).to(dtype) for r in range(p)]
+        t = inputs[rank()].clone()
+        dist.all_reduce(t)
+        ref = torch.stack([x.double() for x in inputs]).sum(0)
+        bound = zccl_torch._C.output_error_bound(
+            zccl_torch.last_stats()["algorithm"], "sum", p, EB, True
+        )
+        # Plus the final rounding back to the half type and float32 accumulation.
+        tol = bound + torch.finfo(dtype).eps * ref.abs() + float_rounding(inputs, torch.float32)
+        assert_within(f"all_reduce {dtype}", t, ref, tol)
+
+
+@check
+def broadcast_every_root() -> None:
+    p = world()
+    for dtype in (torch.float32, torch.float64, torch.int32):
+        for root in range(p):
+            for n in counts():
+                src = (
+                    data(root, n, dtype)
+                    if dtype.is_floating_point
+                    else torch.arange(n, dtype=dtype) * (root + 1)
+                )
+                t = src.clone() if rank() == root else torch.zeros(n, dtype=dtype)
+                dist.broadcast(t, src=root)
+                if rank() == root or not dtype.is_floating_point:
+                    assert_equal(f"broadcast root {root} n={n} {dtype}", t, src)
+                else:
+                    assert_within(f"broadcast root {root} n={n} {dtype}", t, src, EB)
+
+
+@check
+def nan_inf_pass_through() -> None:
+    x = data(0, 5000)
+    x[7] = float("nan")
+    x[100] = float("inf")
+    x[4000] = -float("inf")
+    t = x.clone() if rank() == 0 else torch.zeros_like(x)
+    dist.broadcast(t, src=0)
+    finite = torch.isfinite(x)
+    assert_equal("nan/inf positions", t[~finite], x[~finite])
+    assert_within("nan/inf neighbours", t[finite], x[finite], EB)
+    out = [torch.empty_like(x) for _ in range(world())]
+    dist.all_gather(out, x)
+    for o in out:
+        assert_equal("all_gather nan/inf", o[~finite], x[~finite])
+    s = x.clone()
+    dist.all_reduce(s)
+    assert bool(torch.isnan(s[7])) and bool(torch.isnan(s[100]) | (s[100] == float("inf")))
+
+
+@check
+def all_gather_variants() -> None:
+    p = world()
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        for n in counts():
+            mine = data(rank(), n, dtype) if dtype.is_floating_point else torch.arange(n) + rank()
+            expect = [
+                data(r, n, dtype) if dtype.is_floating_point else torch.arange(n) + r
+                for r in range(p)
+            ]
+            outs = [torch.empty_like(mine) for _ in range(p)]
+            dist.all_gather(outs, mine)
+            flat = torch.empty(p * n, dtype=dtype)
+            dist.all_gather_into_tensor(flat, mine)
+            for r in range(p):
+                for got in (outs[r], flat[r * n : (r + 1) * n]):
+                    if dtype.is_floating_point and r != rank():
+                        assert_within(f"all_gather {dtype} n={n} from {r}", got, expect[r], EB)
+                    elif dtype.is_floating_point:
+                        assert_within(f"all_gather own {dtype} n={n}", got, expect[r], EB)
+                    else:
+                        assert_equal(f"all_gather {dtype} n={n}", got, expect[r])
+
+
+@check
+def reduce_scatter_variants() -> None:
+    p = world()
+    for dtype in (torch.float32, torch.float64):
+        for n in counts():
+            inputs = [data(r, p * n, dtype) for r in range(p)]
+            ref = torch.stack([x.double() for x in inputs]).sum(0)[rank() * n : (rank() + 1) * n]
+            out = torch.empty(n, dtype=dtype)
+            dist.reduce_scatter_tensor(out, inputs[rank()].clone())
+            if n == 0:
+                continue
+            ran = zccl_torch.last_stats()["algorithm"]
+            bound = zccl_torch._C.output_error_bound(ran, "sum", p, EB, False)
+            tol = bound + float_rounding([x[rank() * n : (rank() + 1) * n] for x in inputs], dtype)
+            assert_within(f"reduce_scatter_tensor {dtype} n={n}", out, ref, tol)
+            out2 = torch.empty(n, dtype=dtype)
+            dist.reduce_scatter(out2, list(inputs[rank()].clone().chunk(p)))
+            assert_within(f"reduce_scatter {dtype} n={n}", out2, ref, tol)
+    ints = [torch.arange(p * 5) * (r + 1) for r in range(p)]
+    out = torch.empty(5, dtype=torch.int64)
+    dist.reduce_scatter_tensor(out, ints[rank()])
+    assert_equal("reduce_scatter int64", out, sum(ints)[rank() * 5 : (rank() + 1) * 5])
+
+
+@check
+def gather_scatter_reduce_every_root() -> None:
+    p = world()
+    for root in range(p):
+        for n in (0, 1, p + 1, 20011):
+            mine = data(rank(), n)
+            outs = [torch.empty_like(mine) for _ in range(p)] if rank() == root else None
+            dist.gather(mine, gather_list=outs, dst=root)
+            if rank() == root:
+                for r in range(p):
+                    assert_within(f"gather root {root} n={n} from {r}", outs[r], data(r, n), EB)
+            chunks = [data(100 + r, n) for r in range(p)]
+            out = torch.empty(n)
+            dist.scatter(
+                out, scatter_list=[c.clone() for c in chunks] if rank() == root else None, src=root
+            )
+            assert_within(f"scatter root {root} n={n}", out, chunks[rank()], EB)
+            t = mine.clone()
+            dist.reduce(t, dst=root)
+            if rank() == root and n:
+                ref = torch.stack([data(r, n).double() for r in range(p)]).sum(0)
+                ran = zccl_torch.last_stats()["algorithm"]
+                bound = zccl_torch._C.output_error_bound(ran, "sum", p, EB, True)
+                tol = bound + float_rounding([data(r, n) for r in range(p)], torch.float32)
+                assert_within(f"reduce root {root} n={n}", t, ref, tol)
+
+
+@check
+def all_to_all_with_splits() -> None:
+    p = world()
+    me = rank()
+    # Rank r sends (r + d + 1) * 700 rows of 3 values to rank d.
+    send_splits = [(me + d + 1) * 700 for d in range(p)]
+    recv_splits = [(s + me + 1) * 700 for s in range(p)]
+    blocks = [data(me * 31 + d, send_splits[d] * 3).reshape(-1, 3) for d in range(p)]
+    inp = torch.cat(blocks)
+    out = torch.empty(sum(recv_splits), 3)
+    dist.all_to_all_single(out, inp, output_split_sizes=recv_splits, input_split_sizes=send_splits)
+    at = 0
+    for s in range(p):
+        expect = data(s * 31 + me, recv_splits[s] * 3).reshape(-1, 3)
+        assert_within(f"all_to_all_single from {s}", out[at : at + recv_splits[s]], expect, EB)
+        at += recv_splits[s]
+    ins = [torch.full((4,), float(me * p + d)) for d in range(p)]
+    outs = [torch.empty(4) for _ in range(p)]
+    dist.all_to_all(outs, ins)
+    for s in range(p):
+        assert_within(f"all_to_all from {s}", outs[s], torch.full((4,), float(s * p + me)), EB)
+    ints_in = torch.arange(p * 2, dtype=torch.int32) + 100 * me
+    ints_out = torch.empty_like(ints_in)
+    dist.all_to_all_single(ints_out, ints_in)
+    expect = torch.cat([torch.arange(2, dtype=torch.int32) + 2 * me + 100 * s for s in range(p)])
+    assert_equal("all_to_all_single int32", ints_out, expect)
+
+
+@check
+def send_recv_ring_and_async() -> None:
+    p = world()
+    if p == 1:
+        return
+    me = rank()
+    nxt, prv = (me + 1) % p, (me - 1) % p
+    for n, dtype in ((100_003, torch.float32), (7, torch.float32), (50_000, torch.int64)):
+        mine = data(me, n) if dtype.is_floating_point else torch.arange(n) * me
+        got = torch.empty(n, dtype=dtype)
+        send = dist.isend(mine, nxt, tag=3)
+        recv = dist.irecv(got, prv, tag=3)
+        send.wait()
+        recv.wait()
+        expect = data(prv, n) if dtype.is_floating_point else torch.arange(n) * prv
+        if dtype.is_floating_point:
+            assert_within(f"isend/irecv n={n}", got, expect, EB)
+        else:
+            assert_equal(f"isend/irecv n={n}", got, expect)
+    if me % 2 == 0 and me + 1 < p:
+        dist.send(torch.ones(10) * me, me + 1)
+    elif me % 2 == 1:
+        buf = torch.empty(10)
+        dist.recv(buf, me - 1)
+        assert_within("send/recv", buf, torch.ones(10) * (me - 1), EB)
+
+
+@check
+def async_ops_and_futures() -> None:
+    p = world()
+    ts = [data(rank(), 30_000, salt=k) for k in range(4)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    futs = [w.get_future() for w in works]
+    for k, (w, f) in enumerate(zip(works, futs, strict=True)):
+        assert w.wait()
+        value = f.wait()
+        assert isinstance(value, list) and value[0] is not None and value[0].shape == ts[k].shape
+        ref = torch.stack([data(r, 30_000, salt=k).double() for r in range(p)]).sum(0)
+        bound = zccl_torch._C.output_error_bound("ring", "sum", p, EB, True)
+        bound = max(
+            bound, zccl_torch._C.output_error_bound("recursive_doubling", "sum", p, EB, True)
+        )
+        tol = bound + float_rounding([data(r, 30_000, salt=k) for r in range(p)], torch.float32)
+        assert_within(f"async all_reduce {k}", value[0], ref, tol)
+    dist.barrier()
+
+
+@check
+def subgroups() -> None:
+    p = world()
+    members = list(range(0, p, 2))  # every other rank: odd-sized for p in {5, 7}
+    group = dist.new_group(members)
+    if rank() in members:
+        t = data(rank(), 10_007)
+        dist.all_reduce(t, group=group)
+        ref = torch.stack([data(r, 10_007).double() for r in members]).sum(0)
+        q = len(members)
+        bound = max(
+            zccl_torch._C.output_error_bound(a, "sum", q, EB, True)
+            for a in ("ring", "recursive_doubling")
+        )
+        assert_within(
+            "subgroup all_reduce",
+            t,
+            ref,
+            bound + float_rounding([data(r, 10_007) for r in members], torch.float32),
+        )
+        b = data(members[-1], 333) if rank() == members[-1] else torch.zeros(333)
+        dist.broadcast(b, src=members[-1], group=group)
+        assert_within("subgroup broadcast", b, data(members[-1], 333), EB)
+    dist.destroy_process_group(group)
+    dist.barrier()
+
+
+@check
+def object_collectives() -> None:
+    p = world()
+    objs = [None] * p
+    dist.all_gather_object(objs, {"rank": rank(), "name": f"r{rank()}"})
+    assert objs == [{"rank": r, "name": f"r{r}"} for r in range(p)], objs
+    lst = [rank() * 10, "x"] if rank() == 0 else [None, None]
+    dist.broadcast_object_list(lst, src=0)
+    assert lst == [0, "x"], lst
+
+
+@check
+def in_place_and_out_of_place() -> None:
+    p = world()
+    x = data(rank(), 4096).reshape(64, 64).t()  # non-contiguous view
+    before = x.clone()
+    dist.all_reduce(x)
+    ref = torch.stack([data(r, 4096).reshape(64, 64).t().double() for r in range(p)]).sum(0)
+    bound = max(
+        zccl_torch._C.output_error_bound(a, "sum", p, EB, True)
+        for a in ("ring", "recursive_doubling")
+    )
+    assert_within(
+        "non-contiguous all_reduce",
+        x.reshape(-1),
+        ref.reshape(-1),
+        bound + float_rounding([before.reshape(-1)] * p, torch.float32) * 2,
+    )
+
+
+@check
+def size_mismatch_raises() -> None:
+    n = 1000 + rank()  # every rank a different size (p >= 2)
+    if world() == 1:
+        return
+    t = torch.ones(n)
+    try:
+        dist.all_reduce(t)
+    except Exception as exc:
+        assert "size mismatch" in str(exc), str(exc)
+    else:
+        raise AssertionError("all_reduce with mismatched sizes did not raise")
+    dist.barrier()
+
+
+@check
+def bad_input_errors() -> None:
+    # (complex tensors are fine: torch reduces them as real views)
+    for bad, msg in (
+        (lambda: dist.all_reduce(torch.ones(3, dtype=torch.uint32)), "dtype"),
+        (lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND), "bitwise"),
+        (lambda: dist.broadcast(torch.ones(3), src=world()), "root"),
+    ):
+        try:
+            bad()
+        except Exception as exc:
+            assert msg in str(exc).lower() or "not" in str(exc).lower(), str(exc)
+        else:
+            raise AssertionError(f"no error for bad input ({msg})")
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(CHECKS)
+    dist.init_process_group(
+        backend="zccl",
+        timeout=datetime.timedelta(seconds=60),
+        pg_options=zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0),
+    )
+    assert dist.get_backend() == "zccl"
+    failures = 0
+    for name in names:
+        try:
+            with zccl_torch.config(
+                zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0)
+            ):
+                CHECKS[name]()
+            print(f"[rank {rank()}] PASS {name}", flush=True)
+        except Exception:
+            failures += 1
+            print(f"[rank {rank()}] FAIL {name}\n{traceback.format_exc()}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,45 @@
+"""Launching test programs under real mpirun, with a timeout so a hang fails instead of blocking."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def mpi_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        OMPI_MCA_rmaps_base_oversubscribe="1",
+        # Oversubscribed ranks must yield the CPU while polling, or 7 ranks on 2 cores crawl.
+        OMPI_MCA_mpi_yield_when_idle="1",
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
+    return env
+
+
+def mpirun(nprocs: int, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """Runs ``argv`` on ``nprocs`` ranks; a run past ``timeout`` seconds is killed and fails."""
+    if shutil.which("mpirun") is None:
+        raise RuntimeError("mpirun not found: run scripts/setup.sh (installs openmpi-bin)")
+    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(nprocs), *argv]
+    try:
+        return subprocess.run(
+            cmd, cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        raise AssertionError(
+            f"mpirun -np {nprocs} {' '.join(argv)} timed out after {timeout} s\n{out[-4000:]}"
+        ) from exc
+
+
+def python_argv(script: str, *args: str) -> list[str]:
+    return [sys.executable, str(ROOT / script), *args]

@@ -1,0 +1,27 @@
+"""The "zccl" backend under real mpirun at p in {1, 2, 3, 4, 5, 7}.
+
+The checks themselves live in tests/mpi/backend_checks.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.mpi_launch import mpirun, python_argv
+
+SCRIPT = "tests/mpi/backend_checks.py"
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 5, 7])
+def test_backend_collectives(nprocs: int) -> None:
+    done = mpirun(nprocs, python_argv(SCRIPT), timeout=600)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-8000:]
+    assert report.count("PASS ") >= nprocs * 10, report[-4000:]
+    assert "FAIL" not in report, report[-8000:]
+
+
+def test_ddp_smoke_two_ranks() -> None:
+    done = mpirun(2, python_argv("tests/mpi/ddp_smoke.py"), timeout=300)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
+    assert "DDP OK" in done.stdout

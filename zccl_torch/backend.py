@@ -1,0 +1,91 @@
+"""Registration of the ``"zccl"`` torch.distributed backend.
+
+``import zccl_torch`` registers it (idempotently). Under ``mpirun`` on one host nothing else is
+needed: the launch variables torch's ``env://`` rendezvous wants (RANK, WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT) are derived from Open MPI's when absent. On several hosts, set MASTER_ADDR (a host all
+ranks reach) and MASTER_PORT as usual, or pass ``init_method``. MPI itself is initialised only when
+the first zccl process group is created, never at import.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from zccl_torch import _C
+from zccl_torch.config import Options
+
+BACKEND_NAME = "zccl"
+_PORT_BASE, _PORT_SPAN = 29600, 20000
+
+
+def _set_launch_defaults(environ: dict[str, str] | None = None) -> None:
+    """Fills RANK/WORLD_SIZE/LOCAL_RANK (and MASTER_* on one host) from Open MPI's variables."""
+    env = os.environ if environ is None else environ
+    if "OMPI_COMM_WORLD_RANK" not in env:
+        return
+    env.setdefault("RANK", env["OMPI_COMM_WORLD_RANK"])
+    env.setdefault("WORLD_SIZE", env["OMPI_COMM_WORLD_SIZE"])
+    env.setdefault("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
+    env.setdefault("LOCAL_WORLD_SIZE", env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"))
+    # Open MPI 4.1's shared-memory single-copy (CMA) path writes past a receive buffer when a
+    # larger message than posted arrives (before reporting MPI_ERR_TRUNCATE). Mismatched sizes
+    # must give an error, never memory corruption, so single copy is off unless the user says so.
+    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
+    single_host = env.get("OMPI_COMM_WORLD_LOCAL_SIZE") == env["OMPI_COMM_WORLD_SIZE"]
+    if single_host:
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        # Same on every rank of the job, different between concurrent jobs.
+        job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or "0"
+        digits = "".join(ch for ch in job if ch.isdigit()) or "0"
+        env.setdefault("MASTER_PORT", str(_PORT_BASE + int(digits) % _PORT_SPAN))
+
+
+def _create(dist_opts: Any, pg_options: Any) -> Any:
+    """Creator torch calls for each zccl process group (extended API)."""
+    if pg_options is None:
+        options = Options.from_env()
+    elif isinstance(pg_options, Options):
+        options = pg_options
+    else:
+        raise TypeError(
+            f"pg_options for the zccl backend must be a zccl_torch.Options, got "
+            f"{type(pg_options).__name__}"
+        )
+    timeout = dist_opts.timeout
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    return _C.create_backend(
+        dist_opts.group_rank,
+        dist_opts.group_size,
+        [int(r) for r in dist_opts.global_ranks_in_group],
+        str(dist_opts.group_id),
+        seconds,
+        options.to_native(),
+    )
+
+
+def register() -> None:
+    """Registers the backend with torch.distributed (no-op when already registered)."""
+    _set_launch_defaults()
+    if BACKEND_NAME in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+
+
+def get_backend(group: Any = None) -> Any:
+    """The C++ zccl backend object behind ``group`` (default group when None)."""
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    return pg._get_backend(torch.device("cpu"))
+
+
+def last_stats(group: Any = None) -> dict[str, Any]:
+    """Counters of the most recent compressed collective on ``group``: bytes, eb, timings."""
+    return _C.last_stats(get_backend(group))
+
+
+# MPI is finalised at exit only if zccl initialised it (registered once, at import).
+atexit.register(_C.finalize_mpi_if_owned)
