@@ -25,3 +25,18 @@ def test_ddp_smoke_two_ranks() -> None:
     done = mpirun(2, python_argv("tests/mpi/ddp_smoke.py"), timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
     assert "DDP OK" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("check", "nprocs", "marker"),
+    [
+        ("rank_mismatch", 2, "MISMATCH RAISED"),
+        ("timeout", 2, "TIMEOUT RAISED"),
+        ("no_init_on_import", 3, "LIFECYCLE OK"),
+    ],
+)
+def test_backend_lifecycle(check: str, nprocs: int, marker: str) -> None:
+    done = mpirun(nprocs, python_argv("tests/mpi/lifecycle_checks.py", check), timeout=180)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-6000:]
+    assert marker in done.stdout, report[-6000:]
