@@ -30,6 +30,9 @@ from zccl_torch.errors import CorruptStreamError
 _backend.register()
 last_stats = _backend.last_stats
 
+# Submodules users reach as zccl_torch.policy / zccl_torch.hooks (imported after registration).
+from zccl_torch import hooks, policy  # noqa: E402
+
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "CorruptStreamError",
@@ -40,8 +43,10 @@ __all__ = [
     "current_options",
     "decompress",
     "decompress_chunk",
+    "hooks",
     "last_stats",
     "max_compressed_size",
+    "policy",
     "resolve_error_bound",
     "stream_info",
 ]

@@ -70,6 +70,24 @@ struct Staged {
   }
 };
 
+// rel * (hi - lo), computed so that a range wider than the double range still gives a finite
+// bound; 0 (store exactly) when there is no finite value (lo > hi).
+double rel_bound(double rel, double lo, double hi) {
+  if (!(lo <= hi)) return 0.0;
+  const double range = hi - lo;
+  return std::isfinite(range) ? rel * range : rel * hi - rel * lo;
+}
+
+// The absolute bound for data only this rank compresses (broadcast/scatter roots, sends): a REL
+// bound needs no agreement then, the sender's own value range defines it.
+double local_bound(const at::Tensor& contiguous, const CallConfig& cfg) {
+  if (cfg.mode != BoundMode::Rel) return cfg.error_bound;
+  const fz::FiniteRange r =
+      fz::finite_range(contiguous.data_ptr(), compressed_dtype(contiguous.scalar_type()),
+                       static_cast<uint64_t>(contiguous.numel()), cfg.threads);
+  return r.any_finite ? rel_bound(cfg.error_bound, r.min, r.max) : 0.0;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------
@@ -244,10 +262,7 @@ double ZcclBackend::agree(const char* what, uint64_t count, const at::Tensor* da
                                 " to " + std::to_string(static_cast<uint64_t>(out[2])));
   }
   if (!rel) return cfg.error_bound;
-  const double lo = -out[0], hi = out[1];
-  if (!(lo <= hi)) return 0.0;  // no finite value anywhere: store exactly
-  const double range = hi - lo;
-  return std::isfinite(range) ? cfg.error_bound * range : cfg.error_bound * hi - cfg.error_bound * lo;
+  return rel_bound(cfg.error_bound, -out[0], out[1]);  // no finite value anywhere: 0, exact
 }
 
 // ------------------------------------------------------------------------------------------
@@ -281,12 +296,7 @@ void ZcclBackend::run_broadcast(at::Tensor& t, int root, const CallConfig& cfg) 
   double eb = agree("broadcast", n, nullptr, cfg, false);
   if (n == 0) return;
   if (compress) {
-    if (cfg.mode == BoundMode::Rel && comm_->rank() == root) {
-      const fz::FiniteRange r = fz::finite_range(s.buffer.data_ptr(), compressed_dtype(s.buffer.scalar_type()), n,
-                                                 cfg.threads);
-      eb = r.any_finite ? cfg.error_bound * (r.max - r.min) : 0.0;
-      if (!std::isfinite(eb)) eb = cfg.error_bound * r.max - cfg.error_bound * r.min;
-    }
+    if (comm_->rank() == root) eb = local_bound(s.buffer, cfg);
     coll::Stats stats;
     coll::broadcast(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), root,
                     coll_config(cfg, eb), &stats);
@@ -389,12 +399,7 @@ void ZcclBackend::run_scatter(const at::Tensor* flat_in, at::Tensor& out, int ro
   if (n == 0) return;
   const void* in = src ? src->buffer.data_ptr() : nullptr;
   if (compress) {
-    if (cfg.mode == BoundMode::Rel && src) {
-      const fz::FiniteRange r = fz::finite_range(in, compressed_dtype(src->buffer.scalar_type()),
-                                                 static_cast<uint64_t>(src->buffer.numel()), cfg.threads);
-      eb = r.any_finite ? cfg.error_bound * (r.max - r.min) : 0.0;
-      if (!std::isfinite(eb)) eb = cfg.error_bound * r.max - cfg.error_bound * r.min;
-    }
+    if (src) eb = local_bound(src->buffer, cfg);
     coll::Stats stats;
     coll::scatter(*comm_, in, dst.buffer.data_ptr(), n, compressed_dtype(dst.buffer.scalar_type()), root,
                   coll_config(cfg, eb), &stats);
@@ -781,12 +786,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensor
   if (compressed_path(t.scalar_type(), n, cfg)) {
     const at::Tensor wide = t.scalar_type() == at::kDouble ? t : t.to(at::kFloat);
     const fz::DType dt = compressed_dtype(wide.scalar_type());
-    double eb = cfg.error_bound;
-    if (cfg.mode == BoundMode::Rel) {
-      const fz::FiniteRange r = fz::finite_range(wide.data_ptr(), dt, n, cfg.threads);
-      eb = r.any_finite ? cfg.error_bound * (r.max - r.min) : 0.0;
-      if (!std::isfinite(eb)) eb = cfg.error_bound * r.max - cfg.error_bound * r.min;
-    }
+    const double eb = local_bound(wide, cfg);
     fz::CompressParams params;
     params.error_bound = eb;
     params.chunk_len = cfg.chunk_len;

@@ -1,0 +1,300 @@
+"""DDP communication hook: gradients all-reduced through the zccl backend under an error-bound
+policy, with error feedback.
+
+Usage::
+
+    state = ZcclHookState(policy=Rules(NormRelative(1e-3)), model=ddp_model)
+    ddp_model.register_comm_hook(state, compressed_allreduce_hook)
+
+Per bucket (flat gradient buffer ``g`` of one rank, ``p`` ranks, iteration ``t``):
+
+1. Warm-up: for the first ``start_iter`` iterations the bucket is averaged exactly
+   (``algorithm="mpi"``), like torch's PowerSGD hook does for ``start_powerSGD_iter``.
+2. ``x = g / p + e`` (in float32, float64 for float64 buffers; ``e`` the bucket's residual, zero
+   without error feedback).
+3. The bucket is split into slices by parameter (``bucket.parameters()`` in buffer order). Each
+   parameter gets its leaf policy from ``policy.select(name, numel, ndim)`` (``Rules``: 1-D
+   parameters, small ones and name patterns exact, per-name overrides); slices with the same leaf
+   policy form one payload. Statistics the policies agree on (norms, ranges) are MAX-reduced
+   across ranks in one exact all_reduce; each payload gets an absolute per-compression bound
+   ``eb`` (or exact).
+4. Error feedback: each lossy payload ``x_s`` is compressed and decompressed locally with ``eb``:
+   ``x'_s = D(C(x_s, eb))``, ``|x'_s - x_s| <= eb`` element-wise. The residual becomes
+   ``e <- x - x'`` (zero on exact slices) and ``x'`` is what this rank contributes. Since ``x'``
+   lies on the compressor's quantisation grid, the backend's own compression of ``x'`` and of
+   the partial sums of such values is (up to float rounding) lossless, so the output is
+   ``sum_r x'_r`` up to the algorithm's documented worst-case bound (which the policy, e.g.
+   ``EndToEnd``, accounts for). Over ``T`` steps, ``sum_t x'_t = sum_t g_t / p + e_0 - e_T``
+   per rank: the compression error does not accumulate (it stays bounded by ``eb``).
+   Without error feedback ``x_s`` goes to the compressed all_reduce directly.
+5. All payloads are all-reduced (SUM) asynchronously; the returned future writes the results
+   back into the bucket buffer (its dtype and shape) and yields it.
+
+Residuals are keyed by ``bucket.index()``. DDP rebuilds its buckets after the first iteration
+(indices then refer to different parameters), so, like PowerSGD's ``error_dict``, a residual is
+only reused when the bucket's signature (parameter names, or shapes without a model, in order)
+matches the one it was computed for; otherwise it restarts at zero. With ``start_iter >= 2`` (the
+default 10) the first compressed iteration already sees the rebuilt buckets.
+
+The iteration counter ``state.iter`` advances when the last bucket of an iteration
+(``bucket.is_last()``) has been issued, as in PowerSGD.
+"""
+
+# No `from __future__ import annotations`: DDP checks the hook's annotations at runtime.
+import logging
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from zccl_torch.compressor import compress, decompress
+from zccl_torch.config import Options, config, current_options
+from zccl_torch.policy import (
+    EXACT,
+    CallContext,
+    Decision,
+    NormRelative,
+    Policy,
+    Rules,
+    _agree,
+    check_zccl_group,
+    current_policy,
+)
+
+logger = logging.getLogger("zccl_torch.hooks")
+
+__all__ = ["DEFAULT_POLICY", "ZcclHookState", "compressed_allreduce_hook"]
+
+#: Policy of a hook state created with ``policy=None`` when no group/thread policy is set:
+#: 1-D parameters exact, everything else within 1e-3 of the (cross-rank max) gradient RMS.
+DEFAULT_POLICY: Policy = Rules(NormRelative(1e-3, "rms"))
+
+_Slice = tuple[int, int]  # (offset, numel) in the bucket buffer
+
+
+class ZcclHookState:
+    """State of :func:`compressed_allreduce_hook` (pass to ``register_comm_hook``).
+
+    Args:
+        process_group: a process group on the "zccl" backend (None: the default group).
+        policy: error-bound policy (:mod:`zccl_torch.policy`); None: the thread's
+            ``use_policy`` block or the group's default at hook time, else :data:`DEFAULT_POLICY`.
+        error_feedback: keep per-bucket residuals (see the module docstring).
+        start_iter: iterations averaged exactly before compression starts (>= 0).
+        model: the module (DDP-wrapped or not) whose parameters are bucketed; needed for
+            name-based rules. ``"module."`` prefixes of DDP are stripped.
+
+    Checkpointing: ``torch.save(state)`` keeps the iteration counter, residuals and policy; the
+    process group and model are not saved (like ``PowerSGDState``): after ``torch.load`` the
+    state uses the default group; set ``state.process_group`` / ``state.model`` again if needed.
+    """
+
+    def __init__(
+        self,
+        process_group: Any = None,
+        policy: Policy | None = None,
+        error_feedback: bool = True,
+        start_iter: int = 10,
+        model: torch.nn.Module | None = None,
+    ) -> None:
+        if policy is not None and not isinstance(policy, Policy):
+            raise ValueError(f"ZcclHookState.policy must be a Policy or None, got {policy!r}")
+        if isinstance(start_iter, bool) or not isinstance(start_iter, int) or start_iter < 0:
+            raise ValueError(f"ZcclHookState.start_iter must be an int >= 0, got {start_iter!r}")
+        if not isinstance(error_feedback, bool):
+            raise ValueError(f"ZcclHookState.error_feedback must be a bool, got {error_feedback!r}")
+        if model is not None and not isinstance(model, torch.nn.Module):
+            raise ValueError(f"ZcclHookState.model must be a torch.nn.Module, got {model!r}")
+        self.process_group = process_group
+        self.policy = policy
+        self.error_feedback = error_feedback
+        self.start_iter = start_iter
+        self.model = model
+        #: completed iterations (advanced after the last bucket of each iteration)
+        self.iter = 0
+        #: calls of the hook per bucket index (informational)
+        self.bucket_calls: dict[int, int] = {}
+        #: residual per bucket index (flat, float32 or float64) and the signature it belongs to
+        self.residuals: dict[int, torch.Tensor] = {}
+        self.residual_signatures: dict[int, tuple[Any, ...]] = {}
+        #: decisions of the last compressed call per bucket index: [(eb or 0.0 exact, numel)]
+        self.last_decisions: dict[int, list[tuple[float, int]]] = {}
+        self._names: dict[int, str] | None = None
+
+    # -- checkpointing ------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for key in ("process_group", "model", "_names"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.process_group = None
+        self.model = None
+        self._names = None
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _maybe_increase_iter(self, bucket: dist.GradBucket) -> None:
+        if bucket.is_last():
+            self.iter += 1
+            if self.iter == self.start_iter:
+                logger.info("zccl hook: compression starts after %d iterations", self.iter)
+
+    def _policy(self) -> Policy:
+        pol = current_policy(self.process_group, self.policy)
+        return pol if pol is not None else DEFAULT_POLICY
+
+    def _name_of(self, param: torch.Tensor) -> str | None:
+        if self.model is None:
+            return None
+        if self._names is None:
+            module = self.model
+            inner = getattr(module, "module", None)
+            if isinstance(module, torch.nn.parallel.DistributedDataParallel) and inner is not None:
+                module = inner
+            self._names = {id(p): n for n, p in module.named_parameters()}
+        return self._names.get(id(param))
+
+    def _slices(self, bucket: dist.GradBucket, policy: Policy) -> tuple[list, tuple[Any, ...]]:
+        """[(leaf policy, [slices])] in first-appearance order, and the bucket's signature."""
+        buf = bucket.buffer()
+        params = list(bucket.parameters())
+        total = sum(p.numel() for p in params)
+        if not params or total != buf.numel():  # unknown layout: one payload, default policy
+            leaf = policy.select(None, buf.numel(), None)
+            return [(leaf, [(0, buf.numel())])], ("?", buf.numel())
+        groups: dict[Policy, list[_Slice]] = {}
+        signature = []
+        offset = 0
+        for p in params:
+            name = self._name_of(p)
+            if name is None and policy.needs_names:
+                raise RuntimeError(
+                    "zccl hook: the policy has name rules but parameter names are unknown: pass "
+                    "model= to ZcclHookState (after torch.load, set state.model again)"
+                )
+            leaf = policy.select(name, p.numel(), p.dim())
+            groups.setdefault(leaf, []).append((offset, p.numel()))
+            signature.append((name, tuple(p.shape)))
+            offset += p.numel()
+        return list(groups.items()), tuple(signature)
+
+
+def _gather(t: torch.Tensor, slices: list[_Slice]) -> torch.Tensor:
+    if len(slices) == 1 and slices[0] == (0, t.numel()):
+        return t
+    return torch.cat([t.narrow(0, off, n) for off, n in slices])
+
+
+def _scatter(dst: torch.Tensor, src: torch.Tensor, slices: list[_Slice]) -> None:
+    pos = 0
+    for off, n in slices:
+        dst.narrow(0, off, n).copy_(src.narrow(0, pos, n))
+        pos += n
+
+
+def _exact_allreduce(buf: torch.Tensor, group: Any) -> torch.futures.Future[torch.Tensor]:
+    with config(current_options(), algorithm="mpi", baseline=None):
+        fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
+
+
+def compressed_allreduce_hook(
+    state: ZcclHookState, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """DDP comm hook: the bucket's average over ranks, compressed under ``state``'s policy.
+
+    Returns a future of the bucket buffer (same shape and dtype) holding the average. See the
+    module docstring for the exact math (warm-up, slices, error feedback). Raises TypeError if
+    the process group does not run on the "zccl" backend.
+    """
+    group = state.process_group
+    check_zccl_group(group, error=TypeError)
+    p = dist.get_world_size(group)
+    buf = bucket.buffer()
+    index = bucket.index()
+    state.bucket_calls[index] = state.bucket_calls.get(index, 0) + 1
+
+    if state.iter < state.start_iter or not buf.is_floating_point():
+        state._maybe_increase_iter(bucket)
+        buf.div_(p)
+        return _exact_allreduce(buf, group)
+
+    base = current_options()
+    work_dtype = torch.float64 if buf.dtype == torch.float64 else torch.float32
+    x = buf.detach().reshape(-1).to(work_dtype, copy=True).div_(p)
+    policy = state._policy()
+    groups, signature = state._slices(bucket, policy)
+
+    if state.error_feedback:
+        e = state.residuals.get(index)
+        fits = e is not None and e.shape == x.shape and e.dtype == work_dtype
+        if fits and state.residual_signatures.get(index) == signature:
+            x.add_(e)
+        elif e is not None:
+            logger.debug("zccl hook: bucket %d changed layout, residual reset", index)
+
+    # Agree on every payload's statistics in one exact all_reduce (MAX).
+    payloads = [_gather(x, slices) for _, slices in groups]
+    ctxs, stats, counts = [], [], []
+    for (leaf, _), payload in zip(groups, payloads, strict=True):
+        ctx = CallContext(
+            collective="all_reduce",
+            op="sum",
+            world_size=p,
+            algorithm=base.effective_algorithm,
+            numel=payload.numel(),
+            absolute=True,
+        )
+        st = leaf.stats(payload, ctx)
+        ctxs.append(ctx)
+        stats.extend(st)
+        counts.append(len(st))
+    agreed = _agree(tuple(stats), group)
+
+    sent = x.clone() if state.error_feedback else x
+    plan: list[tuple[torch.Tensor, Decision]] = []
+    decisions: list[tuple[float, int]] = []
+    pos = 0
+    for (leaf, slices), payload, ctx, k in zip(groups, payloads, ctxs, counts, strict=True):
+        d = leaf.decide(ctx, agreed[pos : pos + k])
+        pos += k
+        nbytes = payload.numel() * payload.element_size()
+        if d.exact or d.error_bound <= 0 or nbytes < base.min_compress_bytes or p == 1:
+            d = EXACT
+        if d.mode != "abs" and not d.exact:  # policies decide absolutely under ctx.absolute
+            raise ValueError(f"zccl hook: policy {leaf!r} gave a non-absolute decision {d!r}")
+        if not d.exact and state.error_feedback:
+            threads = base.threads or None
+            stream = compress(
+                payload, d.error_bound, "abs", chunk_size=base.chunk_size, threads=threads
+            )
+            payload = decompress(stream, threads=threads)
+            _scatter(sent, payload, slices)
+        decisions.append((0.0 if d.exact else d.error_bound, payload.numel()))
+        plan.append((payload, d))
+
+    state.last_decisions[index] = decisions
+    if state.error_feedback:  # before any all_reduce writes into x (payloads may alias it)
+        state.residuals[index] = x - sent  # x - x' (zero where exact)
+        state.residual_signatures[index] = signature
+    futures = [_issue(payload, d, base, group) for payload, d in plan]
+    state._maybe_increase_iter(bucket)
+
+    slices_list = [slices for _, slices in groups]
+
+    def write_back(done: torch.futures.Future[list[torch.futures.Future[Any]]]) -> torch.Tensor:
+        flat = buf.view(-1)
+        for slices, f in zip(slices_list, done.value(), strict=True):
+            _scatter(flat, f.value().to(buf.dtype), slices)
+        return buf
+
+    return torch.futures.collect_all(futures).then(write_back)
+
+
+def _issue(payload: torch.Tensor, d: Decision, base: Options, group: Any) -> torch.futures.Future:
+    """Async SUM all_reduce of ``payload`` under decision ``d``; future of the payload."""
+    with config(d.options(base)):
+        fut = dist.all_reduce(payload, group=group, async_op=True).get_future()
+    return fut.then(lambda f: f.value()[0])
