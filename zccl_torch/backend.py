@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from zccl_torch import _C
-from zccl_torch.config import Options
+from zccl_torch.config import Options, register_group_options
 
 BACKEND_NAME = "zccl"
 _PORT_BASE, _PORT_SPAN = 29600, 20000
@@ -56,6 +56,7 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
             f"pg_options for the zccl backend must be a zccl_torch.Options, got "
             f"{type(pg_options).__name__}"
         )
+    register_group_options(str(dist_opts.group_id), options)
     timeout = dist_opts.timeout
     seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
     return _C.create_backend(

@@ -3,7 +3,7 @@
 Precedence: an ``Options`` passed as ``pg_options`` to ``init_process_group``/``new_group`` is
 used as given; otherwise the group's options come from the ``ZCCL_*`` environment variables over
 the defaults below. Inside ``with zccl_torch.config(...)``, collectives issued from that thread use
-the enclosing configuration with the given fields replaced (for every zccl group).
+their group's options with the block's fields replaced.
 
 ==========================  =======================  ==========  ================================
 field                       environment variable     default     meaning
@@ -134,35 +134,73 @@ def _parse_env(name: str, raw: str) -> Any:
 
 
 _local = threading.local()
+_group_options: dict[str, Options] = {}  # group name -> the Options it was created with
+_group_lock = threading.Lock()
 
 
-def _stack() -> list[Options]:
+def register_group_options(group_name: str, options: Options) -> None:
+    """Records a zccl group's options (the backend creator calls this)."""
+    with _group_lock:
+        _group_options[group_name] = options
+
+
+def group_options(group: Any = None) -> Options:
+    """The options ``group`` (default group when None) was created with; environment defaults
+    when there is no such zccl group."""
+    import torch.distributed as dist  # late: keeps this module importable without a group
+
+    if not dist.is_available() or not dist.is_initialized():
+        return Options.from_env()
+    pg = group if group is not None else dist.distributed_c10d._get_default_group()
+    name = dist.distributed_c10d._get_process_group_name(pg)
+    with _group_lock:
+        found = _group_options.get(name)
+    return found if found is not None else Options.from_env()
+
+
+def _changes() -> list[dict[str, Any]]:
+    """This thread's stack of config() blocks, each the merged field changes in effect."""
     if not hasattr(_local, "stack"):
         _local.stack = []
     return _local.stack
 
 
-def current_options() -> Options:
-    """The configuration collectives issued from this thread use now, outside any pg_options."""
-    stack = _stack()
-    return stack[-1] if stack else Options.from_env()
+def current_options(group: Any = None) -> Options:
+    """The configuration collectives issued from this thread on ``group`` use now: the group's
+    options with the enclosing ``config()`` blocks' changes laid over them."""
+    base = group_options(group)
+    stack = _changes()
+    return replace(base, **stack[-1]) if stack else base
 
 
 @contextlib.contextmanager
 def config(options: Options | None = None, **changes: Any) -> Iterator[Options]:
-    """Overrides the configuration of zccl collectives issued from this thread in the block.
+    """Changes the configuration of zccl collectives issued from this thread inside the block.
 
-    ``with zccl_torch.config(error_bound=1e-3, mode="abs"): dist.all_reduce(t)``. Blocks nest;
-    each starts from the enclosing one (or from the environment defaults) unless ``options`` is
-    given. Yields the effective ``Options``.
+    ``with zccl_torch.config(error_bound=1e-3, mode="abs"): dist.all_reduce(t)``: the given fields
+    replace the process group's own (its ``pg_options``, or the environment defaults) for every
+    zccl group; the other fields stay the group's. Passing ``options`` replaces every field.
+    Blocks nest, inner changes over outer ones. Yields the effective ``Options`` of the default
+    group (or of the environment defaults when no group exists).
     """
-    base = options if options is not None else current_options()
-    effective = replace(base, **changes) if changes else base
-    stack = _stack()
-    stack.append(effective)
-    _C.set_call_override(effective.to_native())
+    stack = _changes()
+    merged: dict[str, Any] = dict(stack[-1]) if stack else {}
+    if options is not None:
+        merged = {f.name: getattr(options, f.name) for f in fields(Options)}
+    merged.update(changes)
+    if "algorithm" in changes and "baseline" not in changes:
+        merged["baseline"] = None  # an explicit algorithm wins over an inherited baseline
+    effective = replace(group_options(), **merged)  # validates every changed field
+    native = effective.to_native()
+    keys = {"baseline": "algorithm"}
+    stack.append(merged)
+    _C.set_call_override({keys.get(k, k): native[keys.get(k, k)] for k in merged})
     try:
         yield effective
     finally:
         stack.pop()
-        _C.set_call_override(stack[-1].to_native() if stack else None)
+        if stack:
+            outer = replace(group_options(), **stack[-1]).to_native()
+            _C.set_call_override({keys.get(k, k): outer[keys.get(k, k)] for k in stack[-1]})
+        else:
+            _C.set_call_override(None)

@@ -195,7 +195,7 @@ def _scatter(dst: torch.Tensor, src: torch.Tensor, slices: list[_Slice]) -> None
 
 
 def _exact_allreduce(buf: torch.Tensor, group: Any) -> torch.futures.Future[torch.Tensor]:
-    with config(current_options(), algorithm="mpi", baseline=None):
+    with config(algorithm="mpi", baseline=None):
         fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
     return fut.then(lambda f: f.value()[0])
 
@@ -221,7 +221,7 @@ def compressed_allreduce_hook(
         buf.div_(p)
         return _exact_allreduce(buf, group)
 
-    base = current_options()
+    base = current_options(group)
     work_dtype = torch.float64 if buf.dtype == torch.float64 else torch.float32
     x = buf.detach().reshape(-1).to(work_dtype, copy=True).div_(p)
     policy = state._policy()
@@ -295,6 +295,6 @@ def compressed_allreduce_hook(
 
 def _issue(payload: torch.Tensor, d: Decision, base: Options, group: Any) -> torch.futures.Future:
     """Async SUM all_reduce of ``payload`` under decision ``d``; future of the payload."""
-    with config(d.options(base)):
+    with config(**d.changes()):
         fut = dist.all_reduce(payload, group=group, async_op=True).get_future()
     return fut.then(lambda f: f.value()[0])

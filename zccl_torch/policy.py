@@ -136,15 +136,19 @@ class Decision:
     mode: str = "abs"
     algorithm: str | None = None
 
-    def options(self, base: Options | None = None) -> Options:
-        """``base`` (default: the thread's current options) with this decision applied."""
-        base = current_options() if base is None else base
+    def changes(self) -> dict[str, Any]:
+        """The configuration fields this decision sets (for ``zccl_torch.config(**changes)``);
+        the group's other options stay in force."""
         if self.exact:
-            return replace(base, algorithm="mpi", baseline=None)
+            return {"algorithm": "mpi", "baseline": None}
         changes: dict[str, Any] = {"error_bound": self.error_bound, "mode": self.mode}
         if self.algorithm is not None:
             changes.update(algorithm=self.algorithm, baseline=None)
-        return replace(base, **changes)
+        return changes
+
+    def options(self, base: Options | None = None) -> Options:
+        """``base`` (default: the thread's current options) with this decision applied."""
+        return replace(current_options() if base is None else base, **self.changes())
 
 
 EXACT = Decision(exact=True)
@@ -504,14 +508,14 @@ def effective_error_bound(
         raise ValueError(f"collective must be one of {_COLLECTIVES}, got {collective!r}")
     pol = current_policy(group, policy)
     if pol is None:
-        base = current_options()
+        base = current_options(group)
         if base.mode == "abs":
             return float(base.error_bound)
         lo, hi = _finite_range(tensor)
         return float(base.error_bound) * (hi - lo)
     if world_size is None:
         world_size = dist.get_world_size(group) if dist.is_initialized() else 1
-    base = current_options()
+    base = current_options(group)
     param_ndim = tensor.dim() if name is not None else None
     leaf = pol.select(name, tensor.numel(), param_ndim)
     ctx = _context(
@@ -526,7 +530,7 @@ def _agree(stats: tuple[float, ...], group: Any, src: int | None = None) -> tupl
     if not stats:
         return ()
     t = torch.tensor(stats, dtype=torch.float64)
-    with config(current_options(), algorithm="mpi", baseline=None):
+    with config(algorithm="mpi", baseline=None):
         if src is None:
             dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
         else:
@@ -549,7 +553,7 @@ def _resolve(
         return None, None
     if not tensor.is_floating_point():
         return pol, EXACT  # integers go through MPI anyway; nothing to agree on
-    base = current_options()
+    base = current_options(group)
     param_ndim = tensor.dim() if name is not None else None
     leaf = pol.select(name, tensor.numel(), param_ndim)
     ctx = _context(
@@ -584,7 +588,7 @@ def last_stats(group: Any = None) -> dict[str, Any]:
 def _run(decision: Decision | None, fn: Any) -> Any:
     if decision is None:
         return fn()
-    with config(decision.options()):
+    with config(**decision.changes()):
         return fn()
 
 

@@ -25,8 +25,27 @@ struct CallConfig {
   bool check_sizes = true;  // agree on element counts before each collective (clear errors)
 };
 
+// Some fields of a CallConfig, laid over a group's defaults (the Python `config()` block).
+struct CallOverride {
+  enum Field : uint32_t {
+    kErrorBound = 1u << 0,
+    kMode = 1u << 1,
+    kThreads = 1u << 2,
+    kChunkLen = 1u << 3,
+    kMinCompressBytes = 1u << 4,
+    kAlgorithm = 1u << 5,
+    kCheckSizes = 1u << 6,
+  };
+  CallConfig values;
+  uint32_t fields = 0;  // which members of `values` replace the group's defaults
+
+  CallConfig apply(const CallConfig& base) const;
+};
+
 // Sets (or clears, with nullopt) the override for collectives issued from this thread.
-void set_thread_override(std::optional<CallConfig> config);
-const std::optional<CallConfig>& thread_override();
+void set_thread_override(std::optional<CallOverride> config);
+const std::optional<CallOverride>& thread_override();
+// The configuration a collective issued from this thread on a group with `defaults` uses.
+CallConfig resolve_for_thread(const CallConfig& defaults);
 
 }  // namespace zccl::backend

@@ -132,11 +132,11 @@ void ZcclBackend::setTimeout(std::chrono::milliseconds timeout) {
 c10::intrusive_ptr<c10d::Work> ZcclBackend::enqueue(const char* name, c10d::OpType type,
                                                     std::vector<at::Tensor> outputs, Job job) {
   auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_);
-  const std::optional<CallConfig>& over = thread_override();
+  const CallConfig config = resolve_for_thread(defaults_);  // captured on the caller's thread
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
     if (stopping_) throw std::runtime_error("zccl: the process group has been shut down");
-    queue_.push_back(Queued{work, std::move(job), over ? *over : defaults_});
+    queue_.push_back(Queued{work, std::move(job), config});
   }
   queue_cv_.notify_one();
   return work;
@@ -780,8 +780,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensor
   check_root(dst, getSize(), "send");
   if (tag < 0 || tag > 32767) throw std::invalid_argument("zccl: send: tag must be in [0, 32767]");
   const at::Tensor t = tensors[0].contiguous();
-  const std::optional<CallConfig>& over = thread_override();
-  const CallConfig cfg = over ? *over : defaults_;
+  const CallConfig cfg = resolve_for_thread(defaults_);
   const uint64_t n = static_cast<uint64_t>(t.numel());
   if (compressed_path(t.scalar_type(), n, cfg)) {
     const at::Tensor wide = t.scalar_type() == at::kDouble ? t : t.to(at::kFloat);
@@ -806,8 +805,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::recv(std::vector<at::Tensor>& tensor
   check_root(src, getSize(), "recv");
   if (tag < 0 || tag > 32767) throw std::invalid_argument("zccl: recv: tag must be in [0, 32767]");
   at::Tensor out = tensors[0];
-  const std::optional<CallConfig>& over = thread_override();
-  const CallConfig cfg = over ? *over : defaults_;
+  const CallConfig cfg = resolve_for_thread(defaults_);
   const uint64_t n = static_cast<uint64_t>(out.numel());
   if (compressed_path(out.scalar_type(), n, cfg)) {
     const fz::DType dt = compressed_dtype(out.scalar_type());

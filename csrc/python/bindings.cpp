@@ -119,25 +119,43 @@ py::dict stream_info(const torch::Tensor& stream) {
 
 namespace zb = zccl::backend;
 
-// The Python Options (a dict of plain values here) -> the C++ per-call configuration.
-zb::CallConfig call_config_from(const py::dict& d) {
-  zb::CallConfig c;
-  c.error_bound = d["error_bound"].cast<double>();
-  const auto mode = d["mode"].cast<std::string>();
-  c.mode = mode == "abs" ? zb::BoundMode::Abs : zb::BoundMode::Rel;
-  c.threads = d["threads"].cast<int>();
-  c.chunk_len = d["chunk_size"].cast<uint32_t>();
-  c.min_compress_bytes = d["min_compress_bytes"].cast<size_t>();
-  c.check_sizes = d["check_sizes"].cast<bool>();
-  const auto algo = d["algorithm"].cast<std::string>();
+// The Python options (a dict of plain values; any subset of the fields) -> the C++ override.
+zb::CallOverride call_override_from(const py::dict& d) {
   using zccl::coll::Algorithm;
-  if (algo == "auto") c.algorithm = Algorithm::Auto;
-  else if (algo == "ring") c.algorithm = Algorithm::Ring;
-  else if (algo == "recursive_doubling") c.algorithm = Algorithm::RecursiveDoubling;
-  else if (algo == "mpi") c.algorithm = Algorithm::Mpi;
-  else if (algo == "cprp2p") c.algorithm = Algorithm::CprP2P;
-  else throw std::invalid_argument("zccl: unknown algorithm '" + algo + "'");
-  return c;
+  using F = zb::CallOverride;
+  zb::CallOverride o;
+  auto has = [&](const char* key, uint32_t field) {
+    if (!d.contains(key)) return false;
+    o.fields |= field;
+    return true;
+  };
+  if (has("error_bound", F::kErrorBound)) o.values.error_bound = d["error_bound"].cast<double>();
+  if (has("mode", F::kMode)) {
+    o.values.mode = d["mode"].cast<std::string>() == "abs" ? zb::BoundMode::Abs : zb::BoundMode::Rel;
+  }
+  if (has("threads", F::kThreads)) o.values.threads = d["threads"].cast<int>();
+  if (has("chunk_size", F::kChunkLen)) o.values.chunk_len = d["chunk_size"].cast<uint32_t>();
+  if (has("min_compress_bytes", F::kMinCompressBytes)) {
+    o.values.min_compress_bytes = d["min_compress_bytes"].cast<size_t>();
+  }
+  if (has("check_sizes", F::kCheckSizes)) o.values.check_sizes = d["check_sizes"].cast<bool>();
+  if (has("algorithm", F::kAlgorithm)) {
+    const auto algo = d["algorithm"].cast<std::string>();
+    if (algo == "auto") o.values.algorithm = Algorithm::Auto;
+    else if (algo == "ring") o.values.algorithm = Algorithm::Ring;
+    else if (algo == "recursive_doubling") o.values.algorithm = Algorithm::RecursiveDoubling;
+    else if (algo == "mpi") o.values.algorithm = Algorithm::Mpi;
+    else if (algo == "cprp2p") o.values.algorithm = Algorithm::CprP2P;
+    else throw std::invalid_argument("zccl: unknown algorithm '" + algo + "'");
+  }
+  return o;
+}
+
+// A complete configuration (group creation): every field must be present.
+zb::CallConfig call_config_from(const py::dict& d) {
+  const zb::CallOverride o = call_override_from(d);
+  if (o.fields != 0x7Fu) throw std::invalid_argument("zccl: incomplete backend options");
+  return o.values;
 }
 
 const char* algorithm_name(zccl::coll::Algorithm a) {
@@ -205,10 +223,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         if (config.is_none()) {
           zb::set_thread_override(std::nullopt);
         } else {
-          zb::set_thread_override(call_config_from(config.cast<py::dict>()));
+          zb::set_thread_override(call_override_from(config.cast<py::dict>()));
         }
       },
-      "Per-thread configuration override for collectives issued from this thread (None clears)");
+      "Fields (a subset) laid over each group's options for collectives issued from this thread; None clears");
   m.def(
       "output_error_bound",
       [](const std::string& algorithm, const std::string& op, int p, double eb, bool allreduce) {
