@@ -231,4 +231,23 @@ double output_error_bound(Algorithm algorithm, ReduceOp op, int p, double eb, bo
   return sum;
 }
 
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::Auto: return "auto";
+    case Algorithm::Ring: return "ring";
+    case Algorithm::RecursiveDoubling: return "recursive_doubling";
+    case Algorithm::Mpi: return "mpi";
+    case Algorithm::CprP2P: return "cprp2p";
+  }
+  return "unknown";
+}
+
+Algorithm algorithm_from_name(const std::string& name) {
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::RecursiveDoubling,
+                      Algorithm::Mpi, Algorithm::CprP2P}) {
+    if (name == algorithm_name(a)) return a;
+  }
+  throw std::invalid_argument("zccl: unknown algorithm '" + name + "'");
+}
+
 }  // namespace zccl::coll

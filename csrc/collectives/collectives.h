@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "../compress/fzlight.h"
@@ -91,6 +92,11 @@ void allreduce(Comm& comm, void* buf, size_t count, DType dt, ReduceOp op, const
 // Result on root only (buf of other ranks is left unspecified-but-valid).
 void reduce(Comm& comm, void* buf, size_t count, DType dt, ReduceOp op, int root,
             const Config& cfg, Stats* stats = nullptr);
+
+// "auto", "ring", "recursive_doubling", "mpi", "cprp2p" (the names the Python options use).
+const char* algorithm_name(Algorithm a);
+// The inverse; throws std::invalid_argument naming the unknown value.
+Algorithm algorithm_from_name(const std::string& name);
 
 // What Algorithm::Auto resolves to for an allreduce of `bytes` on `p` ranks.
 Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg);

@@ -20,16 +20,6 @@ const char* op_name(ReduceOp op) {
   return "unknown";
 }
 
-const char* algorithm_name(Algorithm a) {
-  switch (a) {
-    case Algorithm::Auto: return "auto";
-    case Algorithm::Ring: return "ring";
-    case Algorithm::RecursiveDoubling: return "recursive_doubling";
-    case Algorithm::Mpi: return "mpi";
-    case Algorithm::CprP2P: return "cprp2p";
-  }
-  return "unknown";
-}
 
 void validate(const char* fn, const void* buf, size_t count, DType dt, ReduceOp op,
               const Config& cfg) {

@@ -39,7 +39,6 @@ void validate(const char* fn, const void* buf, size_t count, DType dt, ReduceOp 
               const Config& cfg);
 bool is_min_max(ReduceOp op);
 const char* op_name(ReduceOp op);
-const char* algorithm_name(Algorithm a);
 MPI_Datatype mpi_type(DType dt);
 MPI_Op mpi_op(ReduceOp op);  // Avg maps to MPI_SUM (the caller divides)
 // a += b for the traffic and codec counters of Stats (not bytes_in: a nested call's input is

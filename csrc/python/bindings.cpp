@@ -121,7 +121,6 @@ namespace zb = zccl::backend;
 
 // The Python options (a dict of plain values; any subset of the fields) -> the C++ override.
 zb::CallOverride call_override_from(const py::dict& d) {
-  using zccl::coll::Algorithm;
   using F = zb::CallOverride;
   zb::CallOverride o;
   auto has = [&](const char* key, uint32_t field) {
@@ -140,13 +139,7 @@ zb::CallOverride call_override_from(const py::dict& d) {
   }
   if (has("check_sizes", F::kCheckSizes)) o.values.check_sizes = d["check_sizes"].cast<bool>();
   if (has("algorithm", F::kAlgorithm)) {
-    const auto algo = d["algorithm"].cast<std::string>();
-    if (algo == "auto") o.values.algorithm = Algorithm::Auto;
-    else if (algo == "ring") o.values.algorithm = Algorithm::Ring;
-    else if (algo == "recursive_doubling") o.values.algorithm = Algorithm::RecursiveDoubling;
-    else if (algo == "mpi") o.values.algorithm = Algorithm::Mpi;
-    else if (algo == "cprp2p") o.values.algorithm = Algorithm::CprP2P;
-    else throw std::invalid_argument("zccl: unknown algorithm '" + algo + "'");
+    o.values.algorithm = zccl::coll::algorithm_from_name(d["algorithm"].cast<std::string>());
   }
   return o;
 }
@@ -158,17 +151,6 @@ zb::CallConfig call_config_from(const py::dict& d) {
   return o.values;
 }
 
-const char* algorithm_name(zccl::coll::Algorithm a) {
-  using zccl::coll::Algorithm;
-  switch (a) {
-    case Algorithm::Auto: return "auto";
-    case Algorithm::Ring: return "ring";
-    case Algorithm::RecursiveDoubling: return "recursive_doubling";
-    case Algorithm::Mpi: return "mpi";
-    case Algorithm::CprP2P: return "cprp2p";
-  }
-  return "unknown";
-}
 
 }  // namespace
 
@@ -256,7 +238,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     py::dict d;
     d["op"] = s.op;
     d["error_bound"] = s.error_bound;
-    d["algorithm"] = algorithm_name(s.stats.algorithm);
+    d["algorithm"] = zccl::coll::algorithm_name(s.stats.algorithm);
     d["bytes_in"] = s.stats.bytes_in;
     d["bytes_sent"] = s.stats.bytes_sent;
     d["bytes_compressed"] = s.stats.bytes_compressed;
