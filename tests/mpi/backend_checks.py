@@ -470,12 +470,13 @@ def config_blocks_change_only_their_fields() -> None:
         with zccl_torch.config(error_bound=2 * EB):
             dist.all_reduce(t)
             assert zccl_torch.last_stats()["error_bound"] == 2 * EB
-            assert zccl_torch.last_stats()["algorithm"] == "ring"  # inherited from the outer block
+            if world() > 1:  # one rank needs no communication: the backend reports "mpi"
+                assert zccl_torch.last_stats()["algorithm"] == "ring"  # from the outer block
         dist.all_reduce(t)
         assert zccl_torch.last_stats()["error_bound"] == EB
     with zccl_torch.config(baseline="cprp2p"):
         dist.all_reduce(t)
-        assert zccl_torch.last_stats()["algorithm"] == "cprp2p"
+        assert world() == 1 or zccl_torch.last_stats()["algorithm"] == "cprp2p"
 
 
 @check
