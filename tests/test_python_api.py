@@ -307,3 +307,29 @@ def test_decompress_result_is_independent_of_stream(x32):
     s.zero_()
     assert_bitwise_equal(before, y, "decompress output aliases the stream buffer")
     assert math.isfinite(float(y.sum()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_decompress_into_out(dtype):
+    x = make_data("noise", 777, dtype, seed=2)
+    s = zccl_torch.compress(x, 1e-3)
+    out = torch.full((7, 111), float("nan"), dtype=dtype)
+    y = zccl_torch.decompress(s, out=out)
+    assert y is out or y.data_ptr() == out.data_ptr()
+    assert_bitwise_equal(zccl_torch.decompress(s).reshape(7, 111), out, "decode into out differs")
+
+
+@pytest.mark.parametrize(
+    "out, exc, words",
+    [
+        (torch.empty(777, dtype=torch.float64), TypeError, "dtype"),
+        (torch.empty(776), ValueError, "776"),
+        (torch.empty(777 * 2)[::2], ValueError, "contiguous"),
+        ([0.0] * 777, TypeError, "torch.Tensor"),
+    ],
+    ids=["dtype", "count", "strided", "list"],
+)
+def test_decompress_bad_out(out, exc, words):
+    s = zccl_torch.compress(make_data("noise", 777, torch.float32, seed=3), 1e-3)
+    with pytest.raises(exc, match=words):
+        zccl_torch.decompress(s, out=out)

@@ -172,16 +172,34 @@ def decompress(
     *,
     threads: int | None = None,
     progress: ProgressCallback | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decompresses a stream made by :func:`compress`, restoring dtype and shape.
 
     Any truncated, corrupted or malformed stream raises :class:`zccl_torch.CorruptStreamError`.
     ``threads`` and ``progress`` mean what they mean for :func:`compress`; a stream decodes with
-    any thread count, whatever it was compressed with.
+    any thread count, whatever it was compressed with. ``out``: a contiguous CPU tensor with the
+    stream's dtype and number of values (any shape) to decode into and return, instead of a new
+    tensor; repeated decodes of large streams then skip the allocation and its page faults.
     """
     if progress is not None and not callable(progress):
         raise TypeError("progress must be callable(chunks_done, chunks_total) or None")
-    return _C.decompress(_as_stream(stream), _check_threads(threads), progress)
+    stream = _as_stream(stream)
+    if out is not None:
+        _check_out(out, stream)
+    return _C.decompress(stream, _check_threads(threads), progress, out)
+
+
+def _check_out(out: torch.Tensor, stream: torch.Tensor) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    info = stream_info(stream)
+    if out.dtype != info.dtype:
+        raise TypeError(f"out has dtype {out.dtype} but the stream holds {info.dtype}")
+    if out.device.type != "cpu" or not out.is_contiguous():
+        raise ValueError("out must be a contiguous CPU tensor")
+    if out.numel() != info.numel:
+        raise ValueError(f"out has {out.numel()} values but the stream holds {info.numel}")
 
 
 def decompress_chunk(stream: torch.Tensor, index: int) -> torch.Tensor:

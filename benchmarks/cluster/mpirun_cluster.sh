@@ -20,10 +20,12 @@ export OMPI_MCA_mpi_yield_when_idle=1
 export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include="$ZC_SUBNET"
 # torch's rendezvous store (zccl/gloo) lives on rank 0, i.e. host 0; gloo must use the shaped NIC.
 export MASTER_ADDR="$ZC_HOST0_ADDR" MASTER_PORT=${MASTER_PORT:-29531} GLOO_SOCKET_IFNAME=eth0
-export ZC_HOSTS OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} PYTHONPATH=${PYTHONPATH:-}
+# Oversubscribed ranks (several per core) must not spin: OpenMP threads sleep at barriers.
+export ZC_HOSTS OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+export PYTHONPATH=${PYTHONPATH:-}
 
 exec ip netns exec "$ZC_CTL_NS" mpirun --oversubscribe --bind-to none -np "$np" \
   --mca btl tcp,self --mca btl_tcp_if_include "$ZC_SUBNET" --mca oob_tcp_if_include "$ZC_SUBNET" \
   -x OMPI_MCA_mpi_yield_when_idle -x MASTER_ADDR -x MASTER_PORT -x GLOO_SOCKET_IFNAME \
-  -x OMP_NUM_THREADS -x PYTHONPATH -x ZC_HOSTS \
+  -x OMP_NUM_THREADS -x OMP_WAIT_POLICY -x PYTHONPATH -x ZC_HOSTS \
   "$HERE/in_host_ns.sh" "$@"

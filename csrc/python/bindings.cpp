@@ -72,13 +72,27 @@ torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bo
   return 2 * used < cap ? stream.clone() : stream;
 }
 
-torch::Tensor decompress(const torch::Tensor& stream, int threads, const py::object& progress) {
+// `out` (optional): a preallocated contiguous CPU tensor of the stream's dtype and value count
+// to decode into (any shape), so repeated decodes skip the allocation and its page faults.
+torch::Tensor decompress(const torch::Tensor& stream, int threads, const py::object& progress,
+                         const std::optional<torch::Tensor>& out_opt) {
   check_stream(stream);
   const uint8_t* data = stream.data_ptr<uint8_t>();
   const size_t len = static_cast<size_t>(stream.numel());
   const fz::StreamInfo info = fz::read_info(data, len);
-  std::vector<int64_t> shape(info.shape.begin(), info.shape.end());
-  torch::Tensor out = torch::empty(shape, scalar_type(info.dtype));
+  torch::Tensor out;
+  if (out_opt.has_value()) {
+    out = *out_opt;
+    if (!out.device().is_cpu() || !out.is_contiguous() ||
+        out.scalar_type() != scalar_type(info.dtype) ||
+        static_cast<uint64_t>(out.numel()) != info.count) {
+      throw std::invalid_argument("zccl decompress: out must be a contiguous CPU tensor of " +
+                                  std::to_string(info.count) + " values of the stream's dtype");
+    }
+  } else {
+    std::vector<int64_t> shape(info.shape.begin(), info.shape.end());
+    out = torch::empty(shape, scalar_type(info.dtype));
+  }
   const std::optional<fz::Progress> hook = wrap_progress(progress);
   {
     py::gil_scoped_release nogil;
@@ -163,7 +177,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("MAX_DIMS") = fz::kMaxDims;
   m.def("compress", &compress, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
         py::arg("chunk_len"), py::arg("threads"), py::arg("shape"), py::arg("progress"));
-  m.def("decompress", &decompress, py::arg("stream"), py::arg("threads"), py::arg("progress"));
+  m.def("decompress", &decompress, py::arg("stream"), py::arg("threads"), py::arg("progress"),
+        py::arg("out") = py::none());
   m.def("decompress_chunk", &decompress_chunk, py::arg("stream"), py::arg("index"));
   m.def("stream_info", &stream_info, py::arg("stream"));
   m.def("max_compressed_size", [](int code, uint64_t n, uint32_t chunk_len, size_t ndim) {
