@@ -1,0 +1,150 @@
+"""Plots of ``benchmarks/collectives.py`` results: speedup over the best uncompressed MPI time
+against message size, against rank count, and (several result files) against link rate.
+
+Run alone to redraw: ``python benchmarks/plot_collectives.py benchmarks/results/collectives.json
+[more.json ...]`` (extra files, taken at other ``--rate`` values, feed the link-rate plot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+SHOWN = ("zccl_auto", "zccl_ring", "zccl_rd", "zccl_cprp2p", "gloo", "fp16")
+STYLE = {"zccl_auto": "o-", "zccl_ring": "s--", "zccl_rd": "^--", "zccl_cprp2p": "v:",
+         "gloo": "x-", "fp16": "d-"}
+
+
+def _rows(result: dict, **match: object) -> list[dict]:
+    return [s for s in result["summary"]
+            if all(s.get(k) == v for k, v in match.items()) and "speedup_vs_mpi_best" in s]
+
+
+def _collectives(result: dict) -> list[str]:
+    order = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter")
+    present = {s["collective"] for s in result["summary"]}
+    return [c for c in order if c in present]
+
+
+def _axes(n: int) -> tuple[plt.Figure, list[plt.Axes]]:
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False)
+    return fig, list(axes[0])
+
+
+def _finish(fig: plt.Figure, axes: Iterable[plt.Axes], title: str, path: Path) -> Path:
+    for ax in axes:
+        ax.axhline(1.0, color="grey", lw=0.8)
+        ax.grid(alpha=0.3)
+    axes = list(axes)
+    axes[0].set_ylabel("speedup over best uncompressed MPI")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_vs_size(result: dict, out_dir: Path, ranks: int) -> Path:
+    colls = _collectives(result)
+    fig, axes = _axes(len(colls))
+    for ax, coll in zip(axes, colls, strict=True):
+        for name in SHOWN:
+            rows = sorted(_rows(result, ranks=ranks, collective=coll, contender=name),
+                          key=lambda s: s["size_mb"])
+            if rows:
+                ax.plot([s["size_mb"] for s in rows], [s["speedup_vs_mpi_best"] for s in rows],
+                        STYLE[name], label=name, ms=4)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("size (MB)")
+        ax.set_title(coll)
+    title = (f"{ranks} ranks, {result['rate']} links (emulated), {result['data']}, "
+             f"REL {result['rel']:g}")
+    return _finish(fig, axes, title, out_dir / f"collectives_speedup_vs_size_p{ranks}.png")
+
+
+def plot_vs_ranks(result: dict, out_dir: Path, size_mb: float) -> Path:
+    colls = _collectives(result)
+    fig, axes = _axes(len(colls))
+    for ax, coll in zip(axes, colls, strict=True):
+        for name in SHOWN:
+            rows = sorted(_rows(result, size_mb=size_mb, collective=coll, contender=name),
+                          key=lambda s: s["ranks"])
+            if rows:
+                ax.plot([s["ranks"] for s in rows], [s["speedup_vs_mpi_best"] for s in rows],
+                        STYLE[name], label=name, ms=4)
+        ax.set_xlabel("ranks (one per emulated host)")
+        ax.set_title(coll)
+    title = f"{size_mb:g} MB, {result['rate']} links (emulated), REL {result['rel']:g}"
+    return _finish(fig, axes, title, out_dir / f"collectives_speedup_vs_ranks_{size_mb:g}MB.png")
+
+
+def _rate_gbit(rate: str) -> float:
+    r = rate.lower()
+    for suffix, scale in (("gbit", 1.0), ("mbit", 1e-3), ("kbit", 1e-6)):
+        if r.endswith(suffix):
+            return float(r[: -len(suffix)]) * scale
+    raise ValueError(f"unknown rate {rate!r}")
+
+
+def plot_vs_rate(results: list[dict], out_dir: Path, ranks: int, size_mb: float) -> Path:
+    colls = sorted({c for r in results for c in _collectives(r)},
+                   key=("all_reduce", "reduce_scatter", "all_gather", "broadcast",
+                        "scatter").index)
+    fig, axes = _axes(len(colls))
+    for ax, coll in zip(axes, colls, strict=True):
+        for name in SHOWN:
+            pts = sorted((_rate_gbit(r["rate"]), s["speedup_vs_mpi_best"]) for r in results
+                         for s in _rows(r, ranks=ranks, size_mb=size_mb, collective=coll,
+                                        contender=name))
+            if pts:
+                ax.plot(*zip(*pts, strict=True), STYLE[name], label=name, ms=4)
+        ax.set_xscale("log")
+        ax.set_xlabel("link rate (Gbit/s, tbf)")
+        ax.set_title(coll)
+    return _finish(fig, axes, f"{ranks} ranks, {size_mb:g} MB, emulated links",
+                   out_dir / f"collectives_speedup_vs_rate_p{ranks}_{size_mb:g}MB.png")
+
+
+def plot_all(result: dict, out_dir: Path, others: list[dict] | None = None) -> list[Path]:
+    """Every plot the data supports; returns the files written."""
+    paths = []
+    ranks = sorted({s["ranks"] for s in result["summary"]})
+    sizes = sorted({s["size_mb"] for s in result["summary"]})
+    for p in ranks:
+        if len({s["size_mb"] for s in result["summary"] if s["ranks"] == p}) > 1:
+            paths.append(plot_vs_size(result, out_dir, p))
+    if len(ranks) > 1:
+        size = 64.0 if 64.0 in sizes else sizes[-1]
+        paths.append(plot_vs_ranks(result, out_dir, size))
+    if others:
+        everything = [result, *others]
+        common = set.intersection(*({(s["ranks"], s["size_mb"]) for s in r["summary"]}
+                                    for r in everything))
+        if common:
+            p, size = max(common, key=lambda x: (x[1] == 64.0, x[0] == 4, x[1]))
+            paths.append(plot_vs_rate(everything, out_dir, p, size))
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", type=Path, nargs="+")
+    parser.add_argument("--out-dir", type=Path, default=None)
+    args = parser.parse_args()
+    loaded = [json.loads(p.read_text()) for p in args.results]
+    out_dir = args.out_dir or args.results[0].parent
+    for path in plot_all(loaded[0], out_dir, loaded[1:]):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
