@@ -74,40 +74,40 @@ class Case:
 
 
 def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm) -> Case:
-    """Builds inputs (distinct per rank) and the exact float64 output via mpi4py."""
+    """Builds this rank's buffers and the exact float64 output. Every rank's input is a cached
+    field (``bench_data``), so the reference is computed locally from all ranks' inputs instead
+    of with collectives on the shaped network (which would cost more than the benchmark)."""
     rank, p = comm.Get_rank(), comm.Get_size()
-    if collective in ("all_gather", "scatter"):
+    if collective in ("all_gather", "scatter", "reduce_scatter"):
         numel -= numel % p
     own = numel // p if collective == "all_gather" else numel
+    block = numel // p
     x = bench_data.values(kind, seed=rank, numel=own)
-    x64 = x.double().numpy()
-    if collective == "all_reduce":
-        ref = np.empty_like(x64)
-        comm.Allreduce(x64, ref)
-        out = torch.empty_like(x)
-    elif collective == "reduce_scatter":
-        total = np.empty_like(x64)
-        comm.Allreduce(x64, total)
-        block = numel // p
-        ref = total[rank * block:(rank + 1) * block].copy()
-        x = x[: block * p]
-        out = torch.empty(block, dtype=torch.float32)
+
+    def everyone() -> list[torch.Tensor]:
+        return [x if q == rank else bench_data.values(kind, seed=q, numel=own) for q in range(p)]
+
+    if collective in REDUCING:
+        total = torch.zeros(own, dtype=torch.float64)
+        for xq in everyone():
+            total += xq
+        ref_all = total
+        if collective == "all_reduce":
+            ref = total
+            out = torch.empty_like(x)
+        else:
+            ref = total[rank * block:(rank + 1) * block]
+            out = torch.empty(block, dtype=torch.float32)
     elif collective == "all_gather":
-        ref = np.empty(own * p)
-        comm.Allgather(x64, ref)
+        ref_all = ref = torch.cat(everyone()).double()
         out = torch.empty(own * p, dtype=torch.float32)
-    elif collective == "broadcast":
-        ref = x64.copy()
-        comm.Bcast(ref, root=0)
-        out = x.clone()
-    else:  # scatter from root 0
-        block = numel // p
-        ref = np.empty(block)
-        comm.Scatter(x64 if rank == 0 else None, ref, root=0)
-        out = torch.empty(block, dtype=torch.float32)
-    lo = comm.allreduce(float(ref.min()) if ref.size else math.inf, op=MPI.MIN)
-    hi = comm.allreduce(float(ref.max()) if ref.size else -math.inf, op=MPI.MAX)
-    return Case(collective, x, out, torch.from_numpy(ref), hi - lo if hi > lo else 1.0)
+    else:  # broadcast / scatter from root 0
+        root = x if rank == 0 else bench_data.values(kind, seed=0, numel=own)
+        ref_all = root.double()
+        ref = ref_all if collective == "broadcast" else ref_all[rank * block:(rank + 1) * block]
+        out = x.clone() if collective == "broadcast" else torch.empty(block, dtype=torch.float32)
+    lo, hi = (float(ref_all.min()), float(ref_all.max())) if ref_all.numel() else (0.0, 0.0)
+    return Case(collective, x, out, ref.clone(), hi - lo if hi > lo else 1.0)
 
 
 Call = tuple[Callable[[], None], Callable[[], None]]  # (reset before timing, timed call)

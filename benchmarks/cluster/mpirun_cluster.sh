@@ -9,7 +9,8 @@
 # fixes that without per-namespace daemons.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-eval "$("$HERE/cluster.sh" env)"
+cluster_env=$("$HERE/cluster.sh" env) || exit 1
+eval "$cluster_env"
 
 np=$ZC_HOSTS
 if [[ "${1:-}" == "-np" ]]; then np=$2; shift 2; fi
