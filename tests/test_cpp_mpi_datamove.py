@@ -69,8 +69,8 @@ DATAMOVE = [
     for name in (
         "datamove_common.cpp",
         "allgather_ring.cpp",
-        "broadcast_binomial.cpp",
-        "scatter_binomial.cpp",
+        "broadcast_pipelined.cpp",
+        "scatter_pipelined.cpp",
         "gather_binomial.cpp",
         "alltoallv_pairwise.cpp",
     )

@@ -10,9 +10,16 @@
 // Usage: smpi_collectives --bytes B [--iters K] [--warmup W] [--rel R]
 //                         [--colls allreduce,broadcast,scatter,allgather,allreduce_mpi_path]
 //                         [--mpi-path-budget BYTES] [--timeout-s S] [--label TEXT]
+//                         [--impls zccl,mpi] [--skip-ring 0|1]
 //   --colls  "allreduce" times zccl ring, recursive doubling and auto, and MPI_Allreduce;
 //            "allreduce_mpi_path" times zccl's Algorithm::Mpi path (its own MPI_Iallreduce call);
 //            the default is the first four.
+//   --impls  which implementations to time: zccl's, the plain MPI collectives, or both (default;
+//            an MPI-only run serves to time MPI under another smpi/coll-selector).
+//   --skip-ring 1  leaves out zccl's ring allreduce and ring allgather (reported as skipped):
+//            each call makes one MPI_Iallgather of 24 bytes per rank, which SMPI (like Open MPI's
+//            libnbc by default) runs as p*(p-1) concurrent messages; at p = 256 simulating that
+//            one tiny exchange takes ~9 minutes of wall time (8 s at p = 128).
 //   --bytes  message size in bytes (float32): the per-rank buffer of allreduce and broadcast,
 //            the root's whole send buffer of scatter, every rank's whole output of allgather
 //            (the nccl-tests convention); blocks of scatter/allgather hold bytes / 4 / p values.
@@ -61,6 +68,9 @@ struct Options {
   double mpi_path_budget = 2.0 * (1u << 30);
   double timeout_s = 6 * 3600.0;  // transport deadlines are wall clock: a simulation is slow
   std::string label;
+  bool zccl = true;  // time zccl's implementations
+  bool mpi = true;   // time the plain MPI collectives
+  bool skip_ring = false;  // leave out zccl's ring allreduce and ring allgather (see --skip-ring)
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -97,6 +107,12 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       o.timeout_s = std::stod(v);
     } else if (a == "--label") {
       o.label = v;
+    } else if (a == "--skip-ring") {
+      o.skip_ring = std::stoi(v) != 0;
+    } else if (a == "--impls") {
+      const std::vector<std::string> impls = split(v, ',');
+      o.zccl = std::find(impls.begin(), impls.end(), "zccl") != impls.end();
+      o.mpi = std::find(impls.begin(), impls.end(), "mpi") != impls.end();
     } else {
       err = "unknown option " + a;
       return false;
@@ -286,6 +302,16 @@ Json base_record(const Ctx& c, const char* collective, const char* impl, size_t 
   return j;
 }
 
+// A record for an implementation left out by --skip-ring.
+Json skipped_record(const Ctx& c, const char* collective, const char* impl, size_t bytes,
+                    size_t count) {
+  Json j = base_record(c, collective, impl, bytes, count);
+  j.boolean("skipped", true)
+      .str("reason", "--skip-ring: SMPI's simulation of the p*(p-1)-message MPI_Iallgather of the "
+                     "ring's size exchange is too slow at this p");
+  return j;
+}
+
 struct Timing {
   std::vector<double> times;  // per timed call: the slowest rank's simulated seconds
 };
@@ -442,10 +468,31 @@ void run_allreduce(Ctx& c, bool mpi_path) {
     zccl_allreduce(c, "zccl_mpi_path", Algorithm::Mpi, x, buf, ref);
     return;
   }
-  zccl_allreduce(c, "zccl_ring", Algorithm::Ring, x, buf, ref);
-  zccl_allreduce(c, "zccl_recursive_doubling", Algorithm::RecursiveDoubling, x, buf, ref);
-  zccl_allreduce(c, "zccl_auto", Algorithm::Auto, x, buf, ref);
-
+  if (c.opt.zccl) {
+    if (c.opt.skip_ring) {
+      emit(c, skipped_record(c, "allreduce", "zccl_ring", bytes, n));
+    } else {
+      zccl_allreduce(c, "zccl_ring", Algorithm::Ring, x, buf, ref);
+    }
+    zccl_allreduce(c, "zccl_recursive_doubling", Algorithm::RecursiveDoubling, x, buf, ref);
+    // Auto runs exactly the algorithm choose_allreduce() names: when that is one timed above,
+    // record the choice instead of simulating the same code again (ring and RD are the costly
+    // simulations).
+    const Algorithm chosen = coll::choose_allreduce(bytes, c.p, zccl_config(c, Algorithm::Auto));
+    if (chosen == Algorithm::Ring && c.opt.skip_ring) {
+      Json j = skipped_record(c, "allreduce", "zccl_auto", bytes, n);
+      j.str("algorithm", coll::algorithm_name(chosen));
+      emit(c, j);
+    } else if (chosen == Algorithm::Ring || chosen == Algorithm::RecursiveDoubling) {
+      Json j = base_record(c, "allreduce", "zccl_auto", bytes, n);
+      j.str("algorithm", coll::algorithm_name(chosen))
+          .str("same_as", chosen == Algorithm::Ring ? "zccl_ring" : "zccl_recursive_doubling");
+      emit(c, j);
+    } else {
+      zccl_allreduce(c, "zccl_auto", Algorithm::Auto, x, buf, ref);
+    }
+  }
+  if (!c.opt.mpi) return;
   Json j = base_record(c, "allreduce", "mpi", bytes, n);
   const Timing t = time_calls(c, [&] { std::memcpy(buf.data(), x.data(), bytes); }, [&] {
     MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
@@ -472,7 +519,7 @@ void run_broadcast(Ctx& c) {
       std::fill(buf.begin(), buf.end(), 0.0f);
     }
   };
-  {
+  if (c.opt.zccl) {
     Json j = base_record(c, "broadcast", "zccl", bytes, n);
     const coll::Config cfg = zccl_config(c, Algorithm::Auto);
     coll::Stats st;
@@ -485,7 +532,7 @@ void run_broadcast(Ctx& c) {
     add_check(c, j, max_abs_diff(buf.data(), x.data(), n), c.eb, 0.0);
     emit(c, j);
   }
-  {
+  if (c.opt.mpi) {
     Json j = base_record(c, "broadcast", "mpi", bytes, n);
     const Timing t = time_calls(c, prepare, [&] {
       MPI_Bcast(buf.data(), static_cast<int>(n), MPI_FLOAT, root, c.comm->raw());
@@ -507,7 +554,7 @@ void run_scatter(Ctx& c) {
   if (c.rank == root) root_field.fill(0, total, send.data());
   root_field.fill(block * static_cast<size_t>(c.rank), block * (c.rank + 1), expect.data());
   auto prepare = [&] { std::fill(out.begin(), out.end(), 0.0f); };
-  {
+  if (c.opt.zccl) {
     Json j = base_record(c, "scatter", "zccl", bytes, block);
     const coll::Config cfg = zccl_config(c, Algorithm::Auto);
     coll::Stats st;
@@ -520,7 +567,7 @@ void run_scatter(Ctx& c) {
     add_check(c, j, max_abs_diff(out.data(), expect.data(), block), c.eb, 0.0);
     emit(c, j);
   }
-  {
+  if (c.opt.mpi) {
     Json j = base_record(c, "scatter", "mpi", bytes, block);
     const Timing t = time_calls(c, prepare, [&] {
       MPI_Scatter(send.data(), static_cast<int>(block), MPI_FLOAT, out.data(),
@@ -552,7 +599,9 @@ void run_allgather(Ctx& c) {
     }
     return m;
   };
-  {
+  if (c.opt.zccl && c.opt.skip_ring) {
+    emit(c, skipped_record(c, "allgather", "zccl", bytes, block));
+  } else if (c.opt.zccl) {
     Json j = base_record(c, "allgather", "zccl", bytes, block);
     const coll::Config cfg = zccl_config(c, Algorithm::Auto);
     coll::Stats st;
@@ -565,7 +614,7 @@ void run_allgather(Ctx& c) {
     add_check(c, j, error(), c.eb, 0.0);
     emit(c, j);
   }
-  {
+  if (c.opt.mpi) {
     Json j = base_record(c, "allgather", "mpi", bytes, block);
     const Timing t = time_calls(c, prepare, [&] {
       MPI_Allgather(send.data(), static_cast<int>(block), MPI_FLOAT, out.data(),
@@ -576,6 +625,47 @@ void run_allgather(Ctx& c) {
     add_check(c, j, error(), 0.0, 0.0);
     emit(c, j);
   }
+}
+
+// What SMPI's CPU-time probe adds (means over the ranks, simulated seconds): SMPI reads the
+// thread CPU clock at the end and start of every MPI call and injects the difference, which
+// includes the clock reads themselves (~1.4 us per read on this VM). `per_test`: one MPI_Test on
+// a pending receive with nothing in between (real Open MPI: ~20 ns); `compress_*`: fZ-light on
+// this rank's field without and with an MPI_Test between chunks (the pipelined compressor's
+// polling), so poll_inflation = polled / unpolled is the simulation's overhead on compression.
+struct Probe {
+  double per_test = 0, compress_plain = 0, compress_polled = 0;
+};
+
+Probe calibrate_probe(const Ctx& c, const std::vector<float>& x, const fz::CompressParams& params,
+                      std::vector<uint8_t>& stream) {
+  Probe pr;
+  const int next = (c.rank + 1) % c.p, prev = (c.rank + c.p - 1) % c.p;
+  const int tag = 4242;
+  char in = 0, out = 1;
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Irecv(&in, 1, MPI_CHAR, next, tag, MPI_COMM_WORLD, &req);
+  int flag = 0;
+  const int n_tests = 2000;
+  double t0 = MPI_Wtime();
+  for (int i = 0; i < n_tests && !flag; ++i) MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+  pr.per_test = (MPI_Wtime() - t0) / n_tests;
+  fz::Progress poll = [&](uint64_t, uint64_t) {
+    if (!flag) MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+  };
+  t0 = MPI_Wtime();
+  fz::compress(x.data(), fz::DType::Float32, x.size(), params, stream.data(), stream.size());
+  pr.compress_plain = MPI_Wtime() - t0;
+  t0 = MPI_Wtime();
+  fz::compress(x.data(), fz::DType::Float32, x.size(), params, stream.data(), stream.size(),
+               &poll);
+  pr.compress_polled = MPI_Wtime() - t0;
+  MPI_Send(&out, 1, MPI_CHAR, prev, tag, MPI_COMM_WORLD);
+  if (!flag) MPI_Wait(&req, MPI_STATUS_IGNORE);
+  pr.per_test = sum_over_ranks(pr.per_test, MPI_COMM_WORLD) / c.p;
+  pr.compress_plain = sum_over_ranks(pr.compress_plain, MPI_COMM_WORLD) / c.p;
+  pr.compress_polled = sum_over_ranks(pr.compress_polled, MPI_COMM_WORLD) / c.p;
+  return pr;
 }
 
 // Global value range of all ranks' fields -> absolute bound; and the fields' compression ratio.
@@ -597,6 +687,7 @@ void setup_bound(Ctx& c) {
   const size_t sz = fz::compress(x.data(), fz::DType::Float32, n, params, stream.data(),
                                  stream.size());
   const double ratio_sum = sum_over_ranks(static_cast<double>(n * 4) / sz, MPI_COMM_WORLD);
+  const Probe probe = calibrate_probe(c, x, params, stream);
   Json j;
   j.boolean("simulation", true)
       .str("label", c.opt.label)
@@ -607,7 +698,11 @@ void setup_bound(Ctx& c) {
       .num("eb_abs", c.eb)
       .num("value_min", glo)
       .num("value_max", ghi)
-      .num("field_compression_ratio_mean", ratio_sum / c.p);
+      .num("field_compression_ratio_mean", ratio_sum / c.p)
+      .num("probe_sim_s_per_empty_mpi_test", probe.per_test)
+      .num("compress_sim_s_unpolled", probe.compress_plain)
+      .num("compress_sim_s_polled", probe.compress_polled)
+      .num("poll_inflation", probe.compress_polled / probe.compress_plain);
   emit(c, j);
 }
 

@@ -23,7 +23,7 @@
 // Uncompressed MPI path (MPI_Ialltoallv, exact): cfg.algorithm == Mpi or p == 1. The size
 // threshold applies per block (ranks do not know each other's counts). In-place (overlapping
 // send and recv) is not supported. CprP2P runs this same exchange. Stats.algorithm: Mpi, CprP2P
-// when requested, otherwise Auto (= this compressed algorithm; see broadcast_binomial.cpp).
+// when requested, otherwise Auto (= this compressed algorithm; see broadcast_pipelined.cpp).
 #include <algorithm>
 #include <exception>
 #include <limits>

@@ -36,6 +36,14 @@ struct Config {
   uint32_t chunk_len = fz::kDefaultChunkLen;  // pipeline / stream chunk, in values
   Algorithm algorithm = Algorithm::Auto;
   size_t min_compress_bytes = 0;  // payloads below this go through MPI uncompressed
+  // Pipelined broadcast/scatter: bytes of uncompressed data per segment (values per segment =
+  // segment_bytes / dtype size, at least 1). 0 (default): chosen per call by a cost model. Only
+  // the root's value matters (it announces its segmentation). A tuning and testing hook.
+  size_t segment_bytes = 0;
+  // Pipelined broadcast/scatter: largest message a segment's compressed bytes travel in (a
+  // segment goes as several frames when larger). 0 (default): just under Open MPI's TCP eager
+  // limit (see datamove_common.cpp). Only the root's value matters. A tuning and testing hook.
+  size_t frame_bytes = 0;
 };
 
 // What a collective did, for stats and benchmarks (summed over the call, this rank).
@@ -58,13 +66,21 @@ void allgather(Comm& comm, const void* send, void* recv, size_t count, DType dt,
 void allgatherv(Comm& comm, const void* send, size_t count, void* recv,
                 const std::vector<size_t>& counts, DType dt, const Config& cfg,
                 Stats* stats = nullptr);
-// Binomial tree of the root's compressed stream; the root's buffer is left untouched and the
-// others get its decompressed values.
+// Pipelined chain of compressed segments (one stream down a binomial tree for small messages);
+// the root's buffer is left untouched and the others get its decompressed values.
 void broadcast(Comm& comm, void* buf, size_t count, DType dt, int root, const Config& cfg,
                Stats* stats = nullptr);
-// Root compresses each destination's block once; binomial tree forwards compressed blocks.
+// Root compresses each destination's block once, in segments sent straight to the destination
+// as they are compressed; destinations decompress segments as they arrive. send holds
+// size()*count values at the root (rank q's block at q*count) and is ignored elsewhere.
 void scatter(Comm& comm, const void* send, void* recv, size_t count, DType dt, int root,
              const Config& cfg, Stats* stats = nullptr);
+// The same with the root's blocks anywhere in memory: blocks[q] (count values) goes to rank q.
+// Only the root reads `blocks` (size() entries there; others may pass an empty vector). Spares a
+// caller packing a list of tensors into one buffer (a copy into fresh memory that costs more
+// than the compressed scatter itself for large blocks).
+void scatter(Comm& comm, const std::vector<const void*>& blocks, void* recv, size_t count,
+             DType dt, int root, const Config& cfg, Stats* stats = nullptr);
 // Each rank compresses its block once; binomial tree gathers compressed blocks to the root.
 void gather(Comm& comm, const void* send, void* recv, size_t count, DType dt, int root,
             const Config& cfg, Stats* stats = nullptr);

@@ -22,7 +22,7 @@
 //
 // Uncompressed MPI path (MPI_Igather, exact): cfg.algorithm == Mpi, p == 1, count == 0, or block
 // bytes below cfg.min_compress_bytes. CprP2P runs this same tree. Stats.algorithm: Mpi, CprP2P
-// when requested, otherwise Auto (= this compressed algorithm; see broadcast_binomial.cpp).
+// when requested, otherwise Auto (= this compressed algorithm; see broadcast_pipelined.cpp).
 #include <cstring>
 
 #include "datamove_common.h"

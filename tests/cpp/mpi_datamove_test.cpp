@@ -13,6 +13,13 @@
 // every root, float32 and float64, bounds 0 / 1e-4 / 1e-2, in-place variants, a subgroup with an
 // odd number of ranks, Stats, size mismatches across ranks (std::runtime_error "size mismatch
 // across ranks", no hang, the communicator usable afterwards) and invalid arguments.
+// The pipelined broadcast/scatter also run with tiny forced segments and frames (many segments
+// per call, segment sizes that are not multiples of the chunk length, a partial last segment,
+// segments in many frames, one and two codec threads), with size mismatches across segmented
+// calls, and
+// against a hand-made root that sends frames dividing a segment exactly (must decode), and
+// corrupt, short and wrong-count segments and a malformed plan (the receiver raises, never
+// crashes, and drains every segment).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,6 +32,7 @@
 #include "mpi_test_util.h"
 
 namespace coll = zccl::coll;
+namespace fz = zccl::fz;
 using coll::Algorithm;
 using coll::Comm;
 using coll::Config;
@@ -212,8 +220,11 @@ void test_broadcast(Comm& comm, const Case& c, size_t n, int salt) {
     const std::string what = desc("broadcast", c, n, salt) + " root " + std::to_string(root);
     check_values(buf.data(), src.data(), n, eb, c.exact_all || r == root, what);
     check_guard(buf, n, what);
-    check_stats(st, c, compressed(c, p, n, n * sizeof(T)), Algorithm::Auto, what);
+    const bool cp = compressed(c, p, n, n * sizeof(T));
+    check_stats(st, c, cp, Algorithm::Auto, what);
     if (r != root) CHECK(st.bytes_compressed == 0);
+    if (r == root && cp) CHECK_MSG(st.bytes_compressed == n * sizeof(T), what);
+    if (r != root && cp) CHECK_MSG(st.decompress_seconds > 0, what);
   }
 }
 
@@ -239,7 +250,12 @@ void test_scatter(Comm& comm, const Case& c, size_t n, int salt) {
     const auto want = block<T>(root, r, n, salt);
     check_values(out.data(), want.data(), n, eb, c.exact_all || r == root, what);
     check_guard(out, n, what);
-    check_stats(st, c, compressed(c, p, n, n * sizeof(T)), Algorithm::Auto, what);
+    const bool cp = compressed(c, p, n, n * sizeof(T));
+    check_stats(st, c, cp, Algorithm::Auto, what);
+    if (r == root && cp) {
+      CHECK_MSG(st.bytes_compressed == (P - 1) * n * sizeof(T), what);
+      CHECK_MSG(st.bytes_sent > 0, what);
+    }
     // In place at the root: recv is the root's own slot of send.
     std::vector<T> src2 = src;
     std::vector<T> out2 = with_guard<T>(n);
@@ -247,6 +263,19 @@ void test_scatter(Comm& comm, const Case& c, size_t n, int salt) {
     coll::scatter(comm, r == root ? src2.data() : nullptr, recv, n, dtype_of<T>(), root, c.cfg);
     check_values(recv, want.data(), n, eb, c.exact_all || r == root, what + " in place");
     if (r != root) check_guard(out2, n, what + " in place");
+    // Blocks anywhere in memory (the list overload): each block in its own vector.
+    std::vector<std::vector<T>> parts;
+    std::vector<const void*> blocks;
+    if (r == root) {
+      for (int q = p - 1; q >= 0; --q) parts.push_back(block<T>(root, q, n, salt));
+      for (int q = 0; q < p; ++q) blocks.push_back(parts[static_cast<size_t>(p - 1 - q)].data());
+    }
+    auto out3 = with_guard<T>(n);
+    Stats st3;
+    coll::scatter(comm, blocks, out3.data(), n, dtype_of<T>(), root, c.cfg, &st3);
+    check_values(out3.data(), want.data(), n, eb, c.exact_all || r == root, what + " blocks");
+    check_guard(out3, n, what + " blocks");
+    check_stats(st3, c, cp, Algorithm::Auto, what + " blocks");
   }
 }
 
@@ -455,6 +484,147 @@ void test_large(Comm& comm) {
   test_alltoallv<float>(comm, lossy, m, 5);
 }
 
+// Broadcast and scatter with forced small segments: many segments even for small counts
+// (chain of p ranks for broadcast, p-1 series from the root for scatter), every root.
+void test_segmented(Comm& comm) {
+  const int p = comm.size();
+  const std::vector<size_t> counts = {1, static_cast<size_t>(p + 1), 257, 5003};
+  int salt = 50000;
+  struct Variant {
+    size_t segment_bytes;
+    size_t frame_bytes;  // 0: the default (one frame per segment here)
+    uint32_t chunk_len;
+    int threads;
+    double eb;
+  };
+  // 37 values (float32; 18 float64): neither a multiple of the chunk nor of 32; 1000 bytes in
+  // frames of 97 bytes (lossless: ~11 frames per segment); 640 values of float64 = 10 chunks of
+  // 64 in frames of 64 bytes; the default chunk with OpenMP codec calls.
+  const Variant variants[] = {{4 * 37, 0, 64, 1, 1e-3},
+                              {1000, 97, 64, 1, 0.0},
+                              {8 * 640, 64, 64, 1, 1e-4},
+                              {4096 * 4, 0, fz::kDefaultChunkLen, 2, 1e-2}};
+  for (const Variant& v : variants) {
+    Case c;
+    c.cfg.error_bound = v.eb;
+    c.cfg.threads = v.threads;
+    c.cfg.chunk_len = v.chunk_len;
+    c.cfg.segment_bytes = v.segment_bytes;
+    c.cfg.frame_bytes = v.frame_bytes;
+    c.exact_all = v.eb == 0.0;
+    c.name = "segmented " + std::to_string(v.segment_bytes) + "B frame " +
+             std::to_string(v.frame_bytes) + "B chunk " +
+             std::to_string(v.chunk_len) + " threads " + std::to_string(v.threads) +
+             " eb=" + std::to_string(v.eb);
+    for (size_t n : counts) {
+      if (v.chunk_len == fz::kDefaultChunkLen && n < 5003) continue;
+      test_broadcast<float>(comm, c, n, salt += 10);
+      test_broadcast<double>(comm, c, n, salt += 10);
+      test_scatter<float>(comm, c, n, salt += 10);
+      test_scatter<double>(comm, c, n, salt += 10);
+    }
+  }
+  // Automatic plans: above 4 MiB they always have several segments (chain, ~1 MiB each).
+  Case a;
+  a.cfg.error_bound = 1e-3;
+  a.cfg.threads = 1;
+  a.name = "automatic segments";
+  test_broadcast<float>(comm, a, (size_t{1} << 20) + 4099, salt += 10);
+  comm.barrier();
+}
+
+// A fake root (rank 0 of a two-rank subgroup) speaks the pipelined protocol by hand to rank 1,
+// which runs a real broadcast or scatter. Protocol (see datamove_common.h, broadcast_pipelined.cpp
+// and scatter_pipelined.cpp): the plan (count, values per segment, capacity, frame bytes) on
+// tag base+0; segment k on base+2+k%8 (broadcast) or base+1+k%8 (scatter) as frames of the
+// plan's frame size, all full but the last (possibly empty). A clean run whose frames divide a
+// segment exactly (empty last frame) must decode; every fault must raise on rank 1 (never
+// crash), which still drains all segments.
+void test_corrupt_segments(Comm& comm) {
+  if (comm.size() < 2) return;
+  auto sub = comm.subgroup({0, 1});
+  if (sub) {
+    const size_t n = 1000, seg = 100, faulty = 3;  // 10 segments, segment 3 is bad
+    Config cfg;
+    cfg.error_bound = 1e-3;
+    cfg.threads = 1;
+    cfg.chunk_len = 64;
+    cfg.segment_bytes = seg * sizeof(float);
+    enum Fault { kNone, kFlip, kShort, kCount, kPlan };
+    const char* expected[] = {"", "checksum", "corrupt", "size mismatch across ranks",
+                              "malformed"};
+    const auto x = block<float>(0, 1, n + 1, 9);
+    for (bool scatter : {false, true}) {
+      for (Fault f : {kNone, kFlip, kShort, kCount, kPlan}) {
+        const std::string what = std::string(scatter ? "scatter" : "broadcast") + " fault " +
+                                 std::to_string(static_cast<int>(f));
+        if (sub->rank() == 0) {
+          const int tag = sub->next_tag_base();  // the block the receiver's call takes
+          std::vector<std::vector<uint8_t>> streams;
+          fz::CompressParams params;
+          params.error_bound = cfg.error_bound;
+          params.chunk_len = 64;
+          for (size_t k = 0; k < n / seg; ++k) {
+            const size_t m = seg + (f == kCount && k == faulty ? 1 : 0);
+            std::vector<uint8_t> stream(fz::max_compressed_size(DType::Float32, m, 64));
+            size_t len = fz::compress(x.data() + k * seg, DType::Float32, m, params,
+                                      stream.data(), stream.size());
+            if (k == faulty && f == kFlip) stream[len - 5] ^= 0x40;
+            if (k == faulty && f == kShort) len -= 7;
+            stream.resize(len);
+            streams.push_back(std::move(stream));
+          }
+          // Frames: a quarter of segment 0 rounded so that they divide it exactly (its last
+          // frame is empty); the other segments end with a partial frame or an empty one.
+          size_t frame = streams[0].size() / 4;
+          while (streams[0].size() % frame != 0) --frame;
+          uint64_t plan[4] = {n, seg, fz::max_compressed_size(DType::Float32, seg, 64), frame};
+          if (f == kPlan) plan[1] = 0;
+          sub->send(plan, sizeof(plan), 1, tag);
+          for (size_t k = 0; f != kPlan && k < streams.size(); ++k) {
+            const int t = tag + (scatter ? 1 : 2) + static_cast<int>(k % 8);
+            for (size_t off = 0;;) {
+              const size_t len = std::min(frame, streams[k].size() - off);
+              sub->send(streams[k].data() + off, len, 1, t);
+              off += len;
+              if (len < frame) break;
+            }
+          }
+        } else {
+          std::vector<float> out(n + kGuard, guard_value<float>());
+          std::string msg;
+          try {
+            if (scatter) {
+              coll::scatter(*sub, nullptr, out.data(), n, DType::Float32, 0, cfg);
+            } else {
+              coll::broadcast(*sub, out.data(), n, DType::Float32, 0, cfg);
+            }
+          } catch (const std::exception& e) {
+            msg = e.what();
+            if (msg.empty()) msg = "(empty message)";
+          }
+          if (f == kNone) {
+            CHECK_MSG(msg.empty(), what + ": " + msg);
+            check_values(out.data(), x.data(), n, cfg.error_bound, false, what);
+            check_guard(out, n, what);
+          } else {
+            CHECK_MSG(!msg.empty(), what + ": no error");
+            CHECK_MSG(msg.find(expected[f]) != std::string::npos, what + ": " + msg);
+          }
+        }
+        sub->barrier();  // the fake root's blocking sends all completed: everything was drained
+      }
+    }
+    // The subgroup still works.
+    Case c;
+    c.cfg = cfg;
+    c.name = "after faults";
+    test_broadcast<float>(*sub, c, n, 77);
+    test_scatter<float>(*sub, c, n, 78);
+  }
+  comm.barrier();
+}
+
 template <class Fn>
 void expect_mismatch(Comm& comm, bool expect_throw, Fn fn, const std::string& what) {
   bool threw = false;
@@ -504,6 +674,18 @@ void test_mismatch(Comm& comm) {
   expect_mismatch(comm, r == 1, [&] {
     coll::scatter(comm, big.data(), a.data(), r == 1 ? n - 5 : n, f, 0, cfg);
   }, "scatter");
+  // The same with many segments: rank 1 follows the root's plan, relays, then reports.
+  Config seg = cfg;
+  seg.segment_bytes = 64 * sizeof(float);
+  expect_mismatch(comm, r == 1, [&] {
+    coll::broadcast(comm, a.data(), r == 1 ? n + 1 : n, f, 0, seg);
+  }, "broadcast segmented");
+  expect_mismatch(comm, r == 0, [&] {  // rank 0 is the chain's first relay here
+    coll::broadcast(comm, a.data(), r == 0 ? n - 100 : n, f, p - 1, seg);
+  }, "broadcast segmented, last root");
+  expect_mismatch(comm, r == 1, [&] {
+    coll::scatter(comm, big.data(), a.data(), r == 1 ? n - 5 : n, f, 0, seg);
+  }, "scatter segmented");
   // gather: rank 1 sends more values than the root expects: the root reports it.
   expect_mismatch(comm, r == 0, [&] {
     coll::gather(comm, a.data(), big.data(), r == 1 ? n + 3 : n, f, 0, cfg);
@@ -565,6 +747,11 @@ void test_invalid(Comm& comm) {
   bad.error_bound = -1;
   CHECK_THROWS(coll::allgather(comm, a.data(), b.data(), 8, f, bad), std::invalid_argument,
                "error bound");
+  if (p == 1) {  // only the root checks its list (at p > 1 the others would wait for it)
+    CHECK_THROWS(coll::scatter(comm, std::vector<const void*>(2, a.data()), b.data(), 8, f, 0,
+                               cfg),
+                 std::invalid_argument, "blocks");
+  }
   bad = cfg;
   bad.chunk_len = 33;
   CHECK_THROWS(coll::broadcast(comm, a.data(), 8, f, 0, bad), std::invalid_argument,
@@ -607,6 +794,8 @@ int main(int argc, char** argv) {
     test_invalid(*comm);
     test_matrix(*comm);
     test_mismatch(*comm);
+    test_segmented(*comm);
+    test_corrupt_segments(*comm);
     test_subgroup(*comm);
     if (g_large) test_large(*comm);
     comm->barrier();

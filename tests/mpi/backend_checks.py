@@ -218,6 +218,36 @@ def broadcast_every_root() -> None:
 
 
 @check
+def pipelined_broadcast_scatter() -> None:
+    """Payloads above 4 MiB, which the automatic plan always splits into ~1 MiB segments (a
+    chain for broadcast), both dtypes, NaN/Inf spread over the whole buffer (so across segment
+    boundaries); from the first, a middle and the last root (the chain starts at the root)."""
+    p = world()
+    roots = sorted({0, p // 2, p - 1})
+    for dtype, n in ((torch.float32, 1_100_003), (torch.float64, 550_001)):
+        special = torch.arange(0, n, 65_521)  # a prime stride: hits many segments and chunks
+        values = torch.tensor([math.nan, math.inf, -math.inf], dtype=dtype)
+        for root in roots:
+            src = data(root, n, dtype, salt=3)
+            src[special] = values.repeat(len(special) // 3 + 1)[: len(special)]
+            t = src.clone() if rank() == root else torch.zeros(n, dtype=dtype)
+            dist.broadcast(t, src=root)
+            name = f"pipelined broadcast root {root} {dtype}"
+            if rank() == root:
+                assert_equal(name, t, src)
+            else:
+                finite = torch.isfinite(src)
+                assert_equal(name + " (non-finite)", t[~finite], src[~finite])
+                assert_within(name, t[finite], src[finite], EB)
+    m = 1_100_003  # float32 values per block
+    for root in roots:
+        blocks = [data(200 + r, m, salt=root) for r in range(p)] if rank() == root else None
+        out = torch.empty(m)
+        dist.scatter(out, scatter_list=blocks, src=root)
+        assert_within(f"pipelined scatter root {root}", out, data(200 + rank(), m, salt=root), EB)
+
+
+@check
 def nan_inf_pass_through() -> None:
     x = data(0, 5000)
     x[7] = float("nan")

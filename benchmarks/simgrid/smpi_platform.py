@@ -1,8 +1,9 @@
 """SimGrid platform (XML) and hostfile for the SMPI SIMULATION of zccl's collectives.
 
-Run: ``python benchmarks/simgrid/platform.py --hosts 16 --gbps 10 --out /tmp/plat`` writes
+Run: ``python benchmarks/simgrid/smpi_platform.py --hosts 16 --gbps 10 --out /tmp/plat`` writes
 ``/tmp/plat/cluster-16-10g.xml`` and ``/tmp/plat/hosts-16.txt`` (``run_smpi.py`` calls
-:func:`write_platform` itself).
+:func:`write_platform` itself). Not named ``platform.py``: a script in this directory would then
+import it instead of Python's own ``platform`` module.
 
 The simulated machine is one ``<cluster>``: N hosts, each with its own full-duplex link to one
 switch, the layout of a cluster on a single non-blocking switch:
@@ -14,9 +15,9 @@ switch, the layout of a cluster on a single non-blocking switch:
   second. One core per host (one MPI rank per host).
 * **Host links.** ``sharing_policy="SPLITDUPLEX"``: separate up and down links, so a host can send
   and receive at full rate at once (like a switched Ethernet/InfiniBand port; the ring
-  algorithms rely on it). Bandwidth is the nominal line rate; SMPI's default network model then
-  applies its own bandwidth/latency correction factors (``smpi/bw-factor``, ``smpi/lat-factor``,
-  about 0.94 of nominal for large messages).
+  algorithms rely on it). Bandwidth is the nominal line rate; run_smpi.py sets SMPI's correction
+  factors to ``smpi/bw-factor`` 0.94 (TCP/IP framing) and ``smpi/lat-factor`` 1 (SMPI's defaults
+  were fitted to one Gigabit-Ethernet cluster).
 * **Latency.** A route crosses two host links (sender up, receiver down) and the backbone, so the
   one-way host-to-host latency is ``2 * link_latency + backbone latency`` (backbone: 0). Chosen
   one-way latencies (``LATENCY_US``): 5 us at 10 and 100 Gbit/s (a cut-through switch plus a
@@ -39,7 +40,7 @@ LATENCY_US = {1: 25.0, 10: 5.0, 100: 5.0}  # one-way host-to-host latency per li
 
 _TEMPLATE = """<?xml version='1.0'?>
 <!DOCTYPE platform SYSTEM "https://simgrid.org/simgrid.dtd">
-<!-- SIMULATION platform for zccl-torch (benchmarks/simgrid/platform.py): {hosts} hosts at
+<!-- SIMULATION platform for zccl-torch (benchmarks/simgrid/smpi_platform.py): {hosts} hosts at
      {gbps:g} Gbit/s full duplex, one non-blocking switch, {lat:g} us one-way latency. -->
 <platform version="4.1">
   <cluster id="cluster" prefix="node-" suffix="" radical="0-{last}" speed="{speed}"
