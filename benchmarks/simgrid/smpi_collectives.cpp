@@ -1,8 +1,8 @@
 // SIMULATION driver: times zccl's collectives against uncompressed MPI under SimGrid SMPI.
 //
 // Built with smpicxx from the unmodified csrc/ sources (see run_smpi.py) and run with smpirun on
-// a simulated platform (platform.py). Every rank is an SMPI actor inside one process; times are
-// *simulated* (MPI_Wtime under SMPI). The CPU time of the code between two MPI calls (fZ-light
+// a simulated platform (smpi_platform.py). Every rank is an SMPI actor inside one process; times
+// are *simulated* (MPI_Wtime under SMPI). The CPU time of the code between two MPI calls (fZ-light
 // compression, decompression, reductions) is measured for real by SMPI and injected into the
 // simulation, so with the platform's host speed equal to smpi/host-speed one second of real CPU
 // is one simulated second.
@@ -125,11 +125,11 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
   return true;
 }
 
-// ---- Input data: a smooth, rank-distinct wave field -------------------------------------------
+// ---- Input data: a smooth, rank-distinct wave field ---------------------------------------------
 //
 // The n values of a rank form rows of W = 2048 values (the last row may be partial). The field is
 // a sum of three Gaussian wave packets travelling across the rows plus a slow trend:
-//   f(y, x) = sum_k a_k exp(-((y - y_k) / s_k)^2) sin(kx_k x + ky_k y + phi_k) + 0.3 cos(2 pi y/H + c)
+//   f(y, x) = sum_k a_k exp(-((y - y_k)/s_k)^2) sin(kx_k x + ky_k y + phi_k) + 0.3 cos(2pi y/H + c)
 // with rank-dependent phases phi_k, centres y_k and trend phase c. sin(A + B) is expanded into
 // sin A cos B + cos A sin B, so the field is a sum of products of per-column and per-row tables and
 // f(i) is a handful of float multiply-adds: cheap to generate and to regenerate element by element
@@ -199,7 +199,7 @@ class Field {
   std::vector<float> sx_[kK], cx_[kK], cy_[kK], sy_[kK], trend_;
 };
 
-// ---- Helpers --------------------------------------------------------------------------------------
+// ---- Helpers ------------------------------------------------------------------------------------
 
 struct Ctx {
   Options opt;
@@ -504,7 +504,7 @@ void run_allreduce(Ctx& c, bool mpi_path) {
   emit(c, j);
 }
 
-// ---- Data movement: broadcast, scatter, allgather ------------------------------------------------
+// ---- Data movement: broadcast, scatter, allgather -----------------------------------------------
 
 void run_broadcast(Ctx& c) {
   const size_t n = c.opt.bytes / 4, bytes = n * 4;
@@ -526,7 +526,8 @@ void run_broadcast(Ctx& c) {
     const Timing t = time_calls(c, prepare, [&] {
       coll::broadcast(*c.comm, buf.data(), n, fz::DType::Float32, root, cfg, &st);
     });
-    j.str("algorithm", "binomial tree of one compressed stream");
+    j.str("algorithm", "pipelined chain of compressed segments (one stream down a binomial tree "
+                       "when too small to segment)");
     add_timing(j, t);
     add_traffic(j, st);
     add_check(c, j, max_abs_diff(buf.data(), x.data(), n), c.eb, 0.0);
@@ -561,7 +562,7 @@ void run_scatter(Ctx& c) {
     const Timing t = time_calls(c, prepare, [&] {
       coll::scatter(*c.comm, send.data(), out.data(), block, fz::DType::Float32, root, cfg, &st);
     });
-    j.str("algorithm", "binomial tree of compressed blocks");
+    j.str("algorithm", "root sends each destination's compressed segments directly, pipelined");
     add_timing(j, t);
     add_traffic(j, st);
     add_check(c, j, max_abs_diff(out.data(), expect.data(), block), c.eb, 0.0);
@@ -631,8 +632,10 @@ void run_allgather(Ctx& c) {
 // thread CPU clock at the end and start of every MPI call and injects the difference, which
 // includes the clock reads themselves (~1.4 us per read on this VM). `per_test`: one MPI_Test on
 // a pending receive with nothing in between (real Open MPI: ~20 ns); `compress_*`: fZ-light on
-// this rank's field without and with an MPI_Test between chunks (the pipelined compressor's
-// polling), so poll_inflation = polled / unpolled is the simulation's overhead on compression.
+// this rank's field without and with an MPI_Test after every 5120-value chunk, so
+// poll_inflation = polled / unpolled is what the probe would add to a codec polling that often.
+// (zccl's pipelined codec polls at most every 50 us of wall time, i.e. far less often; the probe
+// cost still applies to every MPI call it makes: frames, waits, size exchanges.)
 struct Probe {
   double per_test = 0, compress_plain = 0, compress_polled = 0;
 };
