@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt
 SHOWN = ("zccl_auto", "zccl_ring", "zccl_rd", "zccl_cprp2p", "gloo", "fp16")
 STYLE = {"zccl_auto": "o-", "zccl_ring": "s--", "zccl_rd": "^--", "zccl_cprp2p": "v:",
          "gloo": "x-", "fp16": "d-"}
+COLOR = {name: f"C{i}" for i, name in enumerate(SHOWN)}  # same colour in every panel
 
 
 def _rows(result: dict, **match: object) -> list[dict]:
@@ -44,7 +45,12 @@ def _finish(fig: plt.Figure, axes: Iterable[plt.Axes], title: str, path: Path) -
         ax.grid(alpha=0.3)
     axes = list(axes)
     axes[0].set_ylabel("speedup over best uncompressed MPI")
-    handles, labels = axes[0].get_legend_handles_labels()
+    seen: dict[str, object] = {}
+    for ax in axes:  # the legend collects every contender that appears in any panel
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    labels = [name for name in SHOWN if name in seen]
+    handles = [seen[name] for name in labels]
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
@@ -62,7 +68,7 @@ def plot_vs_size(result: dict, out_dir: Path, ranks: int) -> Path:
                           key=lambda s: s["size_mb"])
             if rows:
                 ax.plot([s["size_mb"] for s in rows], [s["speedup_vs_mpi_best"] for s in rows],
-                        STYLE[name], label=name, ms=4)
+                        STYLE[name], color=COLOR[name], label=name, ms=4)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("size (MB)")
         ax.set_title(coll)
@@ -80,7 +86,7 @@ def plot_vs_ranks(result: dict, out_dir: Path, size_mb: float) -> Path:
                           key=lambda s: s["ranks"])
             if rows:
                 ax.plot([s["ranks"] for s in rows], [s["speedup_vs_mpi_best"] for s in rows],
-                        STYLE[name], label=name, ms=4)
+                        STYLE[name], color=COLOR[name], label=name, ms=4)
         ax.set_xlabel("ranks (one per emulated host)")
         ax.set_title(coll)
     title = f"{size_mb:g} MB, {result['rate']} links (emulated), REL {result['rel']:g}"
@@ -106,7 +112,7 @@ def plot_vs_rate(results: list[dict], out_dir: Path, ranks: int, size_mb: float)
                          for s in _rows(r, ranks=ranks, size_mb=size_mb, collective=coll,
                                         contender=name))
             if pts:
-                ax.plot(*zip(*pts, strict=True), STYLE[name], label=name, ms=4)
+                ax.plot(*zip(*pts, strict=True), STYLE[name], color=COLOR[name], label=name, ms=4)
         ax.set_xscale("log")
         ax.set_xlabel("link rate (Gbit/s, tbf)")
         ax.set_title(coll)
