@@ -79,13 +79,24 @@ double rel_bound(double rel, double lo, double hi) {
 }
 
 // The absolute bound for data only this rank compresses (broadcast/scatter roots, sends): a REL
-// bound needs no agreement then, the sender's own value range defines it.
-double local_bound(const at::Tensor& contiguous, const CallConfig& cfg) {
+// bound needs no agreement then, the sender's own value range (over all its parts) defines it.
+double local_bound(const std::vector<at::Tensor>& parts, const CallConfig& cfg) {
   if (cfg.mode != BoundMode::Rel) return cfg.error_bound;
-  const fz::FiniteRange r =
-      fz::finite_range(contiguous.data_ptr(), compressed_dtype(contiguous.scalar_type()),
-                       static_cast<uint64_t>(contiguous.numel()), cfg.threads);
-  return r.any_finite ? rel_bound(cfg.error_bound, r.min, r.max) : 0.0;
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -lo;
+  for (const auto& part : parts) {
+    const fz::FiniteRange r =
+        fz::finite_range(part.data_ptr(), compressed_dtype(part.scalar_type()),
+                         static_cast<uint64_t>(part.numel()), cfg.threads);
+    if (!r.any_finite) continue;
+    lo = std::min(lo, r.min);
+    hi = std::max(hi, r.max);
+  }
+  return rel_bound(cfg.error_bound, lo, hi);
+}
+
+double local_bound(const at::Tensor& contiguous, const CallConfig& cfg) {
+  return local_bound(std::vector<at::Tensor>{contiguous}, cfg);
 }
 
 }  // namespace
@@ -389,24 +400,36 @@ void ZcclBackend::run_gather(const at::Tensor& in, at::Tensor* flat_out, int roo
   if (dst) dst->write_back();
 }
 
-void ZcclBackend::run_scatter(const at::Tensor* flat_in, at::Tensor& out, int root, const CallConfig& cfg) {
+void ZcclBackend::run_scatter(const std::vector<at::Tensor>& ins, at::Tensor& out, int root,
+                              const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(out.numel());
   const bool compress = compressed_path(out.scalar_type(), n, cfg);
-  std::optional<Staged> src;
-  if (flat_in != nullptr) src.emplace(*flat_in, compress);
   Staged dst(out, compress);
   double eb = agree("scatter", n, nullptr, cfg, false);
   if (n == 0) return;
-  const void* in = src ? src->buffer.data_ptr() : nullptr;
-  if (compress) {
-    if (src) eb = local_bound(src->buffer, cfg);
-    coll::Stats stats;
-    coll::scatter(*comm_, in, dst.buffer.data_ptr(), n, compressed_dtype(dst.buffer.scalar_type()), root,
-                  coll_config(cfg, eb), &stats);
-    record("scatter", stats, eb);
-  } else {
-    comm_->scatter(in, dst.buffer.data_ptr(), n, mpi_datatype(out.scalar_type()), root);
+  if (!compress) {
+    // MPI_Scatter wants the blocks back to back; the uncompressed path pays that one copy.
+    std::vector<at::Tensor> flat_parts;
+    for (const auto& t : ins) flat_parts.push_back(t.reshape({-1}));
+    const at::Tensor flat = ins.empty() ? at::Tensor() : at::cat(flat_parts);
+    comm_->scatter(ins.empty() ? nullptr : flat.data_ptr(), dst.buffer.data_ptr(), n,
+                   mpi_datatype(out.scalar_type()), root);
+    dst.write_back();
+    return;
   }
+  // The compressed path reads each block where it lies (a contiguous float32/64 block is not
+  // copied at all): packing a list of 64 MB blocks into one buffer took longer than compressing it.
+  std::vector<at::Tensor> staged;
+  std::vector<const void*> blocks;
+  for (const auto& t : ins) {
+    staged.push_back(Staged(t, true).buffer);
+    blocks.push_back(staged.back().data_ptr());
+  }
+  if (!staged.empty()) eb = local_bound(staged, cfg);
+  coll::Stats stats;
+  coll::scatter(*comm_, blocks, dst.buffer.data_ptr(), n, compressed_dtype(dst.buffer.scalar_type()),
+                root, coll_config(cfg, eb), &stats);
+  record("scatter", stats, eb);
   dst.write_back();
 }
 
@@ -620,14 +643,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::scatter(std::vector<at::Tensor>& out
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> ins = at_root ? inputs[0] : std::vector<at::Tensor>{};
   return enqueue("scatter", c10d::OpType::SCATTER, outputs, [this, out, ins, root](const CallConfig& cfg) mutable {
-    if (ins.empty()) {
-      run_scatter(nullptr, out, root, cfg);
-      return;
-    }
-    std::vector<at::Tensor> flat_parts;
-    for (const auto& t : ins) flat_parts.push_back(t.reshape({-1}));
-    at::Tensor flat = at::cat(flat_parts);
-    run_scatter(&flat, out, root, cfg);
+    run_scatter(ins, out, root, cfg);
   });
 }
 

@@ -123,7 +123,8 @@ class ZcclBackend : public c10d::Backend {
   void run_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out, const c10d::ReduceOp& op,
                           const CallConfig& cfg);
   void run_gather(const at::Tensor& in, at::Tensor* flat_out, int root, const CallConfig& cfg);
-  void run_scatter(const at::Tensor* flat_in, at::Tensor& out, int root, const CallConfig& cfg);
+  // ins: the root's world_size blocks (empty elsewhere).
+  void run_scatter(const std::vector<at::Tensor>& ins, at::Tensor& out, int root, const CallConfig& cfg);
   void run_alltoall(const at::Tensor& in, at::Tensor& out, const std::vector<size_t>& send_counts,
                     const std::vector<size_t>& recv_counts, const CallConfig& cfg);
 

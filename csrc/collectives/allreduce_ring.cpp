@@ -1,22 +1,26 @@
 // Ring allreduce (ZCCL computation framework): reduce-scatter, then the data-movement allgather.
 // Every rank ends with bit-identical values.
 //
-// Steps (n values, p ranks; blocks of ceil(n/p) for the first n % p ranks, floor(n/p) after):
-//   1. SUM/AVG: pipelined ring reduce-scatter (reduce_scatter_ring.cpp), in place: block r of buf
-//      ends holding the reduction of block r on rank r.
-//      MIN/MAX: one exchange of compressed blocks instead (reduce_scatter_minmax.cpp), eb/2.
-//   2. allgather stage (allgather_decompressed below): coll::allgatherv compresses each rank's
-//      reduced block once, moves the compressed streams, and decompresses each once on arrival.
-//      The owner of a block must hold what everybody else decoded, not its exact value, or the
-//      replicas differ; fZ-light is deterministic, so the owner gets the same values by decoding
-//      its own stream (kAllgathervDecodesOwnBlock), or, if allgatherv hands back the exact own
-//      block, by compressing and decoding its block once more with the same parameters.
-//   3. AVG: divide everything by p at the very end (identical inputs -> identical quotients).
+// SUM/AVG (n values, p ranks; blocks of ceil(n/p) for the first n % p ranks, floor(n/p) after),
+// one segmented pipeline (segments: compute_common.h, RingSegments):
+//   1. pipelined ring reduce-scatter (reduce_scatter_ring.cpp), in place: block r of buf ends
+//      holding the reduction of block r on rank r, segment by segment;
+//   2. as soon as segment j of block r is final (segment_done): compress it once, isend the
+//      stream to next, and decode the stream into buf -- the owner must hold what everybody
+//      else decodes, not its exact sum, or the replicas differ (fZ-light is deterministic);
+//   3. allgather ring of compressed segments: at step t = 0 .. p-2 segment j of block r-t-1
+//      arrives from prev; it is forwarded to next at once, as received (t < p-2), and then
+//      decoded into its place. Compressed bytes are never decompressed and recompressed on the
+//      way. The allgather runs on its own tag, its receives all posted before the
+//      reduce-scatter starts, so the two stages overlap without any ordering between them.
+//   4. AVG: divide everything by p at the very end (identical inputs -> identical quotients).
+// MIN/MAX: one exchange of compressed blocks instead of step 1 (reduce_scatter_minmax.cpp),
+//   with eb/2, then allgather_decompressed below (coll::allgatherv), also with eb/2.
 //
 // Cost (w bytes per value, ratio R, compressor throughputs C and D, reduction gamma):
-//   reduce-scatter (p-1) [alpha + (n w/p)(beta/R + 1/C + 1/D + gamma)] (compression overlapped
-//   with transfers) + allgather (p-1) [alpha + (n w/p) (beta/R + 1/D)] + (n w/p)/C:
-//   p compressions and 2(p-1) decompressions of n/p values, 2(p-1)/p n w / R bytes sent.
+//   p compressions and 2(p-1) decompressions of n/p values, 2(p-1)/p n w / R bytes sent by each
+//   rank; with both stages pipelined by segments, the time tends to the larger of the link time
+//   2 (p-1)/p n w beta / R and the codec time (n w / p) (p/C + 2(p-1)/D + (p-1) gamma).
 //
 // Output error (exact arithmetic):
 //   SUM: (p-1) eb from the reduce-scatter chain + eb from the one compression of the allgather:
@@ -62,20 +66,76 @@ void allgather_decompressed(Comm& comm, T* buf, const Blocks& blocks, double eb,
   }
 }
 
+namespace {
+
+// Steps 2-3 above for SUM/AVG: the reduce-scatter runs inside, calling back per final segment.
+template <class T>
+void pipelined_sum_allreduce(Comm& comm, T* buf, const Blocks& blocks, ReduceOp op, double eb,
+                             const Config& cfg, Stats& st) {
+  const int p = comm.size(), r = comm.rank();
+  const int next = (r + 1) % p, prev = (r + p - 1) % p;
+  const int tag = comm.next_tag_base();  // the allgather's; the reduce-scatter takes the next
+  const RingSegments seg = RingSegments::plan(blocks, dtype_of<T>(), cfg);
+  const int S = seg.per_block;
+  Codec codec(dtype_of<T>(), eb, cfg, st);
+  const size_t cap = codec.capacity(seg.seg_len);
+  // Own segments' streams (S slots), then every received segment (one slot each: a received
+  // stream is forwarded from where it landed, so no slot is reused within a call).
+  const size_t received = static_cast<size_t>(p - 1) * S;
+  uint8_t* const own_area = workspace_bytes(kSlotScratch2, S * cap);
+  uint8_t* const rx_area = workspace_bytes(kSlotSend1, received * cap);
+  std::vector<Pending> rx(received), tx(received + S);
+  for (size_t k = 0; k < received; ++k) rx[k].start(comm.irecv(rx_area + k * cap, cap, prev, tag));
+  const fz::Progress poll = [&](uint64_t, uint64_t) {
+    poll_first(comm, rx);
+    poll_first(comm, tx);
+  };
+  auto at = [&seg](T* base, int j, size_t n) { return n ? base + seg.begin(j) : base; };
+
+  const SegmentDone start_allgather = [&](int j) {
+    const size_t n = seg.len(blocks.count[r], j);
+    T* const own = at(buf + blocks.offset[r], j, n);
+    uint8_t* const stream = own_area + static_cast<size_t>(j) * cap;
+    const size_t bytes = codec.compress(own, n, stream, cap, &poll);
+    tx[received + j].start(comm.isend(stream, bytes, next, tag));
+    st.bytes_sent += bytes;
+    codec.decompress(stream, bytes, own, n, r, &poll);
+  };
+  ring_reduce_scatter(comm, RingBuffers<T>{buf, buf, nullptr}, blocks, op, eb, cfg, st,
+                      &start_allgather);
+
+  for (int t = 0; t <= p - 2; ++t) {
+    const int b = ((r - t - 1) % p + p) % p;
+    for (int j = 0; j < S; ++j) {
+      const size_t k = static_cast<size_t>(t) * S + j;
+      const size_t got = rx[k].finish(comm);
+      uint8_t* const stream = rx_area + k * cap;
+      if (t < p - 2) {
+        tx[k].start(comm.isend(stream, got, next, tag));
+        st.bytes_sent += got;
+      }
+      const size_t n = seg.len(blocks.count[b], j);
+      codec.decompress(stream, got, at(buf + blocks.offset[b], j, n), n, prev, &poll);
+    }
+  }
+  finish_all(comm, tx);
+}
+
+}  // namespace
+
 template <class T>
 void ring_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb, const Config& cfg,
                     Stats& st) {
   const int p = comm.size(), r = comm.rank();
   if (p == 1) return;
   const Blocks blocks = Blocks::balanced(count, p);
-  double eb_gather = eb;
   if (is_min_max(op)) {
-    eb_gather = split_bound(eb, 2);
-    exchange_reduce_scatter(comm, buf, buf + blocks.offset[r], blocks, op, eb_gather, cfg, st);
-  } else {
-    ring_reduce_scatter(comm, RingBuffers<T>{buf, buf, nullptr}, blocks, op, eb, cfg, st);
+    const double eb_half = split_bound(eb, 2);
+    exchange_reduce_scatter(comm, buf, buf + blocks.offset[r], blocks, op, eb_half, cfg, st);
+    allgather_decompressed(comm, buf, blocks, eb_half, cfg, st);
+    return;
   }
-  allgather_decompressed(comm, buf, blocks, eb_gather, cfg, st);
+  pipelined_sum_allreduce(comm, buf, blocks, op, eb, cfg, st);
   if (op == ReduceOp::Avg) kernels::divide(buf, count, p, cfg.threads);
 }
 

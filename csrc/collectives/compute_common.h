@@ -5,9 +5,11 @@
 // from choose.cpp and reduce.cpp).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -60,6 +62,24 @@ struct Blocks {
   // Every block holds c = ceil(total / p) values except the last non-empty one (fewer) and any
   // after it (empty): padded to c, all blocks have one size (for equal-count gathers).
   static Blocks padded(size_t total, int p);
+};
+
+// Segments of the pipelined ring (reduce-scatter and the allreduce's allgather stage). Every block
+// is cut into the same number of segments of seg_len values (the last segments of a shorter
+// block are short or empty); each segment is compressed as its own stream and travels as its own
+// message, so a step's transfers overlap its compression and step s+1 forwards segment j as soon
+// as step s delivered it (cut-through), instead of a whole block per step (store and forward).
+// All ranks must plan alike: Config::segment_bytes must be equal on all ranks.
+struct RingSegments {
+  size_t seg_len = 1;  // values per segment
+  int per_block = 1;   // segments per block
+  size_t begin(int j) const { return static_cast<size_t>(j) * seg_len; }
+  // Values of segment j in a block of block_count values (0 past the block's end).
+  size_t len(size_t block_count, int j) const {
+    const size_t b = begin(j);
+    return b >= block_count ? 0 : std::min(seg_len, block_count - b);
+  }
+  static RingSegments plan(const Blocks& blocks, DType dt, const Config& cfg);
 };
 
 // Uninitialised heap arrays (std::vector would zero-fill compressed-buffer capacity per call).
@@ -135,6 +155,12 @@ struct Pending {
   }
 };
 
+// Polls the first unfinished request of `pending` (one MPI_Test drives the progress of all of
+// them); nothing when all are done.
+void poll_first(const Comm& comm, std::vector<Pending>& pending);
+// Waits for every request of `pending`.
+void finish_all(const Comm& comm, std::vector<Pending>& pending);
+
 // A bound for each of k compressions whose errors add up: k * result <= eb holds exactly (eb/k
 // shrunk by 2^-50 so the rounding of the division can never push the sum past eb).
 double split_bound(double eb, int k);
@@ -159,9 +185,13 @@ struct RingBuffers {
 
 // reduce_scatter_ring.cpp: pipelined ring reduce-scatter (SUM/AVG; AVG is not divided here).
 // On return acc(rank) holds this rank's reduced block.
+// `segment_done(j)`, when given, runs as soon as segment j of the rank's own block is fully
+// reduced (the allreduce starts its allgather stage there, segment by segment).
+using SegmentDone = std::function<void(int)>;
 template <class T>
 void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blocks, ReduceOp op,
-                         double eb, const Config& cfg, Stats& st);
+                         double eb, const Config& cfg, Stats& st,
+                         const SegmentDone* segment_done = nullptr);
 
 // reduce_scatter_minmax.cpp: MIN/MAX reduce-scatter by one exchange of compressed blocks.
 // local holds p blocks (layout `blocks`); out (blocks.count[rank] values, may equal

@@ -1,6 +1,8 @@
 // Helpers shared by the data-movement collectives (see datamove_common.h).
 #include "datamove_common.h"
 
+#include "../transport/backoff.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -204,30 +206,6 @@ struct SegmentWorkspace {
 };
 thread_local SegmentWorkspace t_segments;
 
-// Polls between which waits back off like Comm::wait: spins (a message is often about to land;
-// a receiver waiting out the root's first compression must not be asleep when its data comes),
-// then yields, then sleeps of 2..100 us so waiting ranks leave the cores to the ranks computing
-// (tests run 7 ranks on 2 cores). The cap is half Comm::wait's because a relay that oversleeps
-// delays every rank behind it. (Sleeping after 96 polls made 1 MB broadcasts ~0.3 ms slower
-// on the test cluster; longer sleeps, or none, made large broadcasts no faster.)
-class Backoff {
- public:
-  void pause() {
-    ++n_;
-    if (n_ < 64) return;
-    if (n_ < 256) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
-    sleep_us_ = std::min(sleep_us_ * 2, 100);
-  }
-
- private:
-  int n_ = 0;
-  int sleep_us_ = 2;
-};
-
 }  // namespace
 
 SegmentPlan plan_segments(size_t count, DType dt, const Config& cfg, int streams, int seg_hops,
@@ -341,7 +319,10 @@ void wait_until(const Comm& comm, const std::function<bool()>& done, const char*
                 const char* what, int peer) {
   const auto t0 = Clock::now();
   const auto timeout = comm.timeout();
-  Backoff backoff;
+  // Waits back off like Comm::wait's, but with half its sleep cap: a relay that oversleeps delays
+  // every rank behind it. (Sleeping after 96 polls made 1 MB broadcasts ~0.3 ms slower on the
+  // test cluster; longer sleeps, or none, made large broadcasts no faster.)
+  Backoff backoff(/*cap_us=*/100);
   while (!done()) {
     if (Clock::now() - t0 > timeout) {
       throw transport::TimeoutError(std::string("zccl: ") + op + ": timed out after " +

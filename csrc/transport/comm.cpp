@@ -33,6 +33,8 @@
 //   reserved for MPI_Comm_create_group in subgroup().
 #include "comm.h"
 
+#include "backoff.h"
+
 #include <algorithm>
 #include <atomic>
 #include <climits>
@@ -104,25 +106,8 @@ void check_str(int rc, const std::string& what) {
   if (rc != MPI_SUCCESS) throw make_error(rc, what);
 }
 
-// Polling pause: spin a little (latency), then yield, then sleep with a capped backoff so waiting
-// ranks leave the cores to the ones computing (tests oversubscribe 2 cores with 7 ranks).
-class Backoff {
- public:
-  void pause() {
-    ++n_;
-    if (n_ < 64) return;
-    if (n_ < 256) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
-    sleep_us_ = std::min(sleep_us_ * 2, 200);
-  }
-
- private:
-  int n_ = 0;
-  int sleep_us_ = 2;
-};
+// Sleep cap of request polling loops (see backoff.h).
+constexpr int kPollSleepCapUs = 200;
 
 using Clock = std::chrono::steady_clock;
 // Deadline of duplicate() without a timeout (the same as a Comm's default timeout_).
@@ -339,7 +324,7 @@ std::unique_ptr<Comm> Comm::duplicate(MPI_Comm parent, std::chrono::milliseconds
     check(MPI_Comm_idup(parent, &dup, &req), "MPI_Comm_idup");
   }
   const auto deadline = deadline_after(timeout);
-  Backoff backoff;
+  Backoff backoff(kPollSleepCapUs);
   for (;;) {
     int flag = 0;
     {
@@ -525,7 +510,7 @@ bool Comm::test(Request& req, size_t* received) const {
 
 size_t Comm::wait(Request& req) const {
   const auto deadline = deadline_after(timeout_);
-  Backoff backoff;
+  Backoff backoff(kPollSleepCapUs);
   while (!test(req)) {
     if (Clock::now() > deadline) {
       throw TimeoutError("zccl: timed out after " + std::to_string(timeout_.count()) +
@@ -541,7 +526,7 @@ size_t Comm::wait(Request& req) const {
 
 void Comm::wait_all(std::vector<Request>& reqs) const {
   const auto deadline = deadline_after(timeout_);
-  Backoff backoff;
+  Backoff backoff(kPollSleepCapUs);
   for (;;) {
     bool all = true;
     const Request* first_pending = nullptr;
@@ -603,7 +588,7 @@ void Comm::wait_collective(MPI_Request* reqs, size_t n, const char* what, size_t
     pending.push_back(std::move(r));
   }
   const auto deadline = deadline_after(timeout_);
-  Backoff backoff;
+  Backoff backoff(kPollSleepCapUs);
   for (;;) {
     bool all = true;
     for (Request& r : pending) {

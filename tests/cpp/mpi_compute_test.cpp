@@ -230,7 +230,7 @@ void plant_nonfinite(std::vector<std::vector<T>>& inputs) {
 
 template <class T>
 void run_allreduce(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t n, uint64_t seed,
-                   bool integer, bool nonfinite) {
+                   bool integer, bool nonfinite, size_t segment_bytes = 0) {
   const int p = comm.size(), r = comm.rank();
   const DType dt = std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
   std::vector<std::vector<T>> inputs;
@@ -238,10 +238,12 @@ void run_allreduce(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t n, ui
   if (nonfinite) plant_nonfinite(inputs);
   std::vector<T> buf = inputs[static_cast<size_t>(r)];
   Stats st;
-  const Config cfg = make_cfg(a, eb);
+  Config cfg = make_cfg(a, eb);
+  cfg.segment_bytes = segment_bytes;
   coll::allreduce(comm, buf.data(), n, dt, op, cfg, &st);
   const std::string what = describe("allreduce", a, dt, op, eb, n, p) +
-                           (integer ? " integer" : "") + (nonfinite ? " nonfinite" : "");
+                           (integer ? " integer" : "") + (nonfinite ? " nonfinite" : "") +
+                           (segment_bytes ? " segment_bytes=" + std::to_string(segment_bytes) : "");
   // MPI's MIN/MAX does not promise NaN propagation: skip those cases on the MPI path.
   if (nonfinite && st.algorithm == Algorithm::Mpi && (op == ReduceOp::Min || op == ReduceOp::Max)) {
     return;
@@ -266,7 +268,7 @@ void run_allreduce(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t n, ui
 
 template <class T>
 void run_reduce_scatter(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t n, uint64_t seed,
-                        bool aliased) {
+                        bool aliased, size_t segment_bytes = 0) {
   const int p = comm.size(), r = comm.rank();
   const DType dt = std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
   const size_t total = n * static_cast<size_t>(p);
@@ -276,9 +278,12 @@ void run_reduce_scatter(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t 
   std::vector<T> recv_buf(n + 1, T(-12345));
   T* recv = aliased ? send.data() + static_cast<size_t>(r) * n : recv_buf.data();
   Stats st;
-  coll::reduce_scatter(comm, send.data(), recv, n, dt, op, make_cfg(a, eb), &st);
-  const std::string what =
-      describe("reduce_scatter", a, dt, op, eb, n, p) + (aliased ? " aliased" : "");
+  Config cfg = make_cfg(a, eb);
+  cfg.segment_bytes = segment_bytes;
+  coll::reduce_scatter(comm, send.data(), recv, n, dt, op, cfg, &st);
+  const std::string what = describe("reduce_scatter", a, dt, op, eb, n, p) +
+                           (aliased ? " aliased" : "") +
+                           (segment_bytes ? " segment_bytes=" + std::to_string(segment_bytes) : "");
   const Reference ref = reference(inputs, static_cast<size_t>(r) * n, n, op);
   const double bound = coll::output_error_bound(st.algorithm, op, p, eb, false);
   check_close(recv, ref, bound, op, p, what,
@@ -385,6 +390,32 @@ void test_reduce_matrix(Comm& comm) {
   for (int rt = 0; rt < p; ++rt) {
     run_reduce<float>(comm, Algorithm::Ring, ReduceOp::Sum, 1e-4, 301, ++seed, rt);
     run_reduce<double>(comm, Algorithm::RecursiveDoubling, ReduceOp::Max, 1e-4, 301, ++seed, rt);
+  }
+}
+
+// The segmented ring pipeline (RingSegments) with small segments, so blocks hold many segments
+// and the shorter blocks of an unbalanced layout end in short or empty ones; the reduce-scatter
+// and the allgather stage then overlap across many messages. Counts: fewer values than ranks,
+// exactly one segment per block, one value more, several segments with a ragged last block.
+void test_segmented_ring(Comm& comm) {
+  const size_t p = static_cast<size_t>(comm.size());
+  const size_t seg = 64;  // values per segment (float32: 256 bytes; float64: 512 bytes)
+  uint64_t seed = 12000;
+  for (size_t n : {p - 1, seg * p, seg * p + 1, 7 * seg * p + 3 * seg + 5, size_t{100003}}) {
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+      run_allreduce<float>(comm, Algorithm::Ring, op, 1e-3, n, ++seed, false, false,
+                           seg * sizeof(float));
+      run_allreduce<double>(comm, Algorithm::Ring, op, 1e-4, n, ++seed, false, n >= 8,
+                            seg * sizeof(double));
+      run_allreduce<float>(comm, Algorithm::Ring, op, 0.0, n, ++seed, true, false,
+                           seg * sizeof(float));
+    }
+    if (n % p == 0) {
+      run_reduce_scatter<float>(comm, Algorithm::Ring, ReduceOp::Sum, 1e-3, n / p, ++seed, false,
+                                seg * sizeof(float));
+      run_reduce_scatter<double>(comm, Algorithm::Ring, ReduceOp::Avg, 1e-3, n / p, ++seed, true,
+                                 seg * sizeof(double));
+    }
   }
 }
 
@@ -654,6 +685,7 @@ int main(int argc, char** argv) {
     phase("allreduce matrix", test_allreduce_matrix);
     phase("reduce_scatter matrix", test_reduce_scatter_matrix);
     phase("reduce matrix", test_reduce_matrix);
+    phase("segmented ring", test_segmented_ring);
     if (g_large) phase("large", test_large);
     phase("mismatch", test_mismatch);
     if (g_verbose && comm->rank() == 0) {

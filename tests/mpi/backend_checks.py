@@ -248,6 +248,36 @@ def pipelined_broadcast_scatter() -> None:
 
 
 @check
+def scatter_blocks_read_in_place() -> None:
+    """The compressed scatter reads each root block where it lies: non-contiguous (transposed)
+    blocks, half-precision blocks, and a REL bound taken over the value range of *all* blocks
+    (block r is offset by 10*r, so the range, hence the bound, grows with p)."""
+    p = world()
+    rel = 1e-4
+    for root in sorted({0, p - 1}):
+        mats = [data(300 + r, 64 * 37, torch.float64).view(64, 37) + 10 * r for r in range(p)]
+        with zccl_torch.config(mode="rel", error_bound=rel):
+            for dtype in (torch.float32, torch.float64, torch.bfloat16):
+                blocks = [m.to(dtype).t() for m in mats]  # (37, 64) views, not contiguous
+                assert not blocks[0].is_contiguous()
+                out = torch.empty(37, 64, dtype=dtype)
+                dist.scatter(out, scatter_list=blocks if rank() == root else None, src=root)
+                name = f"scatter rel root {root} {dtype}"
+                lo = min(float(b.double().min()) for b in blocks)
+                hi = max(float(b.double().max()) for b in blocks)
+                expect = rel * (hi - lo)
+                if rank() == root and p > 1 and dtype != torch.bfloat16:
+                    # The root's own range over all blocks defines the bound, exactly so.
+                    got_eb = zccl_torch.last_stats()["error_bound"]
+                    assert got_eb == expect, (name, got_eb, expect)
+                tol: torch.Tensor | float = expect
+                if dtype == torch.bfloat16:
+                    # Compressed as float32, then rounded back: an ulp of bfloat16 on top.
+                    tol = expect + torch.finfo(dtype).eps * blocks[rank()].double().abs()
+                assert_within(name, out, blocks[rank()], tol)
+
+
+@check
 def nan_inf_pass_through() -> None:
     x = data(0, 5000)
     x[7] = float("nan")
