@@ -14,10 +14,14 @@ Uncompressed MPI, the best of the algorithms Open MPI can be forced to:
                       pipelined chain n/B + (p-2)a + 2 sqrt((p-2) a n/B))
   scatter         (p-1)a + (p-1)/p n/B                       (the root's link carries it all)
 zccl (terms add up: the model assumes no overlap of compression and wire, except where noted):
-  all_reduce ring     2(p-1)a + 2(p-1)/p n/(BR) + n/C + 2(p-1)/p n/D + (p-1)/p n/G
+  all_reduce ring     segmented cut-through pipeline (s = min(1 MiB, n/p) per segment):
+                      max(2(p-1)/p n/(BR), n/(pC) + n/(pD) + (p-1)/p n (1/C + 2/D + 1/G))
+                      + 2(p-1)(a + s/(BR)) + s/C + s/D
   all_reduce RD       L(a + n/(BR) + n/C + 2n/D + n/G)           (power-of-two p)
-  all_reduce cprp2p   ring + (p-1)/p n (1/C + 1/D) - n/(pC)      (recompresses at every hop)
-  reduce_scatter      (p-1)a + (p-1)/p n (1/(BR) + 1/C + 1/D + 1/G)
+  all_reduce cprp2p   2(p-1)a + 2(p-1)/p n/(BR) + n/C + 2(p-1)/p n/D + (p-1)/p n/G
+                      + (p-1)/p n (1/C + 1/D) - n/(pC)  (store and forward; recompresses per hop)
+  reduce_scatter      segmented: max((p-1)/p n/(BR), (p-1)/p n (1/C + 1/D + 1/G))
+                      + (p-1)(a + s/(BR)) + s/C + s/D
   all_gather          (p-1)a + n/(pC) + (p-1)/p n (1/(BR) + 1/D)
   broadcast           pipelined chain of S compressed segments:
                       max(n/C, n/(BR), n/D) + (p-2 + 2)(a + n/(S BR)) with S = max(p, n / 1 MiB)
@@ -77,15 +81,20 @@ def mpi_time(coll: str, n: float, p: int, m: Params) -> float:
 def zccl_time(coll: str, algorithm: str, n: float, p: int, m: Params) -> float:
     """zccl's predicted time; ``algorithm`` is the one that ran (ring/recursive_doubling/...)."""
     f, lg, wire = (p - 1) / p, math.ceil(math.log2(p)), m.B * m.R
+    seg = min(MIB, n / p)  # the ring's segment (RingSegments: ~1 MiB)
+    fill = seg / m.C + seg / m.D  # the first segment's codec work, before the pipeline is full
     if coll == "all_reduce":
-        ring = 2 * (p - 1) * m.a + 2 * f * n / wire + n / m.C + 2 * f * n / m.D + f * n / m.G
         if algorithm == "recursive_doubling":
             return lg * (m.a + n / wire + n / m.C + 2 * n / m.D + n / m.G)
         if algorithm == "cprp2p":
-            return ring + f * n * (1 / m.C + 1 / m.D) - n / (p * m.C)
-        return ring
+            store_forward = (2 * (p - 1) * m.a + 2 * f * n / wire + n / m.C + 2 * f * n / m.D
+                             + f * n / m.G)
+            return store_forward + f * n * (1 / m.C + 1 / m.D) - n / (p * m.C)
+        codec = n / (p * m.C) + n / (p * m.D) + f * n * (1 / m.C + 2 / m.D + 1 / m.G)
+        return max(2 * f * n / wire, codec) + 2 * (p - 1) * (m.a + seg / wire) + fill
     if coll == "reduce_scatter":
-        return (p - 1) * m.a + f * n * (1 / wire + 1 / m.C + 1 / m.D + 1 / m.G)
+        codec = f * n * (1 / m.C + 1 / m.D + 1 / m.G)
+        return max(f * n / wire, codec) + (p - 1) * (m.a + seg / wire) + fill
     if coll == "all_gather":
         return (p - 1) * m.a + n / (p * m.C) + f * n * (1 / wire + 1 / m.D)
     if coll == "broadcast":

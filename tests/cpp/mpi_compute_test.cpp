@@ -633,6 +633,12 @@ void test_stats_and_choice(Comm& comm) {
     saw_rd |= coll::choose_allreduce(b, 4, c) == Algorithm::RecursiveDoubling;
   }
   CHECK_MSG(saw_rd, "the cost model never picks recursive doubling at p=4");
+  // The thresholds choose.cpp documents.
+  CHECK(coll::choose_allreduce(2048, 4, c) == Algorithm::Mpi);
+  CHECK(coll::choose_allreduce(256 << 10, 4, c) == Algorithm::RecursiveDoubling);
+  CHECK(coll::choose_allreduce(1 << 20, 4, c) == Algorithm::Ring);
+  CHECK(coll::choose_allreduce(2 << 20, 2, c) == Algorithm::RecursiveDoubling);
+  CHECK(coll::choose_allreduce(8 << 20, 2, c) == Algorithm::Ring);
   // Stats of a compressed ring allreduce of smooth data.
   if (p > 1) {
     std::vector<float> v(40000);
