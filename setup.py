@@ -7,6 +7,9 @@ that is installed. Environment knobs:
   runs on; the AVX2 kernels need it on x86). ``ZCCL_MARCH=none`` drops the flag (portable scalar
   kernels, several times slower).
 * ``MPICC``: MPI compiler wrapper to query for include and link flags (default ``mpicc``).
+* ``ZCCL_CUDA_ARCH``: GPU architectures of the CUDA build (default ``90``; e.g. ``90;100``). The
+  CUDA build (csrc/**/*.cu, ``ZCCL_WITH_CUDA=1``) happens only when torch has CUDA
+  (``torch.version.cuda``) and nvcc is found; otherwise the build is CPU-only, as before.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import subprocess
 from pathlib import Path
 
 from setuptools import setup
-from torch.utils.cpp_extension import BuildExtension, CppExtension
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
 ROOT = Path(__file__).resolve().parent
 # Torch-free core first, then the pybind11/torch layer.
@@ -64,16 +67,47 @@ def compile_args() -> list[str]:
     return args
 
 
+def cuda_enabled() -> bool:
+    """Torch built with CUDA, and the CUDA toolkit torch found (CUDA_HOME) has nvcc."""
+    import torch
+
+    return (
+        torch.version.cuda is not None
+        and CUDA_HOME is not None
+        and (Path(CUDA_HOME) / "bin" / "nvcc").is_file()
+    )
+
+
+def nvcc_args() -> list[str]:
+    # -fmad=false: no FMA contraction, so the GPU encoder reproduces the CPU's streams bit for bit.
+    args = ["-O3", "-fmad=false", "-std=c++17", "-DZCCL_WITH_CUDA=1"]
+    for arch in os.environ.get("ZCCL_CUDA_ARCH", "90").replace(",", ";").split(";"):
+        if arch.strip():
+            args.append(f"-gencode=arch=compute_{arch.strip()},code=sm_{arch.strip()}")
+    return args
+
+
 mpi_compile, mpi_link = mpi_flags()
 
+if cuda_enabled():
+    extension = CUDAExtension(
+        name="zccl_torch._C",
+        sources=sources() + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cu")),
+        extra_compile_args={
+            "cxx": [*compile_args(), *mpi_compile, "-DZCCL_WITH_CUDA=1"],
+            "nvcc": nvcc_args(),
+        },
+        extra_link_args=["-fopenmp", *mpi_link],
+    )
+else:
+    extension = CppExtension(
+        name="zccl_torch._C",
+        sources=sources(),
+        extra_compile_args=compile_args() + mpi_compile,
+        extra_link_args=["-fopenmp", *mpi_link],
+    )
+
 setup(
-    ext_modules=[
-        CppExtension(
-            name="zccl_torch._C",
-            sources=sources(),
-            extra_compile_args=compile_args() + mpi_compile,
-            extra_link_args=["-fopenmp", *mpi_link],
-        )
-    ],
+    ext_modules=[extension],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
 )

@@ -1,0 +1,991 @@
+// Device code of the GPU codec (host side: cuszp.cu; design and contracts: cuszp.h; stream
+// layout: fzlight_format.h). Included by cuszp.cu only. After the design of cuSZp (Huang et al.,
+// SC'23: fused quantisation/prediction/fixed-length encoding, block offsets by a global prefix
+// sum) with the single-pass decoupled look-back scan of Merrill & Garland (NVIDIA TR, 2016);
+// written from the papers, no code taken.
+//
+// Kernels, in the order a call runs them:
+//   compress:    encode_kernel   (fused quantise + Lorenzo + bit planes + look-back + chunk CRC)
+//                finalize_kernel (header fields, total size, header CRC)
+//   decompress:  parse_kernel    (header + table validation, chunk offsets)
+//                decode_kernel   (chunk CRC + structure checks + decode [+ reduce])
+//   also:        range_partial_kernel / range_final_kernel, reduce_kernel, divide_kernel
+//
+// Every kernel runs kThreads threads per block; "CTA-wide" helpers must be called by all of them.
+#pragma once
+
+#include <cuda/atomic>
+#include <cuda_runtime.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "crc32c_combine.h"
+#include "cuszp.h"
+#include "cuszp_lane.h"
+#include "fzlight_format.h"
+
+namespace zccl::gpu::kern {
+
+namespace crc = fz::crc;
+
+inline constexpr int kWarps = 8;  // power of two (the cross-warp CRC fold relies on it)
+inline constexpr int kThreads = 32 * kWarps;
+inline constexpr unsigned kFull = 0xFFFFFFFFu;
+inline constexpr uint32_t kMaxBlocksPerChunk = fz::kMaxChunkLen / fz::kBlockLen;  // 2048
+inline constexpr int kCrcMinLog2Slice = 5;   // >= 32 bytes per thread: few fold levels per byte
+inline constexpr size_t kControlBytes = 256;  // control words at the start of the workspace
+inline constexpr int kRangeMaxBlocks = 1024;  // partial results of finite_range
+inline constexpr size_t kMinWorkspaceWords = 2 * kRangeMaxBlocks;  // 8-byte words after control
+inline constexpr size_t kFixedHeaderMax = 48 + 8 * fz::kMaxDims;
+inline constexpr size_t kEncodedFixed = 9;  // mode, q_start, n_outliers
+
+static_assert((kWarps & (kWarps - 1)) == 0 && kWarps <= 32, "kWarps must be a power of two <= 32");
+
+// Look-back status words (Merrill & Garland): flag in the top two bits, byte count below.
+inline constexpr unsigned long long kFlagAggregate = 1ull << 62;
+inline constexpr unsigned long long kFlagInclusive = 2ull << 62;
+inline constexpr unsigned long long kValueMask = (1ull << 62) - 1;
+
+// The first kControlBytes of the workspace; zeroed (cudaMemsetAsync) at the start of each call.
+struct Control {
+  unsigned long long ticket;  // encoder: next chunk to take
+  unsigned long long size;    // encoder: stream bytes (copied to the caller's pinned size_t)
+  int32_t err;                // first Error (copied to the caller's pinned int32)
+  int32_t pad;
+  DeviceStreamInfo info;      // parse_kernel's result
+  RangeResult range;          // finite_range's result
+};
+static_assert(sizeof(Control) <= kControlBytes, "control block overflows its slot");
+
+__constant__ uint32_t c_xpow2[crc::kXPow2Count] = {ZCCL_CRC32C_XPOW2_VALUES};
+
+__device__ inline void fail(Control* ctl, Error e) {
+  atomicCAS(&ctl->err, 0, static_cast<int32_t>(e));
+}
+
+// ------------------------------------------------------------------------------------------
+// Loads and stores at any byte address. Stream fields sit at arbitrary offsets; wide accesses
+// are used when the address allows, bytes otherwise, so nothing outside the field is touched.
+
+__device__ inline uint32_t ld_u32(const uint8_t* p) {
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) return *reinterpret_cast<const uint32_t*>(p);
+  return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+         static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+}
+__device__ inline uint16_t ld_u16(const uint8_t* p) {
+  if ((reinterpret_cast<uintptr_t>(p) & 1u) == 0) return *reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint16_t>(p[0] | p[1] << 8);
+}
+__device__ inline uint64_t ld_u64(const uint8_t* p) {
+  if ((reinterpret_cast<uintptr_t>(p) & 7u) == 0) return *reinterpret_cast<const uint64_t*>(p);
+  return static_cast<uint64_t>(ld_u32(p)) | static_cast<uint64_t>(ld_u32(p + 4)) << 32;
+}
+__device__ inline void st_u32(uint8_t* p, uint32_t v) {
+  if ((reinterpret_cast<uintptr_t>(p) & 3u) == 0) {
+    *reinterpret_cast<uint32_t*>(p) = v;
+    return;
+  }
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+  p[2] = static_cast<uint8_t>(v >> 16);
+  p[3] = static_cast<uint8_t>(v >> 24);
+}
+__device__ inline void st_u16(uint8_t* p, uint16_t v) {
+  if ((reinterpret_cast<uintptr_t>(p) & 1u) == 0) {
+    *reinterpret_cast<uint16_t*>(p) = v;
+    return;
+  }
+  p[0] = static_cast<uint8_t>(v);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+__device__ inline void st_u64(uint8_t* p, uint64_t v) {
+  if ((reinterpret_cast<uintptr_t>(p) & 7u) == 0) {
+    *reinterpret_cast<uint64_t*>(p) = v;
+    return;
+  }
+  st_u32(p, static_cast<uint32_t>(v));
+  st_u32(p + 4, static_cast<uint32_t>(v >> 32));
+}
+__device__ inline uint32_t ld_bits(const uint8_t* p, uint32_t) { return ld_u32(p); }
+__device__ inline uint64_t ld_bits(const uint8_t* p, uint64_t) { return ld_u64(p); }
+__device__ inline void st_bits(uint8_t* p, uint32_t v) { st_u32(p, v); }
+__device__ inline void st_bits(uint8_t* p, uint64_t v) { st_u64(p, v); }
+
+// ------------------------------------------------------------------------------------------
+// Value <-> bits. Values travel as bits wherever they are only moved, so NaN payloads and
+// signed zeros are kept exactly.
+
+template <class T>
+struct Bits;
+template <>
+struct Bits<float> {
+  using type = uint32_t;
+  __device__ static float value(uint32_t b) { return __uint_as_float(b); }
+  __device__ static uint32_t of(float v) { return __float_as_uint(v); }
+  __device__ static float add(float a, float b) { return __fadd_rn(a, b); }
+  __device__ static float div(float a, float b) { return __fdiv_rn(a, b); }
+  __device__ static bool finite(float v) { return fabsf(v) <= FLT_MAX; }
+  __device__ static float inf() { return __uint_as_float(0x7F800000u); }
+};
+template <>
+struct Bits<double> {
+  using type = uint64_t;
+  __device__ static double value(uint64_t b) { return __longlong_as_double(static_cast<long long>(b)); }
+  __device__ static uint64_t of(double v) { return static_cast<uint64_t>(__double_as_longlong(v)); }
+  __device__ static double add(double a, double b) { return __dadd_rn(a, b); }
+  __device__ static double div(double a, double b) { return __ddiv_rn(a, b); }
+  __device__ static bool finite(double v) { return fabs(v) <= DBL_MAX; }
+  __device__ static double inf() { return __longlong_as_double(0x7FF0000000000000LL); }
+};
+
+// ------------------------------------------------------------------------------------------
+// Warp helpers.
+
+__device__ inline unsigned lane_id() { return threadIdx.x & 31u; }
+__device__ inline unsigned warp_id() { return threadIdx.x >> 5; }
+__device__ inline uint32_t lanes_below(unsigned lane) { return (1u << lane) - 1u; }
+__device__ inline uint32_t lanes_upto(unsigned lane) { return (2u << lane) - 1u; }  // 0 - 1 at 31
+
+__device__ inline uint32_t warp_or(uint32_t v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  return __reduce_or_sync(kFull, v);
+#else
+  for (int o = 16; o > 0; o >>= 1) v |= __shfl_xor_sync(kFull, v, o);
+  return v;
+#endif
+}
+
+__device__ inline uint64_t warp_sum_u64(uint64_t v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFull, v, o);
+  return v;
+}
+
+// Inclusive prefix sums across the warp (uint32 wraps, as the CPU decoder's carry does).
+__device__ inline uint32_t warp_scan_u32(uint32_t v) {
+  const unsigned lane = lane_id();
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t up = __shfl_up_sync(kFull, v, o);
+    if (lane >= static_cast<unsigned>(o)) v += up;
+  }
+  return v;
+}
+__device__ inline uint64_t warp_scan_u64(uint64_t v) {
+  const unsigned lane = lane_id();
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint64_t up = __shfl_up_sync(kFull, v, o);
+    if (lane >= static_cast<unsigned>(o)) v += up;
+  }
+  return v;
+}
+
+// 32x32 bit transpose across the warp (see lane::transpose_stage).
+__device__ inline uint32_t warp_transpose(uint32_t x) {
+  const unsigned lane = lane_id();
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) {
+    const uint32_t partner = __shfl_xor_sync(kFull, x, s);
+    x = lane::transpose_stage(x, partner, s, (lane & static_cast<unsigned>(s)) != 0);
+  }
+  return x;
+}
+
+// ------------------------------------------------------------------------------------------
+// CTA-wide helpers (all kThreads threads call them, with uniform arguments).
+
+// Sum over the block; `scratch` holds kWarps words. Returns the total in every thread.
+__device__ inline uint64_t cta_sum(uint64_t v, uint64_t* scratch) {
+  v = warp_sum_u64(v);
+  __syncthreads();  // scratch may still be read by the previous call
+  if (lane_id() == 0) scratch[warp_id()] = v;
+  __syncthreads();
+  uint64_t total = 0;
+  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  return total;
+}
+
+// Exclusive prefix over the block in thread order; *total gets the block's sum.
+__device__ inline uint64_t cta_exclusive_scan(uint64_t v, uint64_t* scratch, uint64_t* total) {
+  const uint64_t incl = warp_scan_u64(v);
+  __syncthreads();
+  if (lane_id() == 31) scratch[warp_id()] = incl;
+  __syncthreads();
+  uint64_t before = 0, all = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < static_cast<int>(warp_id())) before += scratch[w];
+    all += scratch[w];
+  }
+  *total = all;
+  return before + incl - v;
+}
+
+// The slicing-by-4 tables, built in shared memory at kernel start.
+__device__ inline void init_crc_tables(crc::Tables& tab) {
+  for (int e = threadIdx.x; e < 4 * 256; e += kThreads) {
+    tab.t[e >> 8][e & 255] = crc::table_entry(e >> 8, static_cast<uint32_t>(e & 255));
+  }
+  __syncthreads();
+}
+
+struct CrcScratch {
+  uint32_t warp[kWarps];
+  uint32_t result;
+};
+
+// CRC-32C of n bytes at p by the whole block (plan: crc32c_combine.h). Every thread CRCs its
+// slice, the slices are folded pairwise inside each warp and then across warps by warp 0.
+__device__ inline uint32_t cta_crc32c(const uint8_t* p, uint64_t n, const crc::Tables& tab,
+                                      CrcScratch& sc) {
+  if (n == 0) return 0;
+  const crc::SlicePlan plan = crc::plan_slices(n, kThreads, kCrcMinLog2Slice);
+  const crc::Slice s = crc::slice_of(plan, threadIdx.x);
+  uint32_t v = 0;
+  if (s.end > s.begin) v = crc::update(s.first ? ~0u : 0u, p, s.begin, s.end, tab);
+  const unsigned lane = lane_id();
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    const uint32_t right = __shfl_down_sync(kFull, v, 1u << k);
+    if ((lane & ((2u << k) - 1u)) == 0) v = crc::fold(v, right, plan, k, c_xpow2);
+  }
+  __syncthreads();  // sc may still be read by the previous call
+  if (lane == 0) sc.warp[warp_id()] = v;
+  __syncthreads();
+  if (warp_id() == 0) {
+    uint32_t w = lane < static_cast<unsigned>(kWarps) ? sc.warp[lane] : 0u;
+    for (int k = 0; (1 << k) < kWarps; ++k) {
+      const uint32_t right = __shfl_down_sync(kFull, w, 1u << k);
+      if ((lane & ((2u << k) - 1u)) == 0) w = crc::fold(w, right, plan, 5 + k, c_xpow2);
+    }
+    if (lane == 0) sc.result = ~w;
+  }
+  __syncthreads();
+  return sc.result;
+}
+
+// Copies n values from global x to shared `cache` with 16-byte loads where x allows, so the whole
+// chunk's loads are in flight at once (the passes then run at shared-memory latency).
+template <class B>
+__device__ inline void cta_stage_values(B* cache, const B* x, uint32_t n) {
+  __syncthreads();  // the previous chunk may still be read from `cache`
+  uint32_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(x) & 15u) == 0) {
+    const uint32_t vecs = static_cast<uint32_t>(n * sizeof(B) / 16);
+    const uint4* src = reinterpret_cast<const uint4*>(x);
+    uint4* dst = reinterpret_cast<uint4*>(cache);
+    for (uint32_t v = threadIdx.x; v < vecs; v += kThreads) dst[v] = src[v];
+    done = static_cast<uint32_t>(vecs * 16 / sizeof(B));
+  }
+  for (uint32_t i = done + threadIdx.x; i < n; i += kThreads) cache[i] = x[i];
+  __syncthreads();
+}
+
+// Copies n stream bytes at p (any alignment) into shared `stage` (16-byte aligned, n + 15 bytes)
+// at the same address residue mod 16, so the body moves in aligned 16-byte pieces; returns where
+// byte 0 landed. Reads nothing outside [p, p + n).
+__device__ inline const uint8_t* cta_stage_bytes(uint8_t* stage, const uint8_t* p, uint64_t n) {
+  __syncthreads();  // the previous chunk may still be read from `stage`
+  const uint32_t mis = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 15u);
+  uint8_t* dst = stage + mis;
+  const uint64_t head = min(n, static_cast<uint64_t>((16u - mis) & 15u));
+  const uint64_t vecs = (n - head) / 16;
+  const uint64_t tail = head + 16 * vecs;
+  for (uint64_t k = threadIdx.x; k < head; k += kThreads) dst[k] = p[k];
+  const uint4* src4 = reinterpret_cast<const uint4*>(p + head);
+  uint4* dst4 = reinterpret_cast<uint4*>(dst + head);
+  for (uint64_t v = threadIdx.x; v < vecs; v += kThreads) dst4[v] = src4[v];
+  for (uint64_t k = tail + threadIdx.x; k < n; k += kThreads) dst[k] = p[k];
+  __syncthreads();
+  return dst;
+}
+
+// ------------------------------------------------------------------------------------------
+// Encoder.
+
+template <class T>
+struct EncodeArgs {
+  const typename Bits<T>::type* src;
+  uint8_t* dst;
+  uint64_t count;
+  uint64_t num_chunks;
+  uint64_t data_base;   // header bytes: chunk data starts here
+  uint64_t table_off;   // chunk table offset
+  uint32_t chunk_len;
+  uint32_t cache_values;  // chunk input staged in dynamic shared memory (0: read global memory)
+  T bin;
+  T inv_bin;
+  double eb;
+  int lossy;
+  Control* ctl;
+  unsigned long long* status;  // num_chunks look-back words (zeroed)
+};
+
+struct WarpSummary {
+  int32_t has_good;  // the block has a quantised (non-outlier) value
+  int32_t last;      // its last quantised code
+  uint32_t outliers;
+  uint32_t pad;
+};
+
+struct EncodeShared {
+  crc::Tables crc_tab;
+  CrcScratch crc_scratch;
+  uint8_t lens[kMaxBlocksPerChunk];   // code length per block, from the sizing pass
+  WarpSummary sum[2][kWarps];         // per tile, double-buffered (one barrier per tile)
+  uint64_t scratch[kWarps];
+  unsigned long long chunk;
+  unsigned long long offset;          // the chunk's exclusive prefix in bytes
+  int32_t q_start;
+};
+
+// One pass over a chunk's blocks, a tile of kWarps blocks at a time (warp w: block t*kWarps+w).
+// kWrite = false sizes the chunk (code lengths into sm.lens, q_start, returns the outlier count);
+// kWrite = true writes the encoded chunk at `out`. `x` is the chunk's input, in shared memory
+// when it was staged there, else in global memory.
+//
+// Codes: a value's effective code e_i is its own code if it quantises, else the effective code of
+// the value before it (0 before the chunk's first value): fzlight's "outliers take the
+// prediction". q_start = e_0, deltas are e_i - e_(i-1), and padding lanes past the chunk's end
+// repeat the last code, exactly as fzlight.cpp's encode_chunk.
+template <class T, bool kWrite>
+__device__ uint32_t encode_pass(const EncodeArgs<T>& a, EncodeShared& sm,
+                                const typename Bits<T>::type* x, uint32_t m, uint32_t nb,
+                                uint8_t* out, uint32_t payload_total, uint32_t n_out_total) {
+  using B = typename Bits<T>::type;
+  const unsigned lane = lane_id();
+  const unsigned warp = warp_id();
+  int32_t carry_code = 0;       // effective code of the value before the tile
+  uint32_t carry_out = 0;       // outliers before the tile
+  uint32_t carry_payload = 0;   // payload bytes before the tile (write pass)
+  // Where the write pass puts planes, outlier indices and outlier values (unused when sizing).
+  const size_t planes_at = kEncodedFixed + nb;
+  const size_t idx_at = planes_at + payload_total;
+  const size_t val_at = idx_at + 2 * static_cast<size_t>(n_out_total);
+  const uint32_t tiles = (nb + kWarps - 1) / kWarps;
+  for (uint32_t t = 0; t < tiles; ++t) {
+    const int buf = t & 1;
+    const uint32_t b = t * kWarps + warp;
+    const bool active = b < nb;  // warp-uniform
+    const uint32_t i = b * 32 + lane;
+    const bool valid = active && i < m;
+    const B bits = valid ? x[i] : B{0};
+    int32_t q = 0;
+    const bool good = valid && lane::quantize<T>(Bits<T>::value(bits), a.inv_bin, a.bin, a.eb, q);
+    const bool bad = valid && !good;
+    const uint32_t gmask = __ballot_sync(kFull, good);
+    const uint32_t omask = __ballot_sync(kFull, bad);
+    const int32_t last = __shfl_sync(kFull, q, gmask != 0 ? 31 - __clz(static_cast<int>(gmask)) : 0);
+    if (lane == 0) sm.sum[buf][warp] = WarpSummary{gmask != 0, last, static_cast<uint32_t>(__popc(omask)), 0};
+    __syncthreads();
+
+    // What precedes this block inside the tile, and the tile's totals (all threads alike).
+    int32_t prev = carry_code;
+    uint32_t out_before = carry_out;
+    uint32_t pay_before = carry_payload;
+    for (int k = 0; k < kWarps; ++k) {
+      const WarpSummary s = sm.sum[buf][k];
+      const uint32_t bk = t * kWarps + k;
+      const uint32_t bytes = (kWrite && bk < nb) ? lane::block_bytes(sm.lens[bk]) : 0u;
+      if (k < static_cast<int>(warp)) {
+        if (s.has_good) prev = s.last;
+        out_before += s.outliers;
+        pay_before += bytes;
+      }
+      if (s.has_good) carry_code = s.last;
+      carry_out += s.outliers;
+      carry_payload += bytes;
+    }
+
+    if (active) {
+      const uint32_t upto = gmask & lanes_upto(lane);
+      const int32_t src_code = __shfl_sync(kFull, q, upto != 0 ? 31 - __clz(static_cast<int>(upto)) : 0);
+      const int32_t e = upto != 0 ? src_code : prev;
+      int32_t pred = __shfl_up_sync(kFull, e, 1);
+      if (lane == 0) pred = b == 0 ? e : prev;  // the chunk's first delta is 0 (q_start = e_0)
+      const int32_t d = e - pred;               // |codes| < 2^30: no overflow
+      const uint32_t mag = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
+      const uint32_t any = warp_or(mag);
+      const uint32_t len = any == 0 ? 0u : 32u - static_cast<uint32_t>(__clz(static_cast<int>(any)));
+      if (!kWrite) {
+        if (lane == 0) sm.lens[b] = static_cast<uint8_t>(len);
+        if (b == 0 && lane == 0) sm.q_start = e;
+      } else {
+        if (lane == 0) out[kEncodedFixed + b] = static_cast<uint8_t>(len);
+        const uint32_t sign = __ballot_sync(kFull, d < 0);
+        const uint32_t plane = warp_transpose(mag);  // lane j: bit j of every magnitude
+        if (len != 0) {
+          uint8_t* w = out + planes_at + pay_before;
+          if (lane == 0) st_u32(w, sign);
+          if (lane < len) st_u32(w + 4 + 4 * lane, plane);
+        }
+        if (bad) {
+          const uint32_t k = out_before + static_cast<uint32_t>(__popc(omask & lanes_below(lane)));
+          st_u16(out + idx_at + 2 * static_cast<size_t>(k), static_cast<uint16_t>(i));
+          st_bits(out + val_at + static_cast<size_t>(k) * sizeof(T), bits);
+        }
+      }
+    }
+  }
+  return carry_out;
+}
+
+// Decoupled look-back by warp 0: publishes this chunk's aggregate, waits for the window of 32
+// predecessors to publish anything, adds aggregates back to the nearest inclusive prefix, and
+// publishes its own inclusive prefix. Chunks are taken in ticket order by running blocks and a
+// block publishes its aggregate before it ever waits, so the wait always ends.
+__device__ inline uint64_t lookback(unsigned long long* status, uint64_t c, uint64_t aggregate) {
+  using Ref = cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>;
+  const unsigned lane = lane_id();
+  if (c == 0) {
+    if (lane == 0) Ref(status[0]).store(kFlagInclusive | aggregate, cuda::memory_order_relaxed);
+    return 0;
+  }
+  if (lane == 0) Ref(status[c]).store(kFlagAggregate | aggregate, cuda::memory_order_relaxed);
+  uint64_t exclusive = 0;
+  int64_t top = static_cast<int64_t>(c) - 1;  // window: predecessors top, top-1, ..., top-31
+  for (;;) {
+    const int64_t j = top - static_cast<int64_t>(lane);
+    unsigned long long s = kFlagInclusive;  // before chunk 0: an inclusive prefix of 0
+    if (j >= 0) s = Ref(status[j]).load(cuda::memory_order_relaxed);
+    if (__any_sync(kFull, (s >> 62) == 0)) {  // some predecessor has published nothing yet
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+      __nanosleep(64);
+#endif
+      continue;
+    }
+    const uint32_t inclusive = __ballot_sync(kFull, (s >> 62) == 2);
+    const unsigned stop = inclusive != 0 ? static_cast<unsigned>(__ffs(static_cast<int>(inclusive)) - 1) : 31u;
+    exclusive += warp_sum_u64(lane <= stop ? (s & kValueMask) : 0);
+    if (inclusive != 0) break;
+    top -= 32;
+  }
+  if (lane == 0) Ref(status[c]).store(kFlagInclusive | (exclusive + aggregate), cuda::memory_order_relaxed);
+  return exclusive;
+}
+
+// Persistent blocks; each takes chunks by ticket until none is left.
+template <class T>
+__global__ void __launch_bounds__(kThreads) encode_kernel(EncodeArgs<T> a) {
+  using B = typename Bits<T>::type;
+  __shared__ EncodeShared sm;
+  extern __shared__ uint4 dyn_smem[];  // 16-byte aligned
+  B* const cache = a.cache_values != 0 ? reinterpret_cast<B*>(dyn_smem) : nullptr;
+  init_crc_tables(sm.crc_tab);
+  const size_t raw_elem = sizeof(T);
+  for (;;) {
+    if (threadIdx.x == 0) sm.chunk = atomicAdd(&a.ctl->ticket, 1ull);
+    __syncthreads();
+    const uint64_t c = sm.chunk;
+    if (c >= a.num_chunks) return;
+    const uint64_t first = c * a.chunk_len;
+    const uint32_t m = static_cast<uint32_t>(min(static_cast<uint64_t>(a.chunk_len), a.count - first));
+    const uint32_t nb = (m + 31) / 32;
+    const B* const x = a.src + first;
+    const uint64_t raw_bytes = 1 + static_cast<uint64_t>(m) * raw_elem;
+
+    // Size: fzlight's rule is "encoded unless lossless, or the fixed part alone is not smaller
+    // than raw, or the encoded chunk would be larger than raw".
+    bool encode = a.lossy != 0 && kEncodedFixed + nb < raw_bytes;
+    uint64_t size = raw_bytes;
+    uint32_t payload = 0, n_out = 0;
+    const B* xin = x;
+    if (encode) {
+      if (cache != nullptr) {
+        cta_stage_values(cache, x, m);
+        xin = cache;
+      }
+      n_out = encode_pass<T, false>(a, sm, xin, m, nb, nullptr, 0, 0);
+      __syncthreads();  // sm.lens and sm.q_start complete
+      uint64_t mine = 0;
+      for (uint32_t b = threadIdx.x; b < nb; b += kThreads) mine += lane::block_bytes(sm.lens[b]);
+      payload = static_cast<uint32_t>(cta_sum(mine, sm.scratch));
+      const uint64_t enc = kEncodedFixed + nb + payload + static_cast<uint64_t>(n_out) * (2 + raw_elem);
+      if (enc <= raw_bytes) {
+        size = enc;
+      } else {
+        encode = false;
+      }
+    }
+
+    // Place the chunk: global exclusive prefix of chunk sizes.
+    if (warp_id() == 0) {
+      const uint64_t off = lookback(a.status, c, size);
+      if (lane_id() == 0) sm.offset = off;
+    }
+    __syncthreads();
+    uint8_t* const out = a.dst + a.data_base + sm.offset;
+
+    if (encode) {
+      if (threadIdx.x == 0) {
+        out[0] = fz::format::kChunkEncoded;
+        st_u32(out + 1, static_cast<uint32_t>(sm.q_start));
+        st_u32(out + 5, n_out);
+      }
+      encode_pass<T, true>(a, sm, xin, m, nb, out, payload, n_out);
+    } else {
+      if (threadIdx.x == 0) out[0] = fz::format::kChunkRaw;
+      for (uint32_t i = threadIdx.x; i < m; i += kThreads) st_bits(out + 1 + i * raw_elem, xin[i]);
+    }
+    __syncthreads();  // the chunk's bytes are visible to the whole block
+
+    const uint32_t crc = cta_crc32c(out, size, sm.crc_tab, sm.crc_scratch);
+    if (threadIdx.x == 0) {
+      uint8_t* entry = a.dst + a.table_off + 8 * c;
+      st_u32(entry, static_cast<uint32_t>(size));
+      st_u32(entry + 4, crc);
+    }
+  }
+}
+
+// The header as fzlight.cpp's write_header lays it out, except the total (offset 40), which only
+// the device knows; then the header CRC. One block.
+struct FinalizeArgs {
+  uint8_t* dst;
+  uint64_t num_chunks;
+  uint64_t header_bytes;
+  uint32_t fixed_len;  // 48 + 8 ndim
+  uint8_t fixed[kFixedHeaderMax];
+  Control* ctl;
+  const unsigned long long* status;
+};
+
+__global__ void __launch_bounds__(kThreads) finalize_kernel(FinalizeArgs a) {
+  __shared__ crc::Tables tab;
+  __shared__ CrcScratch sc;
+  init_crc_tables(tab);
+  const uint64_t data = a.num_chunks == 0 ? 0 : (a.status[a.num_chunks - 1] & kValueMask);
+  const uint64_t total = a.header_bytes + data;
+  for (uint32_t j = threadIdx.x; j < a.fixed_len; j += kThreads) {
+    a.dst[j] = (j >= 40 && j < 48) ? static_cast<uint8_t>(total >> (8 * (j - 40))) : a.fixed[j];
+  }
+  __syncthreads();
+  const uint32_t crc = cta_crc32c(a.dst, a.header_bytes - 4, tab, sc);
+  if (threadIdx.x == 0) {
+    st_u32(a.dst + a.header_bytes - 4, crc);
+    a.ctl->size = total;
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Decoder, step 1: the header and chunk table (fzlight.cpp's parse(), on the device). One block.
+
+struct ParseArgs {
+  const uint8_t* src;
+  uint64_t len_bound;
+  int32_t want_dtype;    // 0: any (inspect)
+  int32_t count_rule;    // 0: no check (inspect), 1: count <= dst_count, 2: count == dst_count
+  uint64_t dst_count;
+  uint64_t cap_chunks;   // chunks the workspace holds offsets for
+  Control* ctl;
+  unsigned long long* offsets;  // num_chunks + 1 entries
+};
+
+struct ParseShared {
+  crc::Tables crc_tab;
+  CrcScratch crc_scratch;
+  uint64_t scratch[kWarps];
+  DeviceStreamInfo info;
+  int32_t err;
+};
+
+__device__ inline uint64_t chunk_values(uint64_t count, uint32_t chunk_len, uint64_t c) {
+  return min(static_cast<uint64_t>(chunk_len), count - c * chunk_len);
+}
+
+// Fixed fields (thread 0): everything up to the header CRC.
+__device__ inline Error parse_fixed(const ParseArgs& a, DeviceStreamInfo& info) {
+  const uint8_t* s = a.src;
+  if (a.len_bound < fz::format::kFixedHeaderBytes + fz::format::kHeaderCrcBytes) return Error::Truncated;
+  if (s[0] != 'Z' || s[1] != 'C' || s[2] != 'F' || s[3] != 'Z') return Error::BadMagic;
+  if (s[4] != fz::format::kVersion) return Error::BadVersion;
+  if (s[5] != 1 && s[5] != 2) return Error::BadDType;
+  info.dtype = s[5];
+  if (a.want_dtype != 0 && s[5] != a.want_dtype) return Error::DTypeMismatch;
+  if (s[6] != fz::kBlockLen) return Error::BadBlockLen;
+  info.ndim = s[7];
+  if (info.ndim > fz::kMaxDims) return Error::BadNdim;
+  info.count = ld_u64(s + 8);
+  info.error_bound = __longlong_as_double(static_cast<long long>(ld_u64(s + 16)));
+  info.bin = __longlong_as_double(static_cast<long long>(ld_u64(s + 24)));
+  info.chunk_len = ld_u32(s + 32);
+  if (ld_u32(s + 36) != 0) return Error::BadReserved;
+  info.total_bytes = ld_u64(s + 40);
+  const uint32_t cl = info.chunk_len;
+  if (cl < fz::kBlockLen || cl > fz::kMaxChunkLen || cl % fz::kBlockLen != 0) return Error::BadChunkLen;
+  info.num_chunks = info.count == 0 ? 0 : (info.count - 1) / cl + 1;
+  if (info.num_chunks > a.len_bound / fz::format::kTableEntryBytes) return Error::TableTooLarge;
+  info.header_bytes = fz::format::kFixedHeaderBytes + 8 * static_cast<uint64_t>(info.ndim) +
+                      fz::format::kTableEntryBytes * info.num_chunks + fz::format::kHeaderCrcBytes;
+  if (info.header_bytes > a.len_bound) return Error::Truncated;
+  return Error::Ok;
+}
+
+// Fields checked after the header CRC (thread 0).
+__device__ inline Error parse_checked(const ParseArgs& a, const DeviceStreamInfo& info) {
+  if (info.total_bytes > a.len_bound) return Error::BadTotalBytes;
+  const double eb = info.error_bound, bin = info.bin;
+  if (!isfinite(eb) || eb < 0) return Error::BadErrorBound;
+  if (!isfinite(bin) || bin < 0) return Error::BadBin;
+  if (bin > 2.0 * eb) return Error::BadBin;
+  if (info.dtype == 1 && static_cast<double>(__double2float_rn(bin)) != bin) return Error::BadBin;
+  uint64_t product = 1;
+  for (uint32_t d = 0; d < info.ndim; ++d) {
+    const uint64_t dim = ld_u64(a.src + 48 + 8 * d);
+    if (dim != 0 && product > ~0ull / dim) return Error::ShapeMismatch;
+    product *= dim;
+  }
+  if (product != info.count) return Error::ShapeMismatch;
+  if (a.count_rule == 1 && info.count > a.dst_count) return Error::CountMismatch;
+  if (a.count_rule == 2 && info.count != a.dst_count) return Error::CountMismatch;
+  if (info.num_chunks > a.cap_chunks) return Error::WorkspaceTooSmall;
+  return Error::Ok;
+}
+
+__global__ void __launch_bounds__(kThreads) parse_kernel(ParseArgs a) {
+  __shared__ ParseShared sm;
+  init_crc_tables(sm.crc_tab);
+  if (threadIdx.x == 0) {
+    sm.info = DeviceStreamInfo{};
+    sm.err = static_cast<int32_t>(parse_fixed(a, sm.info));
+  }
+  __syncthreads();
+  if (sm.err == 0) {
+    const uint64_t hb = sm.info.header_bytes;
+    const uint32_t crc = cta_crc32c(a.src, hb - 4, sm.crc_tab, sm.crc_scratch);
+    if (threadIdx.x == 0) {
+      if (crc != ld_u32(a.src + hb - 4)) {
+        sm.err = static_cast<int32_t>(Error::HeaderCrc);
+      } else {
+        sm.err = static_cast<int32_t>(parse_checked(a, sm.info));
+      }
+    }
+    __syncthreads();
+  }
+  if (sm.err == 0) {
+    // Chunk sizes -> offsets (block-wide scan, kThreads entries at a time).
+    const DeviceStreamInfo info = sm.info;
+    const size_t elem = info.dtype == 1 ? 4 : 8;
+    const uint8_t* table = a.src + fz::format::kFixedHeaderBytes + 8 * static_cast<uint64_t>(info.ndim);
+    uint64_t run = info.header_bytes;
+    bool bad = false;
+    for (uint64_t base = 0; base < info.num_chunks; base += kThreads) {
+      const uint64_t c = base + threadIdx.x;
+      uint64_t bytes = 0;
+      if (c < info.num_chunks) {
+        bytes = ld_u32(table + 8 * c);
+        if (bytes == 0 || bytes > 1 + chunk_values(info.count, info.chunk_len, c) * elem) bad = true;
+      }
+      uint64_t tile = 0;
+      const uint64_t excl = cta_exclusive_scan(bytes, sm.scratch, &tile);
+      if (c < info.num_chunks) a.offsets[c] = run + excl;
+      run += tile;
+    }
+    bad = __syncthreads_or(bad) != 0;
+    if (threadIdx.x == 0) {
+      a.offsets[info.num_chunks] = run;
+      if (bad) {
+        sm.err = static_cast<int32_t>(Error::BadChunkSize);
+      } else if (run != info.total_bytes) {
+        sm.err = static_cast<int32_t>(Error::ChunkSizesSum);
+      }
+    }
+  }
+  if (threadIdx.x == 0) {
+    sm.info.error = sm.err;
+    a.ctl->info = sm.info;
+    if (sm.err != 0) fail(a.ctl, static_cast<Error>(sm.err));
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Decoder, step 2: the chunks. Persistent blocks, chunk c by block c % gridDim.x.
+
+enum class Mode : int { Store, Sum, Min, Max };
+
+template <class T>
+struct DecodeArgs {
+  const uint8_t* src;
+  const typename Bits<T>::type* a;  // reduce: first operand
+  typename Bits<T>::type* out;
+  Control* ctl;
+  const unsigned long long* offsets;
+  uint32_t stage_bytes;  // chunks up to this size are staged in dynamic shared memory first
+};
+
+struct DecodeShared {
+  crc::Tables crc_tab;
+  CrcScratch crc_scratch;
+  uint8_t lens[kMaxBlocksPerChunk];
+  uint32_t outlier_bits[kMaxBlocksPerChunk];  // bit i of word b: value 32b+i is an outlier
+  uint32_t total[2][kWarps];                  // per tile: each block's sum of deltas
+  uint64_t scratch[kWarps];
+  // Chunk fields that steer control flow, read once and broadcast, so the block cannot split at
+  // a barrier even if the stream's global bytes changed under it (e.g. an overlapping output).
+  uint32_t want_crc;
+  uint32_t mode;
+  uint32_t n_out;
+};
+
+// out[at] = v, or op(ab, v) with ab = a[at] loaded by the caller (early, to hide its latency).
+template <class T, Mode kMode>
+__device__ inline void emit(const DecodeArgs<T>& a, uint64_t at, typename Bits<T>::type ab,
+                            typename Bits<T>::type v) {
+  using BT = Bits<T>;
+  if constexpr (kMode == Mode::Store) {
+    a.out[at] = v;
+  } else {
+    const T x = BT::value(ab), y = BT::value(v);
+    if constexpr (kMode == Mode::Sum) {
+      a.out[at] = BT::of(BT::add(x, y));
+    } else if constexpr (kMode == Mode::Min) {
+      a.out[at] = lane::min_takes_b(x, y) ? v : ab;
+    } else {
+      a.out[at] = lane::max_takes_b(x, y) ? v : ab;
+    }
+  }
+}
+
+template <class T, Mode kMode>
+__global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<T> a) {
+  using B = typename Bits<T>::type;
+  __shared__ DecodeShared sm;
+  extern __shared__ uint4 stage[];  // a.stage_bytes + 16 bytes
+  init_crc_tables(sm.crc_tab);
+  const DeviceStreamInfo info = a.ctl->info;  // written by parse_kernel, earlier on the stream
+  // Only parse_kernel's verdict: ctl->err may change while this kernel runs (another block's
+  // chunk failing), and a block must not split on it at its barriers.
+  if (info.error != 0) return;
+  const T bin = static_cast<T>(info.bin);
+  const size_t elem = sizeof(T);
+  const uint8_t* table = a.src + fz::format::kFixedHeaderBytes + 8 * static_cast<uint64_t>(info.ndim);
+  const unsigned lane = lane_id();
+  const unsigned warp = warp_id();
+  Control* const ctl = a.ctl;
+
+  for (uint64_t c = blockIdx.x; c < info.num_chunks; c += gridDim.x) {
+    const uint64_t off = a.offsets[c];
+    const uint64_t size = a.offsets[c + 1] - off;
+    // The chunk's bytes, staged in shared memory when they fit (one burst of wide loads).
+    const uint8_t* p = a.src + off;
+    if (size <= a.stage_bytes) p = cta_stage_bytes(reinterpret_cast<uint8_t*>(stage), p, size);
+    const uint32_t m = static_cast<uint32_t>(chunk_values(info.count, info.chunk_len, c));
+    const uint32_t nb = (m + 31) / 32;
+    const uint64_t first = c * info.chunk_len;
+
+    // fzlight.cpp's decode_one + decode_chunk checks, in its order. Every branch below is
+    // uniform over the block (the values come from shared memory or the same global bytes).
+    const uint32_t crc = cta_crc32c(p, size, sm.crc_tab, sm.crc_scratch);
+    if (threadIdx.x == 0) {
+      sm.want_crc = ld_u32(table + 8 * c + 4);
+      sm.mode = p[0];                                                 // size >= 1 (parse)
+      sm.n_out = size >= kEncodedFixed + nb ? ld_u32(p + 5) : 0u;  // read only when present
+    }
+    __syncthreads();
+    if (crc != sm.want_crc) {
+      if (threadIdx.x == 0) fail(ctl, Error::ChunkCrc);
+      continue;
+    }
+    const uint32_t mode = sm.mode;
+    if (mode == fz::format::kChunkRaw) {
+      if (size != 1 + static_cast<uint64_t>(m) * elem) {
+        if (threadIdx.x == 0) fail(ctl, Error::BadRawSize);
+        continue;
+      }
+      for (uint32_t i = threadIdx.x; i < m; i += kThreads) {
+        const B ab = kMode == Mode::Store ? B{0} : a.a[first + i];
+        emit<T, kMode>(a, first + i, ab, ld_bits(p + 1 + i * elem, B{}));
+      }
+      continue;
+    }
+    if (mode != fz::format::kChunkEncoded) {
+      if (threadIdx.x == 0) fail(ctl, Error::BadChunkMode);
+      continue;
+    }
+    if (info.bin == 0.0) {
+      if (threadIdx.x == 0) fail(ctl, Error::LosslessEncoded);
+      continue;
+    }
+    if (size < kEncodedFixed + nb) {
+      if (threadIdx.x == 0) fail(ctl, Error::ChunkTooShort);
+      continue;
+    }
+    const uint32_t n_out = sm.n_out;
+    if (n_out > m) {
+      if (threadIdx.x == 0) fail(ctl, Error::TooManyOutliers);
+      continue;
+    }
+    bool bad = false;
+    uint64_t mine = 0;
+    for (uint32_t b = threadIdx.x; b < nb; b += kThreads) {
+      const uint8_t len = p[kEncodedFixed + b];
+      sm.lens[b] = len;
+      sm.outlier_bits[b] = 0;
+      bad = bad || len > 31;
+      mine += lane::block_bytes(len);
+    }
+    bad = __syncthreads_or(bad) != 0;
+    const uint64_t payload = cta_sum(mine, sm.scratch);
+    if (bad) {
+      if (threadIdx.x == 0) fail(ctl, Error::BadCodeLength);
+      continue;
+    }
+    if (kEncodedFixed + nb + payload + static_cast<uint64_t>(n_out) * (2 + elem) != size) {
+      if (threadIdx.x == 0) fail(ctl, Error::ChunkSizeMismatch);
+      continue;
+    }
+    const uint8_t* const idx = p + kEncodedFixed + nb + payload;
+    const uint8_t* const vals = idx + 2 * static_cast<size_t>(n_out);
+    for (uint32_t k = threadIdx.x; k < n_out; k += kThreads) {
+      const uint32_t i = ld_u16(idx + 2 * static_cast<size_t>(k));
+      if (i >= m || (k > 0 && i <= ld_u16(idx + 2 * static_cast<size_t>(k - 1)))) {
+        bad = true;
+      } else {
+        atomicOr(&sm.outlier_bits[i >> 5], 1u << (i & 31));
+      }
+    }
+    if (__syncthreads_or(bad) != 0) {
+      if (threadIdx.x == 0) fail(ctl, Error::BadOutlierIndex);
+      continue;
+    }
+
+    // Decode: bit planes -> magnitudes (warp transpose), signed deltas, prefix sums carried
+    // across blocks (uint32 wrap, like the CPU), x' = T(code) * bin, outliers patched in.
+    const uint8_t* const planes = p + kEncodedFixed + nb;
+    uint32_t carry = ld_u32(p + 1);  // q_start
+    uint32_t out_run = 0, pay_run = 0;
+    const uint32_t tiles = (nb + kWarps - 1) / kWarps;
+    for (uint32_t t = 0; t < tiles; ++t) {
+      const int buf = t & 1;
+      const uint32_t b = t * kWarps + warp;
+      const bool active = b < nb;  // warp-uniform
+      const uint32_t i = b * 32 + lane;
+      B ab = 0;  // reduce operand, loaded first so its latency overlaps the decoding
+      if (kMode != Mode::Store && active && i < m) ab = a.a[first + i];
+      uint32_t pay_before = pay_run, out_before = out_run, pay_tile = 0, out_tile = 0;
+      for (int k = 0; k < kWarps; ++k) {
+        const uint32_t bk = t * kWarps + k;
+        if (bk >= nb) break;
+        const uint32_t bytes = lane::block_bytes(sm.lens[bk]);
+        const uint32_t outs = static_cast<uint32_t>(__popc(sm.outlier_bits[bk]));
+        if (k < static_cast<int>(warp)) {
+          pay_before += bytes;
+          out_before += outs;
+        }
+        pay_tile += bytes;
+        out_tile += outs;
+      }
+      uint32_t incl = 0, block_total = 0;
+      if (active) {
+        const uint32_t len = sm.lens[b];
+        uint32_t mag = 0, sign = 0;
+        if (len != 0) {
+          const uint8_t* w = planes + pay_before;
+          sign = ld_u32(w);
+          const uint32_t row = lane < len ? ld_u32(w + 4 + 4 * lane) : 0u;
+          mag = warp_transpose(row);
+        }
+        const uint32_t delta = ((sign >> lane) & 1u) ? 0u - mag : mag;
+        incl = warp_scan_u32(delta);
+        block_total = __shfl_sync(kFull, incl, 31);
+      }
+      if (lane == 0) sm.total[buf][warp] = block_total;
+      __syncthreads();
+      uint32_t before = carry, tile_total = 0;
+      for (int k = 0; k < kWarps; ++k) {
+        if (k < static_cast<int>(warp)) before += sm.total[buf][k];
+        tile_total += sm.total[buf][k];
+      }
+      if (active) {
+        const uint32_t obits = sm.outlier_bits[b];
+        if (i < m) {
+          B v;
+          if ((obits >> lane) & 1u) {
+            const uint32_t k = out_before + static_cast<uint32_t>(__popc(obits & lanes_below(lane)));
+            v = ld_bits(vals + static_cast<size_t>(k) * elem, B{});
+          } else {
+            v = Bits<T>::of(lane::reconstruct<T>(static_cast<int32_t>(before + incl), bin));
+          }
+          emit<T, kMode>(a, first + i, ab, v);
+        }
+      }
+      carry += tile_total;
+      pay_run += pay_tile;
+      out_run += out_tile;
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// finite_range: per-block partial min/max over finite values, then one block folds them.
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) range_partial_kernel(const T* x, uint64_t n, double* partial) {
+  __shared__ T lo_w[kWarps], hi_w[kWarps];
+  T lo = Bits<T>::inf(), hi = -Bits<T>::inf();
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(kThreads) + threadIdx.x; i < n; i += stride) {
+    const T v = x[i];
+    if (Bits<T>::finite(v)) {
+      lo = min(lo, v);
+      hi = max(hi, v);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(kFull, lo, o));
+    hi = max(hi, __shfl_xor_sync(kFull, hi, o));
+  }
+  if (lane_id() == 0) {
+    lo_w[warp_id()] = lo;
+    hi_w[warp_id()] = hi;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kWarps; ++w) {
+      lo = min(lo, lo_w[w]);
+      hi = max(hi, hi_w[w]);
+    }
+    lo = min(lo, lo_w[0]);
+    hi = max(hi, hi_w[0]);
+    partial[2 * blockIdx.x] = static_cast<double>(lo);
+    partial[2 * blockIdx.x + 1] = static_cast<double>(hi);
+  }
+}
+
+__global__ void range_final_kernel(const double* partial, int blocks, Control* ctl) {
+  if (threadIdx.x != 0) return;
+  double lo = partial[0], hi = partial[1];
+  for (int b = 1; b < blocks; ++b) {
+    lo = min(lo, partial[2 * b]);
+    hi = max(hi, partial[2 * b + 1]);
+  }
+  RangeResult r{};
+  if (lo <= hi) {
+    r.min = lo;
+    r.max = hi;
+    r.any_finite = 1;
+  }
+  ctl->range = r;
+}
+
+// ------------------------------------------------------------------------------------------
+// Elementwise reduce and the AVG division.
+
+template <class T, Mode kMode>
+__global__ void __launch_bounds__(kThreads) reduce_kernel(typename Bits<T>::type* out,
+                                                         const typename Bits<T>::type* a,
+                                                         const typename Bits<T>::type* b, uint64_t n) {
+  DecodeArgs<T> args{nullptr, a, out, nullptr, nullptr, 0};
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(kThreads) + threadIdx.x; i < n; i += stride) {
+    emit<T, kMode>(args, i, a[i], b[i]);
+  }
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) divide_kernel(T* x, uint64_t n, T d) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t i = blockIdx.x * static_cast<uint64_t>(kThreads) + threadIdx.x; i < n; i += stride) {
+    x[i] = Bits<T>::div(x[i], d);
+  }
+}
+
+}  // namespace zccl::gpu::kern
