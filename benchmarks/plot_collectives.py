@@ -74,7 +74,9 @@ def plot_vs_size(result: dict, out_dir: Path, ranks: int) -> Path:
         ax.set_title(coll)
     title = (f"{ranks} ranks, {result['rate']} links (emulated), {result['data']}, "
              f"REL {result['rel']:g}")
-    return _finish(fig, axes, title, out_dir / f"collectives_speedup_vs_size_p{ranks}.png")
+    suffix = "" if result["rate"] == "1gbit" else f"_{result['rate']}"  # other rates: own files
+    return _finish(fig, axes, title,
+                   out_dir / f"collectives_speedup_vs_size_p{ranks}{suffix}.png")
 
 
 def plot_vs_ranks(result: dict, out_dir: Path, size_mb: float) -> Path:
@@ -90,7 +92,9 @@ def plot_vs_ranks(result: dict, out_dir: Path, size_mb: float) -> Path:
         ax.set_xlabel("ranks (one per emulated host)")
         ax.set_title(coll)
     title = f"{size_mb:g} MB, {result['rate']} links (emulated), REL {result['rel']:g}"
-    return _finish(fig, axes, title, out_dir / f"collectives_speedup_vs_ranks_{size_mb:g}MB.png")
+    suffix = "" if result["rate"] == "1gbit" else f"_{result['rate']}"
+    return _finish(fig, axes, title,
+                   out_dir / f"collectives_speedup_vs_ranks_{size_mb:g}MB{suffix}.png")
 
 
 def _rate_gbit(rate: str) -> float:
@@ -120,24 +124,39 @@ def plot_vs_rate(results: list[dict], out_dir: Path, ranks: int, size_mb: float)
                    out_dir / f"collectives_speedup_vs_rate_p{ranks}_{size_mb:g}MB.png")
 
 
+def _merge_by_rate(results: list[dict]) -> list[dict]:
+    """One result per link rate (in first-seen order), the summaries of same-rate files joined
+    (e.g. a 256 MB run next to the 1-64 MB one)."""
+    merged: dict[str, dict] = {}
+    for r in results:
+        if r["rate"] in merged:
+            merged[r["rate"]]["summary"] += r["summary"]
+        else:
+            merged[r["rate"]] = dict(r, summary=list(r["summary"]))
+    return list(merged.values())
+
+
 def plot_all(result: dict, out_dir: Path, others: list[dict] | None = None) -> list[Path]:
-    """Every plot the data supports; returns the files written."""
+    """Every plot the data supports; returns the files written. ``others`` at the same link rate
+    as ``result`` add points to its size and rank plots; at other rates they feed the link-rate
+    plot (at the rank count and size every rate has, 64 MB and 4 ranks preferred)."""
     paths = []
-    ranks = sorted({s["ranks"] for s in result["summary"]})
-    sizes = sorted({s["size_mb"] for s in result["summary"]})
+    by_rate = _merge_by_rate([result, *(others or [])])
+    main = by_rate[0]
+    ranks = sorted({s["ranks"] for s in main["summary"]})
+    sizes = sorted({s["size_mb"] for s in main["summary"]})
     for p in ranks:
-        if len({s["size_mb"] for s in result["summary"] if s["ranks"] == p}) > 1:
-            paths.append(plot_vs_size(result, out_dir, p))
+        if len({s["size_mb"] for s in main["summary"] if s["ranks"] == p}) > 1:
+            paths.append(plot_vs_size(main, out_dir, p))
     if len(ranks) > 1:
         size = 64.0 if 64.0 in sizes else sizes[-1]
-        paths.append(plot_vs_ranks(result, out_dir, size))
-    if others:
-        everything = [result, *others]
+        paths.append(plot_vs_ranks(main, out_dir, size))
+    if len(by_rate) > 1:
         common = set.intersection(*({(s["ranks"], s["size_mb"]) for s in r["summary"]}
-                                    for r in everything))
+                                    for r in by_rate))
         if common:
             p, size = max(common, key=lambda x: (x[1] == 64.0, x[0] == 4, x[1]))
-            paths.append(plot_vs_rate(everything, out_dir, p, size))
+            paths.append(plot_vs_rate(by_rate, out_dir, p, size))
     return paths
 
 
