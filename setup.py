@@ -80,7 +80,11 @@ def cuda_enabled() -> bool:
 
 def nvcc_args() -> list[str]:
     # -fmad=false: no FMA contraction, so the GPU encoder reproduces the CPU's streams bit for bit.
-    args = ["-O3", "-fmad=false", "-std=c++17", "-DZCCL_WITH_CUDA=1"]
+    # C++20: torch's headers (included by csrc/backend/cuda_path.cu) need it; nvcc keeps the last
+    # -std it is given, so this must not undercut torch's own -std=c++20. MPI's include flags:
+    # csrc/gpu_collectives includes mpi.h.
+    args = ["-O3", "-fmad=false", "-std=c++20", "-DZCCL_WITH_CUDA=1", "-DOMPI_SKIP_MPICXX=1"]
+    args += [f for f in mpi_compile if f.startswith(("-I", "-D"))]
     for arch in os.environ.get("ZCCL_CUDA_ARCH", "90").replace(",", ";").split(";"):
         if arch.strip():
             args.append(f"-gencode=arch=compute_{arch.strip()},code=sm_{arch.strip()}")

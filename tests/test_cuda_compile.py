@@ -3,7 +3,10 @@
 * ``test_cu_compiles``: every ``.cu`` file under csrc/ and tests/cuda/ is compiled (``nvcc -c``,
   no device code runs) with the flags of the extension build (``-O3 -fmad=false -std=c++17``,
   sm_90 or ``ZCCL_CUDA_ARCH``) plus ``-Xcompiler -Wall,-Wextra`` and ``-Werror all-warnings``:
-  it must succeed and print nothing. Skipped, with the reason, when nvcc is absent.
+  it must succeed and print nothing. Skipped, with the reason, when nvcc is absent. The backend's
+  CUDA path (csrc/backend/*.cu) includes torch: it gets torch's nvcc flags and C++20 (as in the
+  extension build), torch's and MPI's headers come in as system headers, and a CPU-only torch
+  gets the one generated c10/cuda header it lacks from a shim (torch_cuda_shim).
 * ``test_gpu_test_program_links_and_harness_runs``: links tests/cuda/test_cuszp.cu's program
   from those objects and runs ``--host-only``, its device-free self-check (corruption base,
   reseal, mutation generator through the CPU decoder), so the GPU session finds a working
@@ -14,7 +17,8 @@
   decomposition against the CPU codec, byte for byte.
 
 nvcc runs under ``nice -n 19`` (the compile test is background work; ``ZCCL_NVCC_NICE`` changes
-the niceness, ``0`` disables it). ``ZCCL_NVCC`` names the nvcc to use (default: ``nvcc`` on PATH,
+the niceness, ``0`` disables it; ``ZCCL_NVCC_JOBS`` how many run at once, default 2).
+``ZCCL_NVCC`` names the nvcc to use (default: ``nvcc`` on PATH,
 then ``$CUDA_HOME/bin/nvcc``).
 """
 
@@ -73,12 +77,18 @@ def nice_prefix() -> list[str]:
 
 
 def include_flags() -> list[str]:
-    """csrc and its subfolders, torch's headers and MPI's, for .cu files that may want them."""
+    """csrc and its subfolders, torch's headers and MPI's, for .cu files that may want them.
+
+    Third-party headers come in as system headers (-isystem): torch's own headers do not pass
+    -Wextra, and their warnings are not ours to fix.
+    """
     flags = [f"-I{CSRC}"] + [f"-I{d}" for d in sorted(CSRC.iterdir()) if d.is_dir()]
     try:
         from torch.utils.cpp_extension import include_paths
 
-        flags += [f"-I{p}" for p in include_paths()]
+        for p in include_paths():
+            flags += ["-isystem", p]
+        flags += ["-isystem", str(torch_cuda_shim())]
     except Exception:  # torch is optional for this test
         pass
     mpicc = shutil.which("mpicc")
@@ -86,8 +96,27 @@ def include_flags() -> list[str]:
         out = subprocess.run(
             [mpicc, "--showme:compile"], capture_output=True, text=True, check=False, timeout=60
         )
-        flags += [f for f in out.stdout.split() if f.startswith(("-I", "-D"))]
+        for f in out.stdout.split():
+            if f.startswith("-I"):
+                flags += ["-isystem", f[2:]]
+            elif f.startswith("-D"):
+                flags.append(f)
     return flags
+
+
+def torch_cuda_shim() -> Path:
+    """A folder supplying c10/cuda/impl/cuda_cmake_macros.h when torch lacks it.
+
+    A CPU-only torch wheel ships c10/cuda's headers but not this one, which its CMake build
+    generates; a CUDA torch has it (then the shim, searched after torch's folders, is unused).
+    Its content mirrors the generated file of a shared-library build.
+    """
+    shim = ROOT / "build" / "cuda_compile_shim"
+    header = shim / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    if not header.is_file():
+        header.parent.mkdir(parents=True, exist_ok=True)
+        header.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    return shim
 
 
 def nvcc_flags() -> list[str]:
@@ -105,13 +134,28 @@ def nvcc_flags() -> list[str]:
     ]
 
 
+def torch_nvcc_flags() -> list[str]:
+    """Extra flags for .cu files that include torch's headers (csrc/backend): torch's own nvcc
+    flags (--expt-relaxed-constexpr, no implicit half conversions) and C++20, which torch's
+    headers need and the extension build uses (setup.py)."""
+    try:
+        from torch.utils.cpp_extension import COMMON_NVCC_FLAGS
+    except Exception:
+        return []
+    return ["-std=c++20", *COMMON_NVCC_FLAGS]
+
+
 CU_FILES = sorted(CSRC.rglob("*.cu")) + sorted(CUDA_TESTS.glob("*.cu"))
+# The backend's CUDA path includes torch: compiled with torch's flags (see torch_nvcc_flags).
+TORCH_CU = {p for p in CU_FILES if p.parent == CSRC / "backend"}
 
 
 def compile_cu(
     src: Path, out_dir: Path, flags: list[str]
 ) -> tuple[Path, subprocess.CompletedProcess]:
     obj = out_dir / (src.stem + ".o")
+    if src in TORCH_CU:  # torch's -std replaces ours (nvcc warns about two)
+        flags = [f for f in flags if not f.startswith("-std=")] + torch_nvcc_flags()
     cmd = [*nice_prefix(), NVCC, *flags, "-c", str(src), "-o", str(obj)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NVCC_TIMEOUT, check=False)
     proc.args = cmd
@@ -128,8 +172,9 @@ def cu_objects(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list]:
     """Every .cu compiled once per session: (object folder, [(source, CompletedProcess)])."""
     out = tmp_path_factory.mktemp("cu")
     flags = nvcc_flags()
-    # Two at a time: each nvcc is itself a pipeline of processes.
-    with ThreadPoolExecutor(max_workers=2) as pool:
+    # Two at a time (ZCCL_NVCC_JOBS): each nvcc is itself a pipeline of processes.
+    jobs = max(1, int(os.environ.get("ZCCL_NVCC_JOBS", "2")))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(lambda s: compile_cu(s, out, flags), CU_FILES))
     return out, results
 
@@ -167,6 +212,77 @@ def test_gpu_test_program_links_and_harness_runs(cu_objects: tuple[Path, list]) 
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=NVCC_TIMEOUT, check=False)
     assert proc.returncode == 0, f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
     proc = run([str(exe), "--host-only"], timeout=600, env={"OMP_WAIT_POLICY": "passive"})
+    assert_ok(proc, f"{exe} --host-only")
+    assert "0 failures" in proc.stdout
+
+
+# tests/cuda/test_gpu_collectives.cu's program: the gZ collectives with the codec and transport.
+GPU_COLL_CU = [
+    CUDA_TESTS / "test_gpu_collectives.cu",
+    CSRC / "compress" / "cuszp.cu",
+    *sorted((CSRC / "gpu_collectives").glob("*.cu")),
+]
+GPU_COLL_CPP = [
+    CSRC / "compress" / "fzlight.cpp",
+    CSRC / "compress" / "crc32c.cpp",
+    CSRC / "transport" / "comm.cpp",
+]
+
+
+def mpi_link_flags() -> list[str]:
+    """``mpicc --showme:link`` in nvcc's spelling (-Wl,x -> -Xlinker x; -pthread via -Xcompiler)."""
+    mpicc = shutil.which("mpicc")
+    if mpicc is None:
+        return []
+    out = subprocess.run(
+        [mpicc, "--showme:link"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    flags: list[str] = []
+    for f in out:
+        if f.startswith("-Wl,"):
+            for part in f[4:].split(","):
+                flags += ["-Xlinker", part]
+        elif f == "-pthread":
+            flags += ["-Xcompiler", "-pthread"]
+        else:
+            flags.append(f)
+    return flags
+
+
+def link_gpu_collectives_program(out: Path) -> Path:
+    """Links tests/cuda/test_gpu_collectives from the .cu objects already in ``out`` (stem.o),
+    compiling its host sources there first. Returns the executable."""
+    objects = [out / (src.stem + ".o") for src in GPU_COLL_CU]
+    mpi_inc = [f for f in include_flags() if f.startswith("-D")]
+    mpicc = shutil.which("mpicc")
+    if mpicc:
+        shown = subprocess.run(
+            [mpicc, "--showme:compile"], capture_output=True, text=True, check=True, timeout=60
+        ).stdout.split()
+        mpi_inc += [f for f in shown if f.startswith("-I")]
+    for src in GPU_COLL_CPP:
+        obj = out / ("host_" + src.stem + ".o")
+        cmd = [*nice_prefix(), NVCC, "-O2", "-std=c++17", "-Xcompiler=-fopenmp", *mpi_inc, "-c"]
+        proc = subprocess.run([*cmd, str(src), "-o", str(obj)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        objects.append(obj)
+    exe = out / "test_gpu_collectives"
+    cmd = [*nice_prefix(), NVCC, *cuda_archs(), *map(str, objects), *mpi_link_flags(), "-lgomp"]
+    proc = subprocess.run(
+        [*cmd, "-o", str(exe)], capture_output=True, text=True, timeout=NVCC_TIMEOUT, check=False
+    )
+    assert proc.returncode == 0, f"$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}"
+    return exe
+
+
+@needs_nvcc
+def test_gpu_collectives_program_links(cu_objects: tuple[Path, list]) -> None:
+    """The gZ collectives link into their MPI test program (every symbol defined), which starts."""
+    out, results = cu_objects
+    if any(proc.returncode != 0 for _, proc in results):
+        pytest.skip("a .cu file did not compile (see test_cu_compiles)")
+    exe = link_gpu_collectives_program(out)
+    proc = run([str(exe), "--host-only"], timeout=120, env={"OMP_WAIT_POLICY": "passive"})
     assert_ok(proc, f"{exe} --host-only")
     assert "0 failures" in proc.stdout
 

@@ -74,18 +74,28 @@ def register() -> None:
     _set_launch_defaults()
     if BACKEND_NAME in dist.Backend.backend_list:
         return
-    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices())
 
 
-def get_backend(group: Any = None) -> Any:
-    """The C++ zccl backend object behind ``group`` (default group when None)."""
+def devices() -> list[str]:
+    """Device types "zccl" serves: cuda too when the extension was built with its CUDA path."""
+    return ["cpu", "cuda"] if bool(getattr(_C, "with_cuda", False)) else ["cpu"]
+
+
+def get_backend(group: Any = None, device: str = "cpu") -> Any:
+    """The C++ zccl backend object behind ``group`` (default group when None) for ``device``.
+
+    torch creates one backend per registered device type: with the CUDA path, CPU and CUDA
+    tensors are served by two backend objects (each its own worker thread and communicators).
+    """
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
-    return pg._get_backend(torch.device("cpu"))
+    return pg._get_backend(torch.device(device))
 
 
-def last_stats(group: Any = None) -> dict[str, Any]:
-    """Counters of the most recent compressed collective on ``group``: bytes, eb, timings."""
-    return _C.last_stats(get_backend(group))
+def last_stats(group: Any = None, device: str = "cpu") -> dict[str, Any]:
+    """Counters of the most recent compressed collective on ``group`` (on ``device``'s tensors):
+    bytes, eb, timings."""
+    return _C.last_stats(get_backend(group, device))
 
 
 # MPI is finalised at exit only if zccl initialised it (registered once, at import).

@@ -574,13 +574,13 @@ def last_decision() -> dict[str, Any] | None:
     return getattr(_local, "last", None)
 
 
-def last_stats(group: Any = None) -> dict[str, Any]:
-    """``zccl_torch.last_stats(group)`` plus ``policy``/``decision``/``name`` of this thread's
-    last wrapped call (the backend figures refer to its last *compressed* collective: an exact
-    decision does not update them)."""
+def last_stats(group: Any = None, device: str = "cpu") -> dict[str, Any]:
+    """``zccl_torch.last_stats(group, device)`` plus ``policy``/``decision``/``name`` of this
+    thread's last wrapped call (the backend figures refer to its last *compressed* collective: an
+    exact decision does not update them)."""
     from zccl_torch.backend import last_stats as backend_stats
 
-    out = dict(backend_stats(group))
+    out = dict(backend_stats(group, device))
     out.update(last_decision() or {})
     return out
 

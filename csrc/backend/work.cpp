@@ -1,16 +1,20 @@
 #include "work.h"
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/StreamGuard.h>
 
 namespace zccl::backend {
 
 ZcclWork::ZcclWork(std::vector<at::Tensor> outputs, c10d::OpType type, const char* name,
-                   std::chrono::milliseconds timeout)
+                   std::chrono::milliseconds timeout, std::optional<c10::Stream> stream)
     : c10d::Work(-1, type, name),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()),
+          stream ? std::vector<c10::Device>{stream->device()} : std::vector<c10::Device>{})),
       name_(name),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      stream_(stream) {}
 
 bool ZcclWork::wait(std::chrono::milliseconds timeout) {
   const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
@@ -23,10 +27,16 @@ bool ZcclWork::wait(std::chrono::milliseconds timeout) {
     }
     if (exception_) std::rethrow_exception(exception_);
   }
+  // CUDA: the host knows the op ran; make the caller's current stream wait for the event the
+  // future recorded on the backend stream (Future::wait synchronises with current streams).
+  if (stream_) future_->wait();
   return true;
 }
 
 void ZcclWork::complete() {
+  // markCompleted records its completion event on the current stream of each device the outputs
+  // live on: for CUDA works that must be the backend stream the op ran on.
+  c10::OptionalStreamGuard guard(stream_);
   future_->markCompleted(c10::IValue(outputs_));
   finish();
 }

@@ -1,5 +1,8 @@
 // The Work handle returned by every zccl op: completes when the worker thread has run the op,
 // carries its error, and exposes a Future of the output tensors (DDP relies on get_future()).
+// Works on CUDA tensors carry the backend stream they ran on: their future is device-aware
+// (created with that device; markCompleted records an event on the stream), so wait() and the
+// future's consumers make their current stream wait for the collective instead of racing it.
 #pragma once
 
 #pragma GCC diagnostic push
@@ -7,7 +10,10 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #pragma GCC diagnostic pop
 
+#include <c10/core/Stream.h>
+
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,7 +22,7 @@ namespace zccl::backend {
 class ZcclWork : public c10d::Work {
  public:
   ZcclWork(std::vector<at::Tensor> outputs, c10d::OpType type, const char* name,
-           std::chrono::milliseconds timeout);
+           std::chrono::milliseconds timeout, std::optional<c10::Stream> stream = std::nullopt);
 
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
@@ -31,6 +37,7 @@ class ZcclWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::string name_;
   std::chrono::milliseconds timeout_;
+  std::optional<c10::Stream> stream_;  // the backend stream of a CUDA work (nullopt: CPU)
 };
 
 }  // namespace zccl::backend

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "routing.h"
+#include "staged.h"
 
 namespace zccl::backend {
 namespace {
@@ -19,9 +20,16 @@ using transport::Comm;
 
 void check_cpu_dense(const at::Tensor& t, const char* what) {
   if (!t.device().is_cpu()) {
+#ifdef ZCCL_WITH_CUDA
+    throw std::invalid_argument(std::string("zccl: ") + what + ": tensor is on " +
+                                t.device().str() + "; the zccl backend handles CUDA tensors in "
+                                "all_reduce, broadcast, all_gather and scatter only (move the "
+                                "tensor to the CPU for this op)");
+#else
     throw std::invalid_argument(std::string("zccl: ") + what + ": tensor is on " +
                                 t.device().str() + "; this build of the zccl backend handles CPU "
                                 "tensors only");
+#endif
   }
   if (t.layout() != at::kStrided) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors are not supported");
@@ -50,32 +58,6 @@ void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
                                 c10::toString(a.scalar_type()) + "[" + std::to_string(a.numel()) + "] vs " +
                                 c10::toString(b.scalar_type()) + "[" + std::to_string(b.numel()) + "])");
   }
-}
-
-// The buffer the compressed path works on: a float32 widening of half types, the tensor itself
-// when it is contiguous float32/float64, a contiguous copy otherwise. write_back() copies it back.
-struct Staged {
-  at::Tensor original;
-  at::Tensor buffer;
-  explicit Staged(const at::Tensor& t, bool compressed) : original(t) {
-    const bool half = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
-    if (compressed && half) {
-      buffer = t.to(at::kFloat).contiguous();
-    } else {
-      buffer = t.contiguous();
-    }
-  }
-  void write_back() {
-    if (!buffer.is_same(original)) original.copy_(buffer.view(original.sizes()));
-  }
-};
-
-// rel * (hi - lo), computed so that a range wider than the double range still gives a finite
-// bound; 0 (store exactly) when there is no finite value (lo > hi).
-double rel_bound(double rel, double lo, double hi) {
-  if (!(lo <= hi)) return 0.0;
-  const double range = hi - lo;
-  return std::isfinite(range) ? rel * range : rel * hi - rel * lo;
 }
 
 // The absolute bound for data only this rank compresses (broadcast/scatter roots, sends): a REL
@@ -141,8 +123,9 @@ void ZcclBackend::setTimeout(std::chrono::milliseconds timeout) {
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::enqueue(const char* name, c10d::OpType type,
-                                                    std::vector<at::Tensor> outputs, Job job) {
-  auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_);
+                                                    std::vector<at::Tensor> outputs, Job job,
+                                                    std::optional<c10::Stream> stream) {
+  auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_, stream);
   const CallConfig config = resolve_for_thread(defaults_);  // captured on the caller's thread
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -258,8 +241,15 @@ double ZcclBackend::agree(const char* what, uint64_t count, const at::Tensor* da
                  static_cast<double>(count), -static_cast<double>(count)};
   if (rel && data != nullptr && data->numel() > 0) {
     const at::Tensor c = data->contiguous();
+#ifdef ZCCL_WITH_CUDA
+    const fz::FiniteRange r =
+        c.is_cuda() ? cuda_range(c)
+                    : fz::finite_range(c.data_ptr(), compressed_dtype(c.scalar_type()),
+                                       static_cast<uint64_t>(c.numel()), cfg.threads);
+#else
     const fz::FiniteRange r = fz::finite_range(c.data_ptr(), compressed_dtype(c.scalar_type()),
                                                static_cast<uint64_t>(c.numel()), cfg.threads);
+#endif
     if (r.any_finite) {
       v[0] = -r.min;
       v[1] = r.max;
@@ -473,6 +463,11 @@ void ZcclBackend::run_alltoall(const at::Tensor& in, at::Tensor& out,
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                       const c10d::AllreduceOptions& opts) {
+#ifdef ZCCL_WITH_CUDA
+  if (!tensors.empty() && tensors[0].is_cuda()) {
+    return cuda_allreduce(tensors, opts.reduceOp, "all_reduce", c10d::OpType::ALLREDUCE);
+  }
+#endif
   check_single(tensors, "all_reduce");
   validate_reduce(opts.reduceOp, tensors[0].scalar_type(), "all_reduce");
   at::Tensor t = tensors[0];
@@ -483,6 +478,12 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce(std::vector<at::Tensor>& t
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+#ifdef ZCCL_WITH_CUDA
+  if (!tensors.empty() && tensors[0].is_cuda()) {
+    return cuda_allreduce(tensors, opts.reduceOp, "all_reduce_coalesced",
+                          c10d::OpType::ALLREDUCE_COALESCED);
+  }
+#endif
   for (const auto& t : tensors) {
     check_cpu_dense(t, "all_reduce_coalesced");
     validate_reduce(opts.reduceOp, t.scalar_type(), "all_reduce_coalesced");
@@ -497,6 +498,12 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce_coalesced(
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                       const c10d::BroadcastOptions& opts) {
+#ifdef ZCCL_WITH_CUDA
+  if (tensors.size() == 1 && tensors[0].is_cuda()) {
+    check_root(opts.rootRank, getSize(), "broadcast");
+    return cuda_broadcast(tensors, static_cast<int>(opts.rootRank));
+  }
+#endif
   check_single(tensors, "broadcast");
   check_root(opts.rootRank, getSize(), "broadcast");
   at::Tensor t = tensors[0];
@@ -519,6 +526,15 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce(std::vector<at::Tensor>& tens
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                             const c10d::AllgatherOptions&) {
+#ifdef ZCCL_WITH_CUDA
+  if (input.is_cuda()) {
+    if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() * getSize()) {
+      throw std::invalid_argument("zccl: all_gather_into_tensor: output must hold world_size * input.numel() "
+                                  "elements of the input's dtype");
+    }
+    return cuda_allgather({output}, input, true);
+  }
+#endif
   check_cpu_dense(input, "all_gather_into_tensor");
   check_cpu_dense(output, "all_gather_into_tensor");
   if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() * getSize()) {
@@ -533,6 +549,15 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::_allgather_base(at::Tensor& output, 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::AllgatherOptions&) {
+#ifdef ZCCL_WITH_CUDA
+  if (inputs.size() == 1 && inputs[0].is_cuda()) {
+    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize()) {
+      throw std::invalid_argument("zccl: all_gather needs one output list of world_size tensors");
+    }
+    for (const auto& o : outputs[0]) check_same(o, inputs[0], "all_gather");
+    return cuda_allgather(outputs[0], inputs[0], false);
+  }
+#endif
   check_single(inputs, "all_gather");
   if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize()) {
     throw std::invalid_argument("zccl: all_gather needs one output list of world_size tensors");
@@ -628,7 +653,12 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::gather(std::vector<std::vector<at::T
 c10::intrusive_ptr<c10d::Work> ZcclBackend::scatter(std::vector<at::Tensor>& outputs,
                                                     std::vector<std::vector<at::Tensor>>& inputs,
                                                     const c10d::ScatterOptions& opts) {
+#ifdef ZCCL_WITH_CUDA
+  const bool on_cuda = outputs.size() == 1 && outputs[0].is_cuda();
+  if (!on_cuda) check_single(outputs, "scatter");
+#else
   check_single(outputs, "scatter");
+#endif
   check_root(opts.rootRank, getSize(), "scatter");
   const int root = static_cast<int>(opts.rootRank);
   const bool at_root = getRank() == root;
@@ -640,6 +670,9 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::scatter(std::vector<at::Tensor>& out
   } else if (!inputs.empty() && !inputs[0].empty()) {
     throw std::invalid_argument("zccl: scatter: only the root passes input tensors");
   }
+#ifdef ZCCL_WITH_CUDA
+  if (on_cuda) return cuda_scatter(outputs[0], at_root ? inputs[0] : std::vector<at::Tensor>{}, root);
+#endif
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> ins = at_root ? inputs[0] : std::vector<at::Tensor>{};
   return enqueue("scatter", c10d::OpType::SCATTER, outputs, [this, out, ins, root](const CallConfig& cfg) mutable {

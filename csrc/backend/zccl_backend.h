@@ -98,8 +98,10 @@ class ZcclBackend : public c10d::Backend {
     std::function<void(size_t)> on_done;  // receives the byte count; may throw
   };
 
+  // `stream`: the backend CUDA stream of a CUDA op (its Work gets a device-aware future).
   c10::intrusive_ptr<c10d::Work> enqueue(const char* name, c10d::OpType type,
-                                         std::vector<at::Tensor> outputs, Job job);
+                                         std::vector<at::Tensor> outputs, Job job,
+                                         std::optional<c10::Stream> stream = std::nullopt);
   void worker_loop();
   void p2p_loop();
   c10::intrusive_ptr<c10d::Work> post_p2p(const char* name, c10d::OpType type,
@@ -127,6 +129,36 @@ class ZcclBackend : public c10d::Backend {
   void run_scatter(const std::vector<at::Tensor>& ins, at::Tensor& out, int root, const CallConfig& cfg);
   void run_alltoall(const at::Tensor& in, at::Tensor& out, const std::vector<size_t>& send_counts,
                     const std::vector<size_t>& recv_counts, const CallConfig& cfg);
+
+#ifdef ZCCL_WITH_CUDA
+  // CUDA tensors (cuda_path.cu): all_reduce, broadcast, all_gather and scatter, compressed on
+  // the device (gpu_collectives/) or moved exactly; other ops raise a clear error.
+  struct CudaState;  // backend streams and gZ workspaces per device
+  struct CudaStateDeleter {
+    void operator()(CudaState* state) const;
+  };
+  std::unique_ptr<CudaState, CudaStateDeleter> cuda_;
+  // Caller's thread: checks that all tensors are dense and on one CUDA device, makes that
+  // device's backend stream wait for the caller's current stream, and records the tensors' use on
+  // the backend stream (recordStream). Returns the backend stream.
+  c10::Stream cuda_prepare(const std::vector<at::Tensor>& tensors, const char* what);
+  c10::intrusive_ptr<c10d::Work> cuda_allreduce(std::vector<at::Tensor>& tensors,
+                                                const c10d::ReduceOp& op, const char* name,
+                                                c10d::OpType type);
+  c10::intrusive_ptr<c10d::Work> cuda_broadcast(std::vector<at::Tensor>& tensors, int root);
+  c10::intrusive_ptr<c10d::Work> cuda_allgather(std::vector<at::Tensor> outputs,
+                                                const at::Tensor& input, bool into_tensor);
+  c10::intrusive_ptr<c10d::Work> cuda_scatter(at::Tensor& output, std::vector<at::Tensor> inputs,
+                                              int root);
+  // Worker-thread bodies (run with the backend stream current).
+  void run_cuda_allreduce(at::Tensor& t, const c10d::ReduceOp& op, const CallConfig& cfg);
+  void run_cuda_broadcast(at::Tensor& t, int root, const CallConfig& cfg);
+  void run_cuda_allgather(const at::Tensor& in, at::Tensor& flat_out, const CallConfig& cfg);
+  void run_cuda_scatter(const std::vector<at::Tensor>& ins, at::Tensor& out, int root,
+                        const CallConfig& cfg);
+  // Min/max over the finite values of a contiguous float32/64 CUDA tensor (current stream).
+  fz::FiniteRange cuda_range(const at::Tensor& t) const;
+#endif
 
   std::unique_ptr<transport::Comm> comm_;
   std::unique_ptr<transport::Comm> p2p_comm_;

@@ -171,6 +171,13 @@ zb::CallConfig call_config_from(const py::dict& d) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "zccl-torch native core: fZ-light compressor (and, later, the collectives)";
   py::register_exception<fz::StreamError>(m, "CorruptStreamError", PyExc_ValueError);
+  // True when the extension was built with the CUDA path (ZCCL_WITH_CUDA): "zccl" then also
+  // registers for cuda devices.
+#ifdef ZCCL_WITH_CUDA
+  m.attr("with_cuda") = true;
+#else
+  m.attr("with_cuda") = false;
+#endif
   m.attr("DEFAULT_CHUNK_LEN") = fz::kDefaultChunkLen;
   m.attr("BLOCK_LEN") = fz::kBlockLen;
   m.attr("MAX_CHUNK_LEN") = fz::kMaxChunkLen;

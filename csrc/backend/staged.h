@@ -1,0 +1,38 @@
+// Helpers shared by the CPU and CUDA op bodies of the backend: the staged buffer of the
+// compressed path and the REL-bound arithmetic. Device-agnostic (ATen ops run on the current
+// stream, so on the CUDA path they are ordered on the backend stream).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+namespace zccl::backend {
+
+// The buffer the compressed path works on: a float32 widening of half types, the tensor itself
+// when it is contiguous float32/float64, a contiguous copy otherwise. write_back() copies it back.
+struct Staged {
+  at::Tensor original;
+  at::Tensor buffer;
+  explicit Staged(const at::Tensor& t, bool compressed) : original(t) {
+    const bool half = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
+    if (compressed && half) {
+      buffer = t.to(at::kFloat).contiguous();
+    } else {
+      buffer = t.contiguous();
+    }
+  }
+  void write_back() {
+    if (!buffer.is_same(original)) original.copy_(buffer.view(original.sizes()));
+  }
+};
+
+// rel * (hi - lo), computed so that a range wider than the double range still gives a finite
+// bound; 0 (store exactly) when there is no finite value (lo > hi).
+inline double rel_bound(double rel, double lo, double hi) {
+  if (!(lo <= hi)) return 0.0;
+  const double range = hi - lo;
+  return std::isfinite(range) ? rel * range : rel * hi - rel * lo;
+}
+
+}  // namespace zccl::backend

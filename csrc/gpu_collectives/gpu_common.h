@@ -1,0 +1,189 @@
+// Shared machinery of the gZ collectives (CUDA side): RAII wrappers of CUDA resources, the
+// workspace's slots, and the movement of compressed bytes between device memory and MPI
+// (straight from device memory with CUDA-aware MPI, else staged through pinned host memory).
+// Only the gpu_*.cu files include this header.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "gpu_collectives.h"
+
+namespace zccl::gpucoll::detail {
+
+// Throws gpu::CudaError naming `what` and cudaGetErrorString(rc) unless rc == cudaSuccess.
+void check(cudaError_t rc, const char* what);
+
+// Device memory grown on demand (contents are not kept when it grows).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), cap_(o.cap_) { o.ptr_ = nullptr, o.cap_ = 0; }
+  uint8_t* get(size_t bytes);  // at least `bytes` (256-byte aligned, as cudaMalloc gives)
+
+ private:
+  void* ptr_ = nullptr;
+  size_t cap_ = 0;
+};
+
+// Pinned (page-locked) host memory grown on demand: what async copies and staged MPI use.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer();
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  uint8_t* get(size_t bytes);
+
+ private:
+  void* ptr_ = nullptr;
+  size_t cap_ = 0;
+};
+
+class Stream {  // a non-blocking stream (never synchronises with the legacy default stream)
+ public:
+  Stream();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+class Event {  // timing disabled: used for ordering only
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+// Makes `device` current for a scope (the worker thread may serve several devices).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+// One purpose per slot, as the CPU's workspace (an algorithm never hands a slot it still uses to
+// something it calls).
+enum Slot : int { kSend, kRecv, kRecv2, kStreams, kScratch, kSlotCount };
+constexpr int kAuxStreams = 4;  // batch width (scatter's blocks, allgather's decompressions)
+
+}  // namespace zccl::gpucoll::detail
+
+namespace zccl::gpucoll {
+
+struct GpuWorkspace::Impl {
+  int device = 0;
+  bool cuda_aware = false;
+  detail::DeviceBuffer dev[detail::kSlotCount];
+  detail::PinnedBuffer host[detail::kSlotCount];
+  detail::Event host_free[detail::kSlotCount];  // recorded after the last stream use of host[i]
+  detail::PinnedBuffer sizes_buf;  // compressed sizes (size_t), one per job
+  detail::PinnedBuffer errs_buf;   // decoder error words (int32), one per job
+  detail::DeviceBuffer codec[detail::kAuxStreams + 1];  // cuSZp workspaces: main, then aux
+  detail::Stream aux[detail::kAuxStreams];
+  detail::Event fork_event;
+  detail::Event join_event[detail::kAuxStreams];
+
+  size_t* sizes(size_t n);
+  int32_t* errs(size_t n);  // zeroed
+  // cuSZp workspace i (0: the main stream's) for (dt, count, chunk_len).
+  void* codec_ws(int i, DType dt, uint64_t count, uint32_t chunk_len, size_t* bytes);
+  // Aux streams 0..n-1 wait for `main`'s work so far / `main` waits for theirs.
+  void fork(cudaStream_t main, int n);
+  void join(cudaStream_t main, int n);
+};
+
+namespace detail {
+
+inline cudaStream_t raw(GpuStream s) { return reinterpret_cast<cudaStream_t>(s); }
+
+// Compressed bytes that MPI reads or writes: `region` bytes at offset `offset` of slot `slot`,
+// device side and -- staged -- its pinned host mirror. wire() is what MPI is given.
+class Wire {
+ public:
+  Wire(GpuWorkspace::Impl& ws, Slot slot, size_t bytes);
+  uint8_t* dev(size_t offset = 0) { return dev_ + offset; }
+  uint8_t* wire(size_t offset = 0) { return (staged_ ? host_ : dev_) + offset; }
+  // Device bytes [offset, offset+n) were produced on `stream`: make them readable by MPI (one
+  // D2H copy when staged) and wait for the stream.
+  void publish(size_t offset, size_t n, cudaStream_t stream);
+  // Before MPI writes into the wire: wait for stream work still reading it (an earlier H2D).
+  void before_receive();
+  // MPI filled wire bytes [offset, offset+n): make the device copy hold them (async H2D when
+  // staged, ordered on `stream`; the host side is marked busy until the copy ran).
+  void land(size_t offset, size_t n, cudaStream_t stream);
+  // The stream's work so far is the last use of this wire (decoders reading the device side).
+  void release(cudaStream_t stream);
+
+ private:
+  GpuWorkspace::Impl& ws_;
+  Slot slot_;
+  bool staged_;
+  uint8_t* dev_;
+  uint8_t* host_ = nullptr;
+};
+
+// Compresses `count` values at device `src` into dev `dst` on `stream` and returns the stream's
+// size (synchronises: MPI needs the size).
+size_t compress_sync(GpuWorkspace::Impl& ws, const void* src, DType dt, uint64_t count, double eb,
+                     uint32_t chunk_len, uint8_t* dst, size_t cap, cudaStream_t stream);
+
+// Throws std::runtime_error naming the op and the peer when a decoder error word is set.
+void check_decoded(int32_t err, const char* what, int peer);
+
+// Worst-case stream size of `count` values rounded up to 256 bytes (0 for count 0).
+size_t capacity(DType dt, uint64_t count, uint32_t chunk_len);
+
+using fz::dtype_size;
+inline gpu::ReduceOp gpu_op(ReduceOp op) { return static_cast<gpu::ReduceOp>(op); }
+
+// Balanced blocks: the first n % p hold ceil(n/p) values (as coll::compute::Blocks::balanced).
+struct BlockSplit {
+  std::vector<size_t> count, offset;
+  size_t max_count = 0;
+  BlockSplit(size_t n, int p);
+};
+
+// Ring allgather of compressed streams. Region q (`cap` bytes at q*cap of the Wire) ends
+// holding rank q's stream for every q with nonempty[q]; the caller has written its own stream
+// (own_len bytes) into its region on the device and published it. Streams are forwarded as
+// received, never recompressed; staged, each arrival is copied to the device at once (async).
+// Returns every region's stream length.
+std::vector<size_t> ring_allgather_streams(Comm& comm, Wire& wire, size_t cap, size_t own_len,
+                                           const std::vector<bool>& nonempty, int tag,
+                                           cudaStream_t stream);
+
+// Decodes streams (region q of `wire`, lens[q] bytes) into dsts[q] (counts[q] values) for every
+// q != skip with a nonzero length, as one batch on the aux streams; synchronises and checks.
+void decode_batch(GpuWorkspace::Impl& ws, Wire& wire, size_t cap, const std::vector<size_t>& lens,
+                  const std::vector<void*>& dsts, const std::vector<size_t>& counts, int skip,
+                  DType dt, uint32_t chunk_len, cudaStream_t stream, const char* what);
+
+// The two allreduce algorithms (gpu_allreduce_ring.cu, gpu_allreduce_rd.cu); count > 0, p > 1.
+void ring_allreduce(Comm& comm, GpuWorkspace::Impl& ws, void* buf, size_t count, DType dt,
+                    ReduceOp op, const Config& cfg, cudaStream_t stream, Stats& st);
+void rd_allreduce(Comm& comm, GpuWorkspace::Impl& ws, void* buf, size_t count, DType dt,
+                  ReduceOp op, const Config& cfg, cudaStream_t stream, Stats& st);
+
+}  // namespace detail
+}  // namespace zccl::gpucoll

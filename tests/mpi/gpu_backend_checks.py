@@ -1,0 +1,369 @@
+"""Multi-rank checks of the zccl backend on CUDA tensors; run under mpirun by
+tests/test_gpu_backend.py (``mpirun -np P python tests/mpi/gpu_backend_checks.py [check ...]``).
+
+Several ranks may share one GPU (rank r uses device local_rank % device_count). Every rank runs
+the same checks against float64 references computed locally from per-rank seeds (or gathered
+exactly with algorithm="mpi") and exits 1 if any check failed on this rank; exit code 3 (no
+check run) when CUDA or the extension's CUDA path is missing, with the reason on stdout.
+"""
+
+import datetime
+import math
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import zccl_torch
+from zccl_torch import _C
+from zccl_torch.hooks import ZcclHookState, compressed_allreduce_hook
+from zccl_torch.policy import Absolute
+
+CHECKS: dict[str, Callable[[], None]] = {}
+EB = 1e-3
+ALGS = ("ring", "recursive_doubling")
+OPS = {
+    "sum": dist.ReduceOp.SUM,
+    "avg": dist.ReduceOp.AVG,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+}
+
+
+def check(fn: Callable[[], None]) -> Callable[[], None]:
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def rank() -> int:
+    return dist.get_rank()
+
+
+def world() -> int:
+    return dist.get_world_size()
+
+
+def dev() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def counts() -> list[int]:
+    """0, 1, p-1, p+1, primes around the 64 KiB block, and a large prime (multi-chunk)."""
+    p = world()
+    return sorted({0, 1, max(p - 1, 1), p + 1, 16_411, 262_147})
+
+
+def data(r: int, n: int, dtype: torch.dtype = torch.float32, salt: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1000 * r + 17 * salt + n)
+    smooth = torch.randn(n, generator=g, dtype=torch.float64).cumsum(0) / math.sqrt(max(n, 1))
+    return (smooth + r).to(dtype)
+
+
+def rounding(terms: list[torch.Tensor], slack: float, dtype: torch.dtype) -> torch.Tensor:
+    """Worst-case rounding in ``dtype`` of summing ``terms`` (each off by <= slack), dividing."""
+    u = torch.finfo(dtype).eps / 2
+    k = len(terms) + 1
+    return (k * u / (1 - k * u)) * sum(t.double().abs() + slack for t in terms)
+
+
+def exact_gather(t: torch.Tensor) -> list[torch.Tensor]:
+    out = [torch.empty_like(t) for _ in range(world())]
+    with zccl_torch.config(algorithm="mpi"):
+        dist.all_gather(out, t)
+    return out
+
+
+def assert_within(name: str, got: torch.Tensor, ref: torch.Tensor, bound: Any) -> None:
+    got, ref = got.cpu().double(), ref.cpu().double()
+    if isinstance(bound, torch.Tensor):
+        bound = bound.cpu()
+    err = (got - ref).abs()
+    bad = err > bound
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        b = bound[i] if isinstance(bound, torch.Tensor) else bound
+        raise AssertionError(f"{name}: |{got[i]} - {ref[i]}| = {float(err[i])} > {float(b)}")
+
+
+def assert_identical_replicas(name: str, t: torch.Tensor) -> None:
+    mine = t.cpu()
+    for r, other in enumerate(exact_gather(t)):
+        if not torch.equal(other.cpu().view(torch.uint8), mine.view(torch.uint8)):
+            raise AssertionError(f"{name}: rank {r}'s result differs from rank {rank()}'s")
+
+
+# ------------------------------------------------------------------------------------------
+# all_reduce
+
+
+@check
+def all_reduce_bounds_and_replicas() -> None:
+    p = world()
+    for alg in ALGS:
+        for name, op in OPS.items():
+            for dtype in (torch.float32, torch.float64):
+                for n in counts():
+                    terms = [data(r, n, dtype) for r in range(p)]
+                    t = terms[rank()].to(dev())
+                    with zccl_torch.config(algorithm=alg):
+                        dist.all_reduce(t, op=op)
+                    stack = torch.stack([x.double() for x in terms]) if n else None
+                    if n == 0:
+                        assert t.numel() == 0
+                        continue
+                    if name in ("sum", "avg"):
+                        ref = stack.sum(0) / (p if name == "avg" else 1)
+                    else:
+                        ref = stack.min(0).values if name == "min" else stack.max(0).values
+                    bound = _C.output_error_bound(alg, name, p, EB, True)
+                    slack = rounding(terms, bound, dtype) if name in ("sum", "avg") else 0.0
+                    label = f"all_reduce {alg} {name} {dtype} n={n}"
+                    assert_within(label, t, ref, bound + slack)
+                    assert_identical_replicas(label, t)
+                    if p > 1 and n >= p:
+                        stats = zccl_torch.last_stats(device="cuda")
+                        want = "recursive_doubling" if name in ("min", "max") else alg
+                        assert stats["algorithm"] == want, (label, stats)
+
+
+@check
+def all_reduce_half_types() -> None:
+    p = world()
+    n = 16_411
+    for dtype in (torch.float16, torch.bfloat16):
+        terms = [data(r, n, dtype) for r in range(p)]
+        t = terms[rank()].to(dev())
+        dist.all_reduce(t)
+        ref = torch.stack([x.double() for x in terms]).sum(0)
+        bound = _C.output_error_bound("ring", "sum", p, EB, True)
+        # The widened float32 sum, then one rounding to the half type.
+        slack = rounding(terms, bound, torch.float32) + torch.finfo(dtype).eps * (ref.abs() + bound)
+        assert_within(f"all_reduce {dtype}", t, ref, bound + slack)
+
+
+@check
+def all_reduce_non_float_exact() -> None:
+    p = world()
+    for dtype in (torch.int32, torch.int64, torch.uint8, torch.int8):
+        for n in (1, p + 1, 70_001):
+            terms = [(torch.arange(n, dtype=torch.int64) * (r + 1) % 7).to(dtype) for r in range(p)]
+            t = terms[rank()].to(dev())
+            dist.all_reduce(t)
+            ref = torch.stack([x.to(torch.int64) for x in terms]).sum(0).to(dtype)
+            assert torch.equal(t.cpu(), ref), f"all_reduce {dtype} n={n} is not exact"
+            m = terms[rank()].to(dev())
+            dist.all_reduce(m, op=dist.ReduceOp.MAX)
+            assert torch.equal(m.cpu(), torch.stack(terms).max(0).values), f"MAX {dtype}"
+
+
+@check
+def non_finite_preserved() -> None:
+    n = 16_411
+    for alg in ALGS:
+        for name in ("sum", "max"):
+            x = data(rank(), n)
+            x[5] = float("nan") if rank() == 0 else 1.0
+            x[7] = float("inf")
+            t = x.to(dev())
+            with zccl_torch.config(algorithm=alg):
+                dist.all_reduce(t, op=OPS[name])
+            got = t.cpu()
+            assert math.isnan(float(got[5])), f"{alg} {name}: NaN lost: {float(got[5])}"
+            assert float(got[7]) == float("inf"), f"{alg} {name}: Inf lost: {float(got[7])}"
+            assert_identical_replicas(f"non-finite {alg} {name}", t)
+
+
+# ------------------------------------------------------------------------------------------
+# data movement
+
+
+@check
+def all_gather_list_and_into_tensor() -> None:
+    p = world()
+    for dtype in (torch.float32, torch.float64, torch.int64):
+        for n in counts():
+            mine = data(rank(), n, dtype) if dtype.is_floating_point else torch.arange(n) * rank()
+            t = mine.to(dev())
+            outs = [torch.empty_like(t) for _ in range(p)]
+            dist.all_gather(outs, t)
+            flat = torch.empty(p * n, dtype=dtype, device=dev())
+            dist.all_gather_into_tensor(flat, t)
+            for r in range(p):
+                want = data(r, n, dtype) if dtype.is_floating_point else torch.arange(n) * r
+                for got in (outs[r], flat[r * n : (r + 1) * n]):
+                    if r == rank() or not dtype.is_floating_point:
+                        assert torch.equal(got.cpu(), want), f"all_gather {dtype} n={n} block {r}"
+                    else:
+                        assert_within(f"all_gather {dtype} n={n} block {r}", got, want, EB)
+
+
+@check
+def broadcast_every_root() -> None:
+    p = world()
+    for root in range(p):
+        for dtype in (torch.float32, torch.float64, torch.int32):
+            for n in counts():
+                want = (
+                    data(root, n, dtype, salt=1)
+                    if dtype.is_floating_point
+                    else torch.arange(n, dtype=dtype)
+                )
+                t = (want if rank() == root else torch.zeros(n, dtype=dtype)).to(dev())
+                dist.broadcast(t, src=root)
+                label = f"broadcast root={root} {dtype} n={n}"
+                if rank() == root or not dtype.is_floating_point:
+                    assert torch.equal(t.cpu(), want), label
+                else:
+                    assert_within(label, t, want, EB)
+                    assert_identical_replicas_except(label, t, root)
+
+
+def assert_identical_replicas_except(name: str, t: torch.Tensor, skip: int) -> None:
+    mine = t.cpu()
+    for r, other in enumerate(exact_gather(t)):
+        if r != skip and not torch.equal(other.cpu(), mine):
+            raise AssertionError(f"{name}: rank {r} decoded differently from rank {rank()}")
+
+
+@check
+def scatter_every_root() -> None:
+    p = world()
+    for root in range(p):
+        for dtype in (torch.float32, torch.float64, torch.int16):
+            for n in counts():
+                blocks = [
+                    data(q, n, dtype, salt=2)
+                    if dtype.is_floating_point
+                    else torch.full((n,), q, dtype=dtype)
+                    for q in range(p)
+                ]
+                out = torch.zeros(n, dtype=dtype, device=dev())
+                ins = [b.to(dev()) for b in blocks] if rank() == root else None
+                dist.scatter(out, ins, src=root)
+                label = f"scatter root={root} {dtype} n={n}"
+                if rank() == root or not dtype.is_floating_point:
+                    assert torch.equal(out.cpu(), blocks[rank()]), label
+                else:
+                    assert_within(label, out, blocks[rank()], EB)
+
+
+# ------------------------------------------------------------------------------------------
+# stream semantics
+
+
+@check
+def stream_semantics() -> None:
+    p = world()
+    n = 262_147
+    want = p * (p + 1) / 2
+    side = torch.cuda.Stream()
+    for caller in (torch.cuda.current_stream(), side):
+        with torch.cuda.stream(caller):
+            t = torch.zeros(n, device=dev())
+            torch.cuda._sleep(50_000_000)  # a long kernel ahead of the fill on this stream
+            t.fill_(rank() + 1.0)
+            work = dist.all_reduce(t, async_op=True)  # must see the fill
+            work.wait()  # the caller's stream now waits for the collective
+            y = t * 2  # consumer on the caller's stream
+            got = y.cpu()
+        bound = 2 * (_C.output_error_bound("ring", "sum", p, EB, True) + 1e-4 * want)
+        assert_within("stream semantics (wait)", got, torch.full((n,), 2 * want), bound)
+
+        # Futures: then() runs after the result is on the caller's stream.
+        with torch.cuda.stream(caller):
+            t = torch.zeros(n, device=dev())
+            torch.cuda._sleep(50_000_000)
+            t.fill_(rank() + 1.0)
+            fut = dist.all_reduce(t, async_op=True).get_future()
+            z = fut.then(lambda f: f.value()[0] * 3).wait()
+            got = z.cpu()
+        assert_within("stream semantics (future)", got, torch.full((n,), 3 * want), 1.5 * bound)
+
+
+@check
+def unsupported_op_error_is_clear() -> None:
+    t = torch.ones(8, device=dev())
+    try:
+        dist.reduce(t, dst=0)
+    except Exception as exc:
+        assert "CUDA" in str(exc) and "reduce" in str(exc), str(exc)
+    else:
+        raise AssertionError("reduce on a CUDA tensor should raise (not supported on CUDA yet)")
+
+
+# ------------------------------------------------------------------------------------------
+# DDP
+
+
+@check
+def ddp_hook_on_cuda() -> None:
+    p = world()
+    torch.manual_seed(0)  # identical initial weights on every rank
+    model = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 8)
+    ).to(dev())
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev().index])
+    # After DDP's initial (compressed) broadcast: the weights this rank actually has.
+    reference = [param.detach().clone() for param in model.parameters()]
+    state = ZcclHookState(policy=Absolute(EB), start_iter=0)
+    ddp.register_comm_hook(state, compressed_allreduce_hook)
+    g = torch.Generator().manual_seed(rank())
+    x = torch.randn(32, 64, generator=g).to(dev())
+    y = torch.randn(32, 8, generator=g).to(dev())
+    ddp.zero_grad()
+    torch.nn.functional.mse_loss(ddp(x), y).backward()
+    # Exact reference: each rank's local gradient of the same weights, averaged exactly.
+    local = torch.nn.Sequential(
+        torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 8)
+    ).to(dev())
+    with torch.no_grad():
+        for dst, src in zip(local.parameters(), reference, strict=True):
+            dst.copy_(src)
+    torch.nn.functional.mse_loss(local(x), y).backward()
+    for name, (mine, ref_param) in enumerate(
+        zip(model.parameters(), local.parameters(), strict=True)
+    ):
+        grads = exact_gather(ref_param.grad.contiguous())
+        avg = torch.stack([gr.cpu().double() for gr in grads]).mean(0)
+        bound = 2 * p * EB + 1e-5 * (avg.abs() + 1)
+        assert_within(f"ddp grad {name}", mine.grad, avg, bound)
+        assert_identical_replicas(f"ddp grad {name}", mine.grad.contiguous())
+
+
+# ------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    if not torch.cuda.is_available():
+        print("SKIP no CUDA device", flush=True)
+        return 3
+    if not getattr(_C, "with_cuda", False):
+        print("SKIP extension built without CUDA", flush=True)
+        return 3
+    local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
+    torch.cuda.set_device(local % torch.cuda.device_count())
+    names = argv or list(CHECKS)
+    options = zccl_torch.Options(min_compress_bytes=0, mode="abs", error_bound=EB)
+    dist.init_process_group(
+        backend="zccl", timeout=datetime.timedelta(seconds=120), pg_options=options
+    )
+    failures = 0
+    for name in names:
+        try:
+            with zccl_torch.config(options):
+                CHECKS[name]()
+            print(f"[rank {rank()}] PASS {name}", flush=True)
+        except Exception:
+            failures += 1
+            print(f"[rank {rank()}] FAIL {name}\n{traceback.format_exc()}", flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
