@@ -90,7 +90,12 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   T* get() const { return p_; }
   size_t size() const { return n_; }
-  void upload(const T* src, size_t n) { CUDA_OK(cudaMemcpy(p_, src, n * sizeof(T), cudaMemcpyHostToDevice)); }
+  // cudaMemcpy from pageable memory may return before its DMA has landed, and the codec runs on
+  // non-blocking streams that do not order after the legacy default stream: wait for the copy.
+  void upload(const T* src, size_t n) {
+    CUDA_OK(cudaMemcpy(p_, src, n * sizeof(T), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaDeviceSynchronize());
+  }
   std::vector<T> download(size_t n) const {
     std::vector<T> v(n);
     if (n > 0) CUDA_OK(cudaMemcpy(v.data(), p_, n * sizeof(T), cudaMemcpyDeviceToHost));
@@ -905,6 +910,7 @@ void test_async(Ctx& ctx) {
   const size_t n = 1 << 20;
   DeviceBuffer<float> src(n), out(n);
   CUDA_OK(cudaMemset(src.get(), 0, n * sizeof(float)));
+  CUDA_OK(cudaDeviceSynchronize());  // cudaMemset is async; ctx.stream is non-blocking
   fz::CompressParams p;
   p.error_bound = 1e-3;
   const size_t cap = fz::max_compressed_size(fz::DType::Float32, n, p.chunk_len);

@@ -75,6 +75,9 @@ struct DeviceArray {  // RAII device copy of a host vector
   explicit DeviceArray(const std::vector<T>& host) : n(host.size()) {
     cuda(cudaMalloc(&ptr, std::max<size_t>(n, 1) * sizeof(T)), "cudaMalloc");
     if (n) cuda(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), "H2D");
+    // A pageable H2D cudaMemcpy may return before the DMA lands; the collectives run on a
+    // non-blocking stream that does not order after the legacy default stream.
+    cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize (after H2D)");
   }
   ~DeviceArray() { cudaFree(ptr); }
   DeviceArray(const DeviceArray&) = delete;
