@@ -8,14 +8,13 @@ paths are compared bit for bit with mpi4py on the same data.
 
 from __future__ import annotations
 
-import datetime
 import math
 import sys
-import traceback
 from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from check_common import assert_within, rank, run_checks, world
 from mpi4py import MPI
 
 import zccl_torch
@@ -27,14 +26,6 @@ CHECKS: dict[str, Callable[[], None]] = {}
 def check(fn: Callable[[], None]) -> Callable[[], None]:
     CHECKS[fn.__name__] = fn
     return fn
-
-
-def rank() -> int:
-    return dist.get_rank()
-
-
-def world() -> int:
-    return dist.get_world_size()
 
 
 def counts() -> list[int]:
@@ -56,15 +47,6 @@ def float_rounding(terms: list[torch.Tensor], dtype: torch.dtype) -> torch.Tenso
     k = len(terms)
     total = sum((t.double().abs() + EB) for t in terms)
     return (k * unit / (1 - k * unit)) * total
-
-
-def assert_within(name: str, got: torch.Tensor, ref: torch.Tensor, bound: torch.Tensor | float):
-    err = (got.double() - ref.double()).abs()
-    bad = err > bound
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0])
-        b = bound[i] if isinstance(bound, torch.Tensor) else bound
-        raise AssertionError(f"{name}: |{got[i]} - {ref[i]}| = {float(err[i])} > {float(b)}")
 
 
 def assert_equal(name: str, got: torch.Tensor, ref: torch.Tensor) -> None:
@@ -556,24 +538,9 @@ def bad_input_errors() -> None:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(CHECKS)
-    dist.init_process_group(
-        backend="zccl",
-        timeout=datetime.timedelta(seconds=60),
-        pg_options=zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0),
-    )
-    assert dist.get_backend() == "zccl"
-    failures = 0
-    for name in names:
-        try:
-            CHECKS[name]()  # under the group's pg_options (config() blocks only change fields)
-            print(f"[rank {rank()}] PASS {name}", flush=True)
-        except Exception:
-            failures += 1
-            print(f"[rank {rank()}] FAIL {name}\n{traceback.format_exc()}", flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 1 if failures else 0
+    # Checks run under the group's pg_options (their config() blocks only change fields).
+    options = zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0)
+    return run_checks(CHECKS, argv, options, timeout_s=60, scoped=False)
 
 
 if __name__ == "__main__":

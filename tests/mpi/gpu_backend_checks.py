@@ -7,16 +7,14 @@ exactly with algorithm="mpi") and exits 1 if any check failed on this rank; exit
 check run) when CUDA or the extension's CUDA path is missing, with the reason on stdout.
 """
 
-import datetime
 import math
 import os
 import sys
-import traceback
 from collections.abc import Callable
-from typing import Any
 
 import torch
 import torch.distributed as dist
+from check_common import assert_within, exact_gather, rank, rounding, run_checks, world
 
 import zccl_torch
 from zccl_torch import _C
@@ -39,14 +37,6 @@ def check(fn: Callable[[], None]) -> Callable[[], None]:
     return fn
 
 
-def rank() -> int:
-    return dist.get_rank()
-
-
-def world() -> int:
-    return dist.get_world_size()
-
-
 def dev() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
@@ -61,32 +51,6 @@ def data(r: int, n: int, dtype: torch.dtype = torch.float32, salt: int = 0) -> t
     g = torch.Generator().manual_seed(1000 * r + 17 * salt + n)
     smooth = torch.randn(n, generator=g, dtype=torch.float64).cumsum(0) / math.sqrt(max(n, 1))
     return (smooth + r).to(dtype)
-
-
-def rounding(terms: list[torch.Tensor], slack: float, dtype: torch.dtype) -> torch.Tensor:
-    """Worst-case rounding in ``dtype`` of summing ``terms`` (each off by <= slack), dividing."""
-    u = torch.finfo(dtype).eps / 2
-    k = len(terms) + 1
-    return (k * u / (1 - k * u)) * sum(t.double().abs() + slack for t in terms)
-
-
-def exact_gather(t: torch.Tensor) -> list[torch.Tensor]:
-    out = [torch.empty_like(t) for _ in range(world())]
-    with zccl_torch.config(algorithm="mpi"):
-        dist.all_gather(out, t)
-    return out
-
-
-def assert_within(name: str, got: torch.Tensor, ref: torch.Tensor, bound: Any) -> None:
-    got, ref = got.cpu().double(), ref.cpu().double()
-    if isinstance(bound, torch.Tensor):
-        bound = bound.cpu()
-    err = (got - ref).abs()
-    bad = err > bound
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0])
-        b = bound[i] if isinstance(bound, torch.Tensor) else bound
-        raise AssertionError(f"{name}: |{got[i]} - {ref[i]}| = {float(err[i])} > {float(b)}")
 
 
 def assert_identical_replicas(name: str, t: torch.Tensor) -> None:
@@ -346,23 +310,8 @@ def main(argv: list[str]) -> int:
         return 3
     local = int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", os.environ.get("LOCAL_RANK", "0")))
     torch.cuda.set_device(local % torch.cuda.device_count())
-    names = argv or list(CHECKS)
     options = zccl_torch.Options(min_compress_bytes=0, mode="abs", error_bound=EB)
-    dist.init_process_group(
-        backend="zccl", timeout=datetime.timedelta(seconds=120), pg_options=options
-    )
-    failures = 0
-    for name in names:
-        try:
-            with zccl_torch.config(options):
-                CHECKS[name]()
-            print(f"[rank {rank()}] PASS {name}", flush=True)
-        except Exception:
-            failures += 1
-            print(f"[rank {rank()}] FAIL {name}\n{traceback.format_exc()}", flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 1 if failures else 0
+    return run_checks(CHECKS, argv, options, timeout_s=120, scoped=True)
 
 
 if __name__ == "__main__":

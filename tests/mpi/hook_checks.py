@@ -5,16 +5,15 @@ Every rank runs the same checks against exact float64 references (per-rank data 
 or gathered exactly with algorithm="mpi") and exits 1 if any check failed on this rank.
 """
 
-import datetime
 import io
 import math
 import sys
-import traceback
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
+from check_common import assert_within, exact_gather, rank, rounding, run_checks, world
 from torch.nn.parallel import DistributedDataParallel
 
 import zccl_torch
@@ -31,42 +30,9 @@ def check(fn: Callable[[], None]) -> Callable[[], None]:
     return fn
 
 
-def rank() -> int:
-    return dist.get_rank()
-
-
-def world() -> int:
-    return dist.get_world_size()
-
-
 def data(r: int, n: int = N, salt: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(1000 * r + 17 * salt + n)
     return (torch.randn(n, generator=g, dtype=torch.float64).cumsum(0) / math.sqrt(n) + r).float()
-
-
-def rounding(
-    terms: list[torch.Tensor], slack: float, dtype: torch.dtype = torch.float32
-) -> torch.Tensor:
-    """Worst-case rounding in ``dtype`` of summing ``terms`` (each off by <= slack) and dividing."""
-    u = torch.finfo(dtype).eps / 2
-    k = len(terms) + 1
-    return (k * u / (1 - k * u)) * sum(t.double().abs() + slack for t in terms)
-
-
-def exact_gather(t: torch.Tensor) -> list[torch.Tensor]:
-    out = [torch.empty_like(t) for _ in range(world())]
-    with zccl_torch.config(algorithm="mpi"):
-        dist.all_gather(out, t)
-    return out
-
-
-def assert_within(name: str, got: torch.Tensor, ref: torch.Tensor, bound: Any) -> None:
-    err = (got.double() - ref.double()).abs()
-    bad = err > bound
-    if bool(bad.any()):
-        i = int(bad.nonzero()[0])
-        b = bound[i] if isinstance(bound, torch.Tensor) else bound
-        raise AssertionError(f"{name}: |{got[i]} - {ref[i]}| = {float(err[i])} > {float(b)}")
 
 
 @check
@@ -392,24 +358,8 @@ def checkpoint_round_trip() -> None:
 
 
 def main(argv: list[str]) -> int:
-    names = argv or list(CHECKS)
-    dist.init_process_group(
-        backend="zccl",
-        timeout=datetime.timedelta(seconds=60),
-        pg_options=zccl_torch.Options(min_compress_bytes=0),
-    )
-    failures = 0
-    for name in names:
-        try:
-            with zccl_torch.config(zccl_torch.Options(min_compress_bytes=0)):
-                CHECKS[name]()
-            print(f"[rank {rank()}] PASS {name}", flush=True)
-        except Exception:
-            failures += 1
-            print(f"[rank {rank()}] FAIL {name}\n{traceback.format_exc()}", flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 1 if failures else 0
+    options = zccl_torch.Options(min_compress_bytes=0)
+    return run_checks(CHECKS, argv, options, timeout_s=60, scoped=True)
 
 
 if __name__ == "__main__":
