@@ -12,15 +12,17 @@
 //      are: never decompressed and recompressed on the way.
 //   4. Decompress each of the p-1 received blocks once, straight into its place in recv; block
 //      s is decompressed while the transfer of step s+1 is in flight.
-//   The own block is copied exactly (memmove; nothing when send already is recv's own slot).
+//   The own block: decompressed from its own stream during step 0, so every rank holds the same
+//   bits for every block (replicas stay identical); with cfg.owner_exact it is copied exactly
+//   instead (memmove; nothing when send already is recv's own slot).
 //
 // Cost (n values per block, N = n * sizeof(T) bytes, compression ratio rho, C/D = compress/
 // decompress time of n values):
 //   C(n) + log2(p)*alpha (size exchange) + (p-1)*(alpha + beta*N/rho) + (p-1)*D(n)
 //   (decompression overlaps the next step's transfer) versus (p-1)*(alpha + beta*N) uncompressed.
 //
-// Error bound: every value of another rank's block satisfies |x - x'| <= cfg.error_bound (one
-// compression, strict in double); the own block is exact; cfg.error_bound == 0 is bit-exact.
+// Error bound: every value satisfies |x - x'| <= cfg.error_bound (one compression, strict in
+// double); the own block is exact with cfg.owner_exact; cfg.error_bound == 0 is bit-exact.
 //
 // Uncompressed MPI path (MPI_Iallgather(v), exact): cfg.algorithm == Mpi, p == 1, count == 0
 // (allgatherv: all counts 0), or block bytes (allgatherv: the largest block) below
@@ -89,7 +91,10 @@ void ring(Comm& comm, int tag, const void* send, void* recv, const std::vector<s
     detail::decompress_block(blocks[q].data(), blocks[q].size(), out + displs[q] * es, counts[q],
                              dt, cfg, cs.s, op, q);
   };
-  int pending = -1;  // block received in the previous step, not decoded yet
+  // Unless cfg.owner_exact, the own block is decoded from its stream during step 0 (the stream
+  // was made from `send` in step 1, so `send` being recv's own slot does not matter).
+  const bool decode_own = !cfg.owner_exact;
+  int pending = decode_own ? r : -1;  // block to decode during the next transfer
   for (int s = 0; s < p - 1; ++s) {
     const int send_q = (r - s + p) % p;  // == pending for s >= 1
     const int recv_q = (r - s - 1 + p) % p;
@@ -111,7 +116,7 @@ void ring(Comm& comm, int tag, const void* send, void* recv, const std::vector<s
     pending = recv_q;
   }
   if (pending >= 0) decode(pending);
-  detail::copy_exact(send, out + displs[r] * es, counts[r] * es);
+  if (!decode_own) detail::copy_exact(send, out + displs[r] * es, counts[r] * es);
 }
 
 }  // namespace

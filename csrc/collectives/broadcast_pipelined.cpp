@@ -31,10 +31,13 @@
 //      forwards completed ("size mismatch across ranks" / fz::StreamError), so no rank is left
 //      waiting. A short or truncated segment fails fZ-light's validation (sizes and CRC-32C of
 //      every chunk); a segment longer than the announced capacity fails its receive.
-//   The root's buffer is left untouched (its values stay exact).
+//   4. Unless cfg.owner_exact, the root decodes its own streams into its buffer (each segment
+//      right after it is sent), so every rank holds bit-identical values (DDP's parameter
+//      broadcast relies on that); with cfg.owner_exact the root's buffer is left untouched.
 //
 // Cost (n values, N = n * sizeof(T) bytes, ratio rho; m segments of S = N/m bytes; c, d:
-// compress / decompress time of one segment; w = alpha + beta*S/rho):
+// compress / decompress time of one segment; w = alpha + beta*S/rho; the root's own decoding
+// adds d per segment at the root, overlapped with the segments in flight):
 //   chain (m >= 2):  c + (p-1)*w + d + (m-1)*max(c, w, d)    (cut-through frames make the
 //                    (p-1)*w fill term smaller in practice)
 //   tree  (m == 1):  C(n) + ceil(log2 p)*(alpha + beta*N/rho) + D(n)
@@ -46,7 +49,8 @@
 //
 // Error bound: non-root values satisfy |x - x'| <= cfg.error_bound: each value belongs to
 // exactly one segment, compressed once at the root with the bound (strict in double) and only
-// copied on the way. The root is exact; cfg.error_bound == 0 is bit-exact everywhere; NaN and
+// copied on the way; the root's decoded values are the same bits. With cfg.owner_exact the root
+// is exact. cfg.error_bound == 0 is bit-exact everywhere; NaN and
 // +/-Inf travel exactly (fZ-light stores them verbatim). Segmentation changes which chunks
 // values share, never the per-value bound, and the bytes do not depend on cfg.threads.
 //
@@ -97,6 +101,10 @@ void tree_stream(Comm& comm, uint8_t* buf, DType dt, const Config& cfg,
     for (int child : children) {
       cs.s.bytes_sent += detail::send_frames(comm, stream, len, child, tag + kTagStream, frame,
                                              sends);
+    }
+    // The root takes the values the others get (while the sends travel; they read the stream).
+    if (!cfg.owner_exact) {
+      detail::decompress_block(stream, len, buf, n, dt, cfg, cs.s, kOp, tree.root);
     }
   } else {
     const int parent = tree.rank_of(tree.parent());
@@ -179,9 +187,18 @@ void broadcast(Comm& comm, void* buf, size_t count, DType dt, int root, const Co
   if (plan.segments() == 1) {
     tree_stream(comm, data, dt, cfg, tree, tag, plan, decode, cs, error);
   } else if (tree.v == 0) {
+    // Unless cfg.owner_exact, the root decodes each segment it sent into place (the segment's
+    // values were compressed already and no later segment reads them).
+    detail::SegmentSink own_decode;
+    if (!cfg.owner_exact) {
+      own_decode = [&](int, size_t k, const uint8_t* stream, size_t len) {
+        detail::decompress_block(stream, len, data + plan.offset(k) * es, plan.values(k), dt,
+                                 cfg, cs.s, kOp, root);
+      };
+    }
     detail::send_segments(
         comm, plan, 1, [&](int) { return data; }, [&](int) { return tree.rank_of(1); },
-        tag + kTagSegments, dt, cfg, cs.s, kOp);
+        tag + kTagSegments, dt, cfg, cs.s, kOp, own_decode);
   } else {
     const int next = tree.v + 1 < p ? tree.rank_of(tree.v + 1) : -1;
     try {

@@ -44,6 +44,12 @@ struct Config {
   // segment goes as several frames when larger). 0 (default): just under Open MPI's TCP eager
   // limit (see datamove_common.cpp). Only the root's value matters. A tuning and testing hook.
   size_t frame_bytes = 0;
+  // Replica collectives (broadcast, allgather/allgatherv): whether the rank that owns a block
+  // keeps its exact values. false (default): the owner decodes its own compressed stream too, so
+  // every rank's output is bit-identical (what DDP and FSDP assume of a broadcast or all-gather);
+  // true: the owner's values stay exact and the others hold them within error_bound. Only the
+  // owner's value matters (the others never see the difference).
+  bool owner_exact = false;
 };
 
 // What a collective did, for stats and benchmarks (summed over the call, this rank).
@@ -59,7 +65,9 @@ struct Stats {
 
 // ---- Data-movement framework (output error: eb per value; exact when eb == 0) ----
 
-// recv holds size()*count values: rank r's block at r*count. Ring of compressed blocks.
+// recv holds size()*count values: rank r's block at r*count. Ring of compressed blocks. Every
+// rank holds the same decoded blocks, its own included (its own block exact when
+// cfg.owner_exact).
 void allgather(Comm& comm, const void* send, void* recv, size_t count, DType dt,
                const Config& cfg, Stats* stats = nullptr);
 // Allgather with a different count per rank (recv is packed in rank order).
@@ -67,7 +75,8 @@ void allgatherv(Comm& comm, const void* send, size_t count, void* recv,
                 const std::vector<size_t>& counts, DType dt, const Config& cfg,
                 Stats* stats = nullptr);
 // Pipelined chain of compressed segments (one stream down a binomial tree for small messages);
-// the root's buffer is left untouched and the others get its decompressed values.
+// every rank, the root included, ends with the decompressed values (the root's buffer is left
+// untouched when cfg.owner_exact).
 void broadcast(Comm& comm, void* buf, size_t count, DType dt, int root, const Config& cfg,
                Stats* stats = nullptr);
 // Root compresses each destination's block once, in segments sent straight to the destination

@@ -336,7 +336,7 @@ void wait_until(const Comm& comm, const std::function<bool()>& done, const char*
 void send_segments(const Comm& comm, const SegmentPlan& plan, int series,
                    const std::function<const uint8_t*(int)>& src_of,
                    const std::function<int(int)>& dest_of, int tag_base, DType dt,
-                   const Config& cfg, Stats& st, const char* op) {
+                   const Config& cfg, Stats& st, const char* op, const SegmentSink& sent) {
   const size_t m = plan.segments(), es = fz::dtype_size(dt);
   const size_t total = m * static_cast<size_t>(series);
   const size_t w = std::min(kSegmentWindow, total);
@@ -355,6 +355,7 @@ void send_segments(const Comm& comm, const SegmentPlan& plan, int series,
                                        slots.capacity(), st);
       st.bytes_sent += send_frames(comm, buf, len, dest, segment_tag(tag_base, k),
                                    static_cast<size_t>(plan.frame_bytes), slot_sends);
+      if (sent) sent(i, k, buf, len);
       ++posted;
     }
   }

@@ -234,10 +234,13 @@ inline int segment_tag(int tag_base, size_t k) {
 // the cores) in the middle of the compression everyone waits for. On the 2-core test VM polling
 // every 8 codec chunks made the root's compression ~2x slower in wall time and the collective
 // no faster. Returns when every send completed. Adds to st (compression, bytes_sent).
+// `sent`, when set, sees each segment's stream (series i, segment k) right after its sends were
+// posted, while the stream is still valid (the broadcast root decodes its own values from it).
+using SegmentSink = std::function<void(int, size_t, const uint8_t*, size_t)>;
 void send_segments(const Comm& comm, const SegmentPlan& plan, int series,
                    const std::function<const uint8_t*(int)>& src_of,
                    const std::function<int(int)>& dest_of, int tag_base, DType dt,
-                   const Config& cfg, Stats& st, const char* op);
+                   const Config& cfg, Stats& st, const char* op, const SegmentSink& sent = {});
 
 // The receiving end: receives plan.segments() segments from `from` (tags as above), forwards
 // every frame to `to` as soon as it is seen (to >= 0: a relay), and runs decode(k, stream,

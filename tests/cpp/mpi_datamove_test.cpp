@@ -125,6 +125,25 @@ struct Case {
   std::string name;
 };
 
+// The owner's own block is exact only with cfg.owner_exact (or on an exact path); otherwise
+// it holds the decoded values every other rank holds.
+bool owner_keeps_exact(const Case& c) { return c.exact_all || c.cfg.owner_exact; }
+
+// Every rank's `v` (n values) must be bit-identical to rank 0's (replica collectives).
+template <class T>
+void check_identical(const Comm& comm, const T* v, size_t n, const std::string& what) {
+  const int p = comm.size();
+  std::vector<T> all(n * static_cast<size_t>(p));
+  const size_t bytes = n * sizeof(T);
+  std::vector<unsigned char> mine(bytes);
+  if (bytes) std::memcpy(mine.data(), v, bytes);
+  comm.allgather(mine.data(), all.data(), bytes, MPI_BYTE);
+  for (int q = 1; q < p; ++q) {
+    CHECK_MSG(bytes == 0 || std::memcmp(all.data(), all.data() + q * n, bytes) == 0,
+              what + ": rank " + std::to_string(q) + " holds other bits than rank 0");
+  }
+}
+
 std::string desc(const char* op, const Case& c, size_t n, int salt) {
   return std::string(op) + " [" + c.name + " n=" + std::to_string(n) +
          " salt=" + std::to_string(salt) + "]";
@@ -163,10 +182,11 @@ void test_allgather(Comm& comm, const Case& c, size_t n, int salt) {
   const std::string what = desc("allgather", c, n, salt);
   for (int q = 0; q < p; ++q) {
     const auto want = block<T>(q, -1, n, salt);
-    check_values(out.data() + q * n, want.data(), n, eb, c.exact_all || q == r,
+    check_values(out.data() + q * n, want.data(), n, eb, q == r ? owner_keeps_exact(c) : c.exact_all,
                  what + " block " + std::to_string(q));
   }
   check_guard(out, P * n, what);
+  if (!c.cfg.owner_exact) check_identical(comm, out.data(), P * n, what);
   const bool cp = compressed(c, p, n, n * sizeof(T));
   check_stats(st, c, cp, Algorithm::Ring, what);
   CHECK(st.bytes_in == n * sizeof(T));
@@ -177,10 +197,12 @@ void test_allgather(Comm& comm, const Case& c, size_t n, int salt) {
   coll::allgather(comm, inplace.data() + r * n, inplace.data(), n, dtype_of<T>(), c.cfg);
   for (int q = 0; q < p; ++q) {
     const auto want = block<T>(q, -1, n, salt);
-    check_values(inplace.data() + q * n, want.data(), n, eb, c.exact_all || q == r,
+    check_values(inplace.data() + q * n, want.data(), n, eb,
+                 q == r ? owner_keeps_exact(c) : c.exact_all,
                  what + " in place, block " + std::to_string(q));
   }
   check_guard(inplace, P * n, what + " in place");
+  if (!c.cfg.owner_exact) check_identical(comm, inplace.data(), P * n, what + " in place");
 }
 
 template <class T>
@@ -198,11 +220,12 @@ void test_allgatherv(Comm& comm, const Case& c, size_t n, int salt) {
   size_t off = 0;
   for (int q = 0; q < p; ++q) {
     const auto want = block<T>(q, -2, counts[q], salt);
-    check_values(out.data() + off, want.data(), counts[q], eb, c.exact_all || q == r,
-                 what + " block " + std::to_string(q));
+    check_values(out.data() + off, want.data(), counts[q], eb,
+                 q == r ? owner_keeps_exact(c) : c.exact_all, what + " block " + std::to_string(q));
     off += counts[q];
   }
   check_guard(out, total, what);
+  if (!c.cfg.owner_exact) check_identical(comm, out.data(), total, what);
   const size_t largest = *std::max_element(counts.begin(), counts.end());
   check_stats(st, c, compressed(c, p, largest, largest * sizeof(T)), Algorithm::Ring, what);
 }
@@ -218,13 +241,15 @@ void test_broadcast(Comm& comm, const Case& c, size_t n, int salt) {
     Stats st;
     coll::broadcast(comm, buf.data(), n, dtype_of<T>(), root, c.cfg, &st);
     const std::string what = desc("broadcast", c, n, salt) + " root " + std::to_string(root);
-    check_values(buf.data(), src.data(), n, eb, c.exact_all || r == root, what);
+    check_values(buf.data(), src.data(), n, eb, r == root ? owner_keeps_exact(c) : c.exact_all,
+                 what);
     check_guard(buf, n, what);
+    if (!c.cfg.owner_exact) check_identical(comm, buf.data(), n, what);
     const bool cp = compressed(c, p, n, n * sizeof(T));
     check_stats(st, c, cp, Algorithm::Auto, what);
     if (r != root) CHECK(st.bytes_compressed == 0);
     if (r == root && cp) CHECK_MSG(st.bytes_compressed == n * sizeof(T), what);
-    if (r != root && cp) CHECK_MSG(st.decompress_seconds > 0, what);
+    if ((r != root || !c.cfg.owner_exact) && cp) CHECK_MSG(st.decompress_seconds > 0, what);
   }
 }
 
@@ -404,6 +429,14 @@ std::vector<Case> cases() {
     out.push_back(c);
   }
   {
+    Case c;  // owners keep their exact values (the others' within the bound)
+    c.cfg.error_bound = 1e-2;
+    c.cfg.threads = 1;
+    c.cfg.owner_exact = true;
+    c.name = "zccl eb=1e-2 owner_exact";
+    out.push_back(c);
+  }
+  {
     Case c;  // CprP2P is the same compress-once path for data movement
     c.cfg.error_bound = 1e-4;
     c.cfg.algorithm = Algorithm::CprP2P;
@@ -460,9 +493,10 @@ void test_large(Comm& comm) {
     coll::allgather(comm, mine.data(), out.data(), n, DType::Float32, lossy.cfg, &st);
     for (int q = 0; q < p; ++q) {
       const auto want = block<float>(q, -1, n, 1);
-      check_values(out.data() + q * n, want.data(), n, 1e-2, q == r, "large allgather");
+      check_values(out.data() + q * n, want.data(), n, 1e-2, false, "large allgather");
     }
     check_guard(out, static_cast<size_t>(p) * n, "large allgather");
+    check_identical(comm, out.data(), static_cast<size_t>(p) * n, "large allgather");
     if (p > 1) {
       CHECK_MSG(st.bytes_sent * 2 < static_cast<uint64_t>(p - 1) * n * sizeof(float),
                 "compression ratio below 2: " + std::to_string(st.bytes_sent));
