@@ -43,3 +43,20 @@ def mpirun(nprocs: int, argv: list[str], timeout: float) -> subprocess.Completed
 
 def python_argv(script: str, *args: str) -> list[str]:
     return [sys.executable, str(ROOT / script), *args]
+
+
+def assert_every_check_passed(report: str, nprocs: int) -> None:
+    """Every check the program listed ("CHECKS: a b c", printed by rank 0 of check_common's
+    run_checks) printed ``[rank r] PASS name`` on every rank r, and nothing FAILed."""
+    listed = [line for line in report.splitlines() if line.startswith("CHECKS: ")]
+    assert len(listed) == 1, f"expected one CHECKS line\n{report[-4000:]}"
+    names = listed[0].split()[1:]
+    assert names, "no checks ran"
+    assert "FAIL" not in report, report[-8000:]
+    missing = [
+        f"{name} on rank {r}"
+        for name in names
+        for r in range(nprocs)
+        if f"[rank {r}] PASS {name}\n" not in report + "\n"
+    ]
+    assert not missing, f"checks that did not pass: {missing}\n{report[-4000:]}"

@@ -19,9 +19,18 @@ algorithm                   ZCCL_ALGORITHM           "auto"      auto | ring | r
                                                                  | mpi | cprp2p
 baseline                    ZCCL_BASELINE            None        "mpi" or "cprp2p": overrides
                                                                  algorithm (benchmarks)
-check_sizes                 ZCCL_CHECK_SIZES         True        agree on element counts first
-                                                                 (mismatch -> error, not a hang)
+check_agreement             ZCCL_CHECK_AGREEMENT     True        agree first on what each
+                                                                 collective is (op, reduce op,
+                                                                 root, dtype, counts, settings):
+                                                                 mismatch -> error on every rank
+owner_exact                 ZCCL_OWNER_EXACT         False       broadcast/all_gather: the owner
+                                                                 keeps exact values (outputs then
+                                                                 differ across ranks)
 ==========================  =======================  ==========  ================================
+
+``check_agreement``, ``owner_exact``, ``algorithm``, ``mode``, ``error_bound``, ``chunk_size`` and
+``min_compress_bytes`` must be the same on every rank for each collective: with
+``check_agreement`` (the default) a difference raises on every rank naming the field and ranks.
 """
 
 from __future__ import annotations
@@ -52,7 +61,8 @@ class Options:
     min_compress_bytes: int = 65536
     algorithm: str = "auto"
     baseline: str | None = None
-    check_sizes: bool = True
+    check_agreement: bool = True
+    owner_exact: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -84,6 +94,9 @@ class Options:
             raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
         if self.baseline not in BASELINES:
             raise ValueError(f"baseline must be one of {BASELINES}, got {self.baseline!r}")
+        for name in ("check_agreement", "owner_exact"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
 
     @property
     def effective_algorithm(self) -> str:
@@ -99,7 +112,8 @@ class Options:
             "chunk_size": self.chunk_size,
             "min_compress_bytes": self.min_compress_bytes,
             "algorithm": self.effective_algorithm,
-            "check_sizes": bool(self.check_sizes),
+            "check_agreement": self.check_agreement,
+            "owner_exact": self.owner_exact,
         }
 
     @classmethod
@@ -121,7 +135,7 @@ def _parse_env(name: str, raw: str) -> Any:
             return float(raw)
         if name in ("threads", "chunk_size", "min_compress_bytes"):
             return int(raw)
-        if name == "check_sizes":
+        if name in ("check_agreement", "owner_exact"):
             lowered = raw.strip().lower()
             if lowered not in ("0", "1", "true", "false", "yes", "no"):
                 raise ValueError(raw)

@@ -13,7 +13,8 @@ CallConfig CallOverride::apply(const CallConfig& base) const {
   if (fields & kChunkLen) c.chunk_len = values.chunk_len;
   if (fields & kMinCompressBytes) c.min_compress_bytes = values.min_compress_bytes;
   if (fields & kAlgorithm) c.algorithm = values.algorithm;
-  if (fields & kCheckSizes) c.check_sizes = values.check_sizes;
+  if (fields & kCheckAgreement) c.check_agreement = values.check_agreement;
+  if (fields & kOwnerExact) c.owner_exact = values.owner_exact;
   return c;
 }
 

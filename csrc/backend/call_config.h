@@ -22,7 +22,12 @@ struct CallConfig {
   uint32_t chunk_len = fz::kDefaultChunkLen;
   size_t min_compress_bytes = 64 * 1024;
   coll::Algorithm algorithm = coll::Algorithm::Auto;
-  bool check_sizes = true;  // agree on element counts before each collective (clear errors)
+  // Agree before each collective on what it is (op, reduce op, root, dtype, counts, the settings
+  // below): a disagreement raises on every rank instead of hanging or a silent wrong answer.
+  bool check_agreement = true;
+  // Broadcast and all_gather: the owner of a block keeps its exact values instead of taking the
+  // decoded ones every other rank holds (outputs then differ across ranks within the bound).
+  bool owner_exact = false;
 };
 
 // Some fields of a CallConfig, laid over a group's defaults (the Python `config()` block).
@@ -34,7 +39,9 @@ struct CallOverride {
     kChunkLen = 1u << 3,
     kMinCompressBytes = 1u << 4,
     kAlgorithm = 1u << 5,
-    kCheckSizes = 1u << 6,
+    kCheckAgreement = 1u << 6,
+    kOwnerExact = 1u << 7,
+    kAll = (1u << 8) - 1,
   };
   CallConfig values;
   uint32_t fields = 0;  // which members of `values` replace the group's defaults

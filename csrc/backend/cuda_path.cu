@@ -63,6 +63,17 @@ void ZcclBackend::CudaStateDeleter::operator()(CudaState* state) const { delete 
 
 namespace {
 
+// What a CUDA collective is, for the agreement exchange (agreement.h).
+CallDescription cuda_call(OpKind op, const at::Tensor& t, uint64_t n, int reduce_op = -1, int root = -1) {
+  CallDescription d;
+  d.op = op;
+  d.dtype = static_cast<int>(t.scalar_type());
+  d.count = n;
+  d.reduce_op = reduce_op;
+  d.root = root;
+  return d;
+}
+
 std::runtime_error not_cuda(const char* what, const at::Tensor& t) {
   return std::runtime_error(std::string("zccl: ") + what + ": tensor is on " + t.device().str());
 }
@@ -213,7 +224,7 @@ void ZcclBackend::run_cuda_allreduce(at::Tensor& t, const c10d::ReduceOp& op, co
   const bool half = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
   bool compress = cop.has_value() && compressed_path(t.scalar_type(), n, cfg);
   Staged s(t, compress || half);
-  const double eb = agree("all_reduce", n, &s.buffer, cfg, compress);
+  const double eb = agree("all_reduce", cuda_call(OpKind::AllReduce, t, n, static_cast<int>(op.op_)), &s.buffer, cfg, compress);
   if (n == 0) return;
   const coll::Config cc = coll_config(cfg, eb);
   const size_t bytes = n * s.buffer.element_size();
@@ -239,7 +250,7 @@ void ZcclBackend::run_cuda_broadcast(at::Tensor& t, int root, const CallConfig& 
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const bool compress = compressed_path(t.scalar_type(), n, cfg);
   Staged s(t, compress);
-  double eb = agree("broadcast", n, nullptr, cfg, false);
+  double eb = agree("broadcast", cuda_call(OpKind::Broadcast, t, n, -1, root), nullptr, cfg, false);
   if (n == 0) return;
   if (compress) {
     if (comm_->rank() == root && cfg.mode == BoundMode::Rel) {
@@ -264,7 +275,7 @@ void ZcclBackend::run_cuda_allgather(const at::Tensor& in, at::Tensor& flat_out,
   const bool compress = compressed_path(in.scalar_type(), n, cfg);
   Staged src(in, compress);
   Staged dst(flat_out, compress);
-  const double eb = agree("all_gather", n, &src.buffer, cfg, compress);
+  const double eb = agree("all_gather", cuda_call(OpKind::AllGather, in, n), &src.buffer, cfg, compress);
   if (n == 0) return;
   if (compress) {
     auto& ws = cuda_->workspace(in.device().index());
@@ -287,7 +298,7 @@ void ZcclBackend::run_cuda_scatter(const std::vector<at::Tensor>& ins, at::Tenso
   const uint64_t n = static_cast<uint64_t>(out.numel());
   const bool compress = compressed_path(out.scalar_type(), n, cfg);
   Staged dst(out, compress);
-  double eb = agree("scatter", n, nullptr, cfg, false);
+  double eb = agree("scatter", cuda_call(OpKind::Scatter, out, n, -1, root), nullptr, cfg, false);
   if (n == 0) return;
   if (!compress) {
     const MPI_Datatype type = mpi_datatype(out.scalar_type());

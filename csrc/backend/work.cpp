@@ -6,7 +6,8 @@
 namespace zccl::backend {
 
 ZcclWork::ZcclWork(std::vector<at::Tensor> outputs, c10d::OpType type, const char* name,
-                   std::chrono::milliseconds timeout, std::optional<c10::Stream> stream)
+                   std::chrono::milliseconds timeout, std::optional<c10::Stream> stream,
+                   std::string waiting_for)
     : c10d::Work(-1, type, name),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
@@ -14,16 +15,26 @@ ZcclWork::ZcclWork(std::vector<at::Tensor> outputs, c10d::OpType type, const cha
           stream ? std::vector<c10::Device>{stream->device()} : std::vector<c10::Device>{})),
       name_(name),
       timeout_(timeout),
-      stream_(stream) {}
+      stream_(stream),
+      waiting_for_(std::move(waiting_for)) {}
+
+int ZcclWork::sourceRank() const {
+  const int rank = source_rank_.load();
+  TORCH_CHECK(rank >= 0, "zccl: source_rank() is known only for a completed recv (",
+              name_, " has none or has not completed)");
+  return rank;
+}
 
 bool ZcclWork::wait(std::chrono::milliseconds timeout) {
   const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
-      TORCH_CHECK(false, "zccl: ", name_, " did not complete within ", limit.count(),
-                  " ms (the process group's timeout); a peer may have failed or called a "
-                  "different collective");
+      TORCH_CHECK(false, "zccl: Timed out after ", limit.count(), " ms waiting for ", name_,
+                  " to complete, waiting for ",
+                  waiting_for_.empty() ? std::string("the other ranks of the group") : waiting_for_,
+                  " (a peer may have failed, be far behind, or have called a different "
+                  "operation)");
     }
     if (exception_) std::rethrow_exception(exception_);
   }

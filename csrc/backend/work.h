@@ -12,6 +12,7 @@
 
 #include <c10/core/Stream.h>
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -21,13 +22,20 @@ namespace zccl::backend {
 
 class ZcclWork : public c10d::Work {
  public:
+  // `waiting_for`: what completing this work waits on, for the timeout message (e.g. "a
+  // message from rank 2 (tag 7)"); empty: the collective's own ranks.
   ZcclWork(std::vector<at::Tensor> outputs, c10d::OpType type, const char* name,
-           std::chrono::milliseconds timeout, std::optional<c10::Stream> stream = std::nullopt);
+           std::chrono::milliseconds timeout, std::optional<c10::Stream> stream = std::nullopt,
+           std::string waiting_for = {});
 
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
   // kNoTimeout waits for the group's timeout, not forever; a timeout names the op.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+
+  // recv / recv from any source: the rank the message came from (torch's Work.source_rank()).
+  int sourceRank() const override;
+  void set_source_rank(int rank) { source_rank_ = rank; }
 
   void complete();
   void fail(const std::exception_ptr& error);
@@ -38,6 +46,8 @@ class ZcclWork : public c10d::Work {
   std::string name_;
   std::chrono::milliseconds timeout_;
   std::optional<c10::Stream> stream_;  // the backend stream of a CUDA work (nullopt: CPU)
+  std::string waiting_for_;
+  std::atomic<int> source_rank_{-1};
 };
 
 }  // namespace zccl::backend

@@ -16,12 +16,14 @@
 #include <mutex>
 #include <thread>
 
+#include "agreement.h"
 #include "call_config.h"
 #include "work.h"
 
 namespace zccl::backend {
 
-// Counters of the most recent compressed collective on this group (for Python stats).
+// Counters of the most recent collective on this group (for Python stats); an uncompressed one
+// reports algorithm Mpi and no compressed bytes.
 struct LastStats {
   coll::Stats stats;
   double error_bound = 0.0;
@@ -79,8 +81,14 @@ class ZcclBackend : public c10d::Backend {
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // Gloo's protocol: every rank reports to rank 0, which waits at most opts.timeout and names
+  // the ranks that did not arrive ("Rank 2 failed to pass monitoredBarrier in 1000 ms"); rank 0
+  // then tells every rank the outcome, so all of them pass or all raise.
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dst, int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
+  // The Work's source_rank() names the sender.
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
 
   const CallConfig& defaults() const { return defaults_; }
   LastStats last_stats() const;
@@ -92,10 +100,15 @@ class ZcclBackend : public c10d::Backend {
     Job job;
     CallConfig config;
   };
+  // receives the byte count and the sender (receives); may throw
+  using P2PDone = std::function<void(size_t, int)>;
   struct PendingP2P {
     c10::intrusive_ptr<ZcclWork> work;
     transport::Request request;
-    std::function<void(size_t)> on_done;  // receives the byte count; may throw
+    P2PDone on_done;
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds timeout;  // the group's timeout when it was posted
+    std::string waiting_for;            // for the timeout message
   };
 
   // `stream`: the backend CUDA stream of a CUDA op (its Work gets a device-aware future).
@@ -106,16 +119,24 @@ class ZcclBackend : public c10d::Backend {
   void p2p_loop();
   c10::intrusive_ptr<c10d::Work> post_p2p(const char* name, c10d::OpType type,
                                           std::vector<at::Tensor> outputs,
-                                          transport::Request request,
-                                          std::function<void(size_t)> on_done);
+                                          transport::Request request, P2PDone on_done,
+                                          std::string waiting_for);
+  // The receive side of recv / recvAnysource (src < 0: any source).
+  c10::intrusive_ptr<c10d::Work> post_recv(std::vector<at::Tensor>& tensors, int src, int tag,
+                                           const char* name);
 
-  // Agrees on element counts across ranks (when configured) and, for REL bounds, on the value
-  // range of `data`; returns the absolute error bound to compress with.
-  double agree(const char* what, uint64_t count, const at::Tensor* data, const CallConfig& cfg,
-               bool rel_needed) const;
+  // Agrees with the other ranks on what the call is (agreement.h) and, for REL bounds, on the
+  // value range of `data`; returns the absolute error bound to compress with.
+  double agree(const char* what, const CallDescription& call, const at::Tensor* data,
+               const CallConfig& cfg, bool rel_needed) const;
+  // Finite min/max of a float tensor (CPU, or CUDA in the CUDA build).
+  fz::FiniteRange value_range(const at::Tensor& t, const CallConfig& cfg) const;
+  // The absolute bound for data only this rank compresses (roots, senders).
+  double local_bound(const std::vector<at::Tensor>& parts, const CallConfig& cfg) const;
   coll::Config coll_config(const CallConfig& cfg, double eb) const;
   bool compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const;
   void record(const char* op, const coll::Stats& stats, double eb);
+  void record_exact(const char* op, uint64_t bytes_in);  // an uncompressed (MPI) collective
 
   // The op bodies, run on the worker thread.
   void run_allreduce(at::Tensor& t, const c10d::ReduceOp& op, const CallConfig& cfg);
@@ -129,6 +150,10 @@ class ZcclBackend : public c10d::Backend {
   void run_scatter(const std::vector<at::Tensor>& ins, at::Tensor& out, int root, const CallConfig& cfg);
   void run_alltoall(const at::Tensor& in, at::Tensor& out, const std::vector<size_t>& send_counts,
                     const std::vector<size_t>& recv_counts, const CallConfig& cfg);
+  // Sparse COO SUM, exact (as Gloo does it): every rank's indices and values are all-gathered
+  // and summed; `t` is replaced by the coalesced sum.
+  void run_sparse_allreduce(at::Tensor& t, const CallConfig& cfg);
+  void run_monitored_barrier(std::chrono::milliseconds timeout, bool wait_all_ranks);
 
 #ifdef ZCCL_WITH_CUDA
   // CUDA tensors (cuda_path.cu): all_reduce, broadcast, all_gather and scatter, compressed on

@@ -325,7 +325,7 @@ void wait_until(const Comm& comm, const std::function<bool()>& done, const char*
   Backoff backoff(/*cap_us=*/100);
   while (!done()) {
     if (Clock::now() - t0 > timeout) {
-      throw transport::TimeoutError(std::string("zccl: ") + op + ": timed out after " +
+      throw transport::TimeoutError(std::string("zccl: ") + op + ": Timed out after " +
                                     std::to_string(timeout.count()) + " ms waiting for " + what +
                                     " (rank " + std::to_string(peer) + ")");
     }

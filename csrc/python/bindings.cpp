@@ -151,7 +151,10 @@ zb::CallOverride call_override_from(const py::dict& d) {
   if (has("min_compress_bytes", F::kMinCompressBytes)) {
     o.values.min_compress_bytes = d["min_compress_bytes"].cast<size_t>();
   }
-  if (has("check_sizes", F::kCheckSizes)) o.values.check_sizes = d["check_sizes"].cast<bool>();
+  if (has("check_agreement", F::kCheckAgreement)) {
+    o.values.check_agreement = d["check_agreement"].cast<bool>();
+  }
+  if (has("owner_exact", F::kOwnerExact)) o.values.owner_exact = d["owner_exact"].cast<bool>();
   if (has("algorithm", F::kAlgorithm)) {
     o.values.algorithm = zccl::coll::algorithm_from_name(d["algorithm"].cast<std::string>());
   }
@@ -161,7 +164,7 @@ zb::CallOverride call_override_from(const py::dict& d) {
 // A complete configuration (group creation): every field must be present.
 zb::CallConfig call_config_from(const py::dict& d) {
   const zb::CallOverride o = call_override_from(d);
-  if (o.fields != 0x7Fu) throw std::invalid_argument("zccl: incomplete backend options");
+  if (o.fields != zb::CallOverride::kAll) throw std::invalid_argument("zccl: incomplete backend options");
   return o.values;
 }
 
@@ -242,7 +245,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         d["threads"] = 0;
         d["chunk_size"] = static_cast<int>(zccl::fz::kDefaultChunkLen);
         d["min_compress_bytes"] = 0;
-        d["check_sizes"] = true;
+        d["check_agreement"] = true;
+        d["owner_exact"] = false;
         const zb::CallConfig c = call_config_from(d);
         ReduceOp rop = ReduceOp::Sum;
         if (op == "avg") rop = ReduceOp::Avg;

@@ -148,6 +148,18 @@ std::string comm_desc(MPI_Comm comm) {
   return "rank " + std::to_string(rank) + " of a communicator of " + std::to_string(size);
 }
 
+// The peers a collective on `size` ranks waits for, seen from `rank`: "rank 1", "ranks 0, 2-3".
+std::string others_desc(int rank, int size) {
+  if (size <= 1) return "no other rank";
+  auto range = [](int a, int b) {
+    return a == b ? std::to_string(a) : std::to_string(a) + "-" + std::to_string(b);
+  };
+  std::string s = size == 2 ? "rank " : "ranks ";
+  if (rank > 0) s += range(0, rank - 1);
+  if (rank < size - 1) s += std::string(rank > 0 ? ", " : "") + range(rank + 1, size - 1);
+  return size > 2 ? s + " (any of them)" : s;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -333,7 +345,7 @@ std::unique_ptr<Comm> Comm::duplicate(MPI_Comm parent, std::chrono::milliseconds
     }
     if (flag) break;
     if (Clock::now() > deadline) {
-      throw TimeoutError("zccl: timed out after " + std::to_string(timeout.count()) +
+      throw TimeoutError("zccl: Timed out after " + std::to_string(timeout.count()) +
                          " ms duplicating a communicator (MPI_Comm_idup): not every rank of the "
                          "parent communicator joined");
     }
@@ -408,7 +420,10 @@ void check_peer_tag(const char* op, int peer, int tag, int size, int tag_ub) {
 
 std::string request_desc(const char* what, int peer, int tag, size_t bytes, bool recv) {
   std::string s = what;
-  if (peer >= 0) {
+  if (peer == MPI_ANY_SOURCE) {
+    s += " of up to " + std::to_string(bytes) + " bytes from any rank (tag " +
+         std::to_string(tag) + ")";
+  } else if (peer >= 0) {
     s += recv ? " of up to " : " of ";
     s += std::to_string(bytes) + " bytes " + (recv ? "from" : "to") + " rank " +
          std::to_string(peer) + " (tag " + std::to_string(tag) + ")";
@@ -466,6 +481,28 @@ Request Comm::irecv(void* buf, size_t capacity, int peer, int tag) const {
   return req;
 }
 
+Request Comm::irecv_any(void* buf, size_t capacity, int tag) const {
+  check_peer_tag("irecv_any", 0, tag, size_, tag_ub_);
+  if (buf == nullptr && capacity > 0) throw std::invalid_argument("zccl: irecv_any: null buffer");
+  Request req;
+  req.what_ = "irecv";
+  req.comm_ = comm_;
+  req.peer_ = MPI_ANY_SOURCE;
+  req.tag_ = tag;
+  req.bytes_ = capacity;
+  req.rbuf_ = static_cast<unsigned char*>(buf);
+  req.recv_ = true;
+  const size_t n = std::min(capacity, max_piece_bytes());
+  MPI_Request r = MPI_REQUEST_NULL;
+  MpiGuard g;
+  const int rc = MPI_Irecv(buf, static_cast<int>(n), MPI_BYTE, MPI_ANY_SOURCE, tag, comm_, &r);
+  if (rc != MPI_SUCCESS) {
+    throw make_error(rc, "MPI_Irecv " + request_desc("irecv", MPI_ANY_SOURCE, tag, capacity, true));
+  }
+  req.parts_.push_back(r);
+  return req;
+}
+
 bool Comm::test(Request& req, size_t* received) const {
   MpiGuard g;
   bool done = true;
@@ -488,6 +525,9 @@ bool Comm::test(Request& req, size_t* received) const {
         break;
       }
       if (!req.recv_ || req.collective_) break;
+      // The sender of an any-source receive is known now; further pieces come from it only.
+      req.source = st.MPI_SOURCE;
+      if (req.peer_ == MPI_ANY_SOURCE) req.peer_ = st.MPI_SOURCE;
       int n = 0;
       check_str(MPI_Get_count(&st, MPI_BYTE, &n), "MPI_Get_count");
       req.received += static_cast<size_t>(n);
@@ -513,7 +553,7 @@ size_t Comm::wait(Request& req) const {
   Backoff backoff(kPollSleepCapUs);
   while (!test(req)) {
     if (Clock::now() > deadline) {
-      throw TimeoutError("zccl: timed out after " + std::to_string(timeout_.count()) +
+      throw TimeoutError("zccl: Timed out after " + std::to_string(timeout_.count()) +
                          " ms waiting for " +
                          request_desc(req.what_, req.peer_, req.tag_, req.bytes_, req.recv_) +
                          " on " + comm_desc(comm_) +
@@ -541,7 +581,7 @@ void Comm::wait_all(std::vector<Request>& reqs) const {
       size_t pending = 0;
       for (Request& r : reqs) pending += r.active() ? 1 : 0;
       const Request& f = *first_pending;
-      throw TimeoutError("zccl: timed out after " + std::to_string(timeout_.count()) +
+      throw TimeoutError("zccl: Timed out after " + std::to_string(timeout_.count()) +
                          " ms waiting for " + std::to_string(pending) +
                          " operation(s), the first: " +
                          request_desc(f.what_, f.peer_, f.tag_, f.bytes_, f.recv_) + " on " +
@@ -597,9 +637,9 @@ void Comm::wait_collective(MPI_Request* reqs, size_t n, const char* what, size_t
     if (all) return;
     if (Clock::now() > deadline) {
       abandoned_ = true;
-      throw TimeoutError("zccl: timed out after " + std::to_string(timeout_.count()) +
+      throw TimeoutError("zccl: Timed out after " + std::to_string(timeout_.count()) +
                          " ms in " + what + " of " + std::to_string(count) + " elements on " +
-                         comm_desc(comm_) +
+                         comm_desc(comm_) + ", waiting for " + others_desc(rank_, size_) +
                          " (a rank failed, is far behind, or called a different collective); "
                          "the communicator is no longer usable");
     }

@@ -83,6 +83,7 @@ class Request {
   bool active() const;
   std::vector<MPI_Request>& parts() { return parts_; }
   size_t received = 0;  // bytes received so far by finished receive parts
+  int source = -1;      // the sender of a receive, once its first piece arrived (any-source too)
 
  private:
   friend class Comm;
@@ -144,6 +145,9 @@ class Comm {
   // pieces could interleave). Tag 0 is reserved (subgroup creation); use next_tag_base() tags.
   Request isend(const void* buf, size_t bytes, int peer, int tag) const;
   Request irecv(void* buf, size_t capacity, int peer, int tag) const;
+  // A receive from whichever rank sends first on `tag` (MPI_ANY_SOURCE); once its first piece
+  // arrived, `source` names the sender and later pieces are taken from that rank only.
+  Request irecv_any(void* buf, size_t capacity, int tag) const;
   // Polls once; true when done (the request becomes inactive). `received` gets the byte count.
   bool test(Request& req, size_t* received = nullptr) const;
   // Polls until done; throws TimeoutError past the deadline. Returns bytes received.

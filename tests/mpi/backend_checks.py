@@ -112,7 +112,13 @@ def allreduce_compressed_within_bound() -> None:
                     if n == 0:
                         assert t.numel() == 0
                         continue
-                    ran = zccl_torch.last_stats()["algorithm"]
+                    stats = zccl_torch.last_stats()
+                    ran = stats["algorithm"]
+                    if p > 1 and algo != "auto":  # the algorithm asked for ran, compressed
+                        assert ran == algo and stats["bytes_compressed"] > 0, (algo, stats)
+                    elif p > 1:  # auto: MPI itself below its size threshold, else compressed
+                        assert ran in ("ring", "recursive_doubling", "mpi"), stats
+                        assert (ran == "mpi") == (stats["bytes_compressed"] == 0), stats
                     bound = zccl_torch._C.output_error_bound(ran, name, p, EB, True)
                     rounding = float_rounding(inputs, dtype)
                     if name == "avg":
@@ -193,10 +199,28 @@ def broadcast_every_root() -> None:
                 )
                 t = src.clone() if rank() == root else torch.zeros(n, dtype=dtype)
                 dist.broadcast(t, src=root)
-                if rank() == root or not dtype.is_floating_point:
-                    assert_equal(f"broadcast root {root} n={n} {dtype}", t, src)
+                name = f"broadcast root {root} n={n} {dtype}"
+                stats = zccl_torch.last_stats()
+                assert n == 0 or stats["op"] == "broadcast", stats
+                if not dtype.is_floating_point:
+                    assert_equal(name, t, src)
+                    assert n == 0 or (stats["algorithm"], stats["bytes_compressed"]) == ("mpi", 0)
+                    continue
+                # Replicas: every rank, the root included, holds the same decoded values.
+                assert_within(name, t, src, EB)
+                identical_across_ranks(name, t)
+                if p > 1 and n > 0:
+                    assert stats["algorithm"] != "mpi", stats
+                    if rank() == root:
+                        assert stats["bytes_compressed"] == n * src.element_size(), stats
+                # owner_exact: the root keeps its exact values.
+                t = src.clone() if rank() == root else torch.zeros(n, dtype=dtype)
+                with zccl_torch.config(owner_exact=True):
+                    dist.broadcast(t, src=root)
+                if rank() == root:
+                    assert_equal(name + " owner_exact", t, src)
                 else:
-                    assert_within(f"broadcast root {root} n={n} {dtype}", t, src, EB)
+                    assert_within(name + " owner_exact", t, src, EB)
 
 
 @check
@@ -215,12 +239,10 @@ def pipelined_broadcast_scatter() -> None:
             t = src.clone() if rank() == root else torch.zeros(n, dtype=dtype)
             dist.broadcast(t, src=root)
             name = f"pipelined broadcast root {root} {dtype}"
-            if rank() == root:
-                assert_equal(name, t, src)
-            else:
-                finite = torch.isfinite(src)
-                assert_equal(name + " (non-finite)", t[~finite], src[~finite])
-                assert_within(name, t[finite], src[finite], EB)
+            finite = torch.isfinite(src)
+            assert_equal(name + " (non-finite)", t[~finite], src[~finite])
+            assert_within(name, t[finite], src[finite], EB)
+            identical_across_ranks(name, t)
     m = 1_100_003  # float32 values per block
     for root in roots:
         blocks = [data(200 + r, m, salt=root) for r in range(p)] if rank() == root else None
@@ -291,8 +313,19 @@ def all_gather_variants() -> None:
             ]
             outs = [torch.empty_like(mine) for _ in range(p)]
             dist.all_gather(outs, mine)
+            identical_across_ranks(f"all_gather {dtype} n={n}", torch.cat(outs))
             flat = torch.empty(p * n, dtype=dtype)
             dist.all_gather_into_tensor(flat, mine)
+            stats = zccl_torch.last_stats()
+            if dtype.is_floating_point and p > 1 and n > 0:
+                assert stats["algorithm"] == "ring" and stats["bytes_compressed"] > 0, stats
+            identical_across_ranks(f"all_gather_into_tensor {dtype} n={n}", flat)
+            if dtype.is_floating_point:  # owner_exact: each rank's own block stays exact
+                own = torch.empty(p * n, dtype=dtype)
+                with zccl_torch.config(owner_exact=True):
+                    dist.all_gather_into_tensor(own, mine)
+                mine_out = own[rank() * n : (rank() + 1) * n]
+                assert_equal(f"all_gather owner_exact n={n}", mine_out, mine)
             for r in range(p):
                 for got in (outs[r], flat[r * n : (r + 1) * n]):
                     if dtype.is_floating_point and r != rank():

@@ -68,7 +68,10 @@ def run_checks(
     )
     assert dist.get_backend() == "zccl"
     failures = 0
-    for name in names or list(checks):
+    selected = names or list(checks)
+    if rank() == 0:  # the launcher checks that every listed check passed on every rank
+        print(f"CHECKS: {' '.join(selected)}", flush=True)
+    for name in selected:
         try:
             if scoped:
                 with zccl_torch.config(options):

@@ -1,0 +1,185 @@
+#include "agreement.h"
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#pragma GCC diagnostic pop
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+#include "routing.h"
+#include "staged.h"
+
+namespace zccl::backend {
+
+const char* op_kind_name(OpKind op) {
+  switch (op) {
+    case OpKind::AllReduce: return "all_reduce";
+    case OpKind::Broadcast: return "broadcast";
+    case OpKind::Reduce: return "reduce";
+    case OpKind::AllGather: return "all_gather";
+    case OpKind::ReduceScatter: return "reduce_scatter";
+    case OpKind::Gather: return "gather";
+    case OpKind::Scatter: return "scatter";
+    case OpKind::AllToAll: return "all_to_all";
+    case OpKind::Barrier: return "barrier";
+    case OpKind::SparseAllReduce: return "all_reduce (sparse)";
+  }
+  return "unknown collective";
+}
+
+namespace {
+
+// The compared fields, in message order. Each is carried as a double (all are integers below
+// 2^53 or the error bound itself, so the comparison is exact).
+enum Field : int {
+  kOp,
+  kReduceOp,
+  kRoot,
+  kDtype,
+  kCount,
+  kAlgorithm,
+  kMode,
+  kErrorBound,
+  kChunkLen,
+  kMinCompressBytes,
+  kOwnerExact,
+  kCheckAgreement,
+  kNumFields
+};
+
+const char* field_name(int f) {
+  static const char* const names[kNumFields] = {
+      "collective",       "reduce op",          "root",          "dtype",
+      "element count",    "algorithm",          "mode",          "error_bound",
+      "chunk_size",       "min_compress_bytes", "owner_exact",   "check_agreement"};
+  return names[f];
+}
+
+// Slots before the field pairs: -min, max of the value range; the largest count.
+constexpr int kHead = 3;
+constexpr int kLen = kHead + 2 * kNumFields;
+
+std::vector<double> describe(const CallDescription& call, const CallConfig& cfg) {
+  std::vector<double> f(kNumFields);
+  f[kOp] = static_cast<double>(call.op);
+  f[kReduceOp] = call.reduce_op;
+  f[kRoot] = call.root;
+  f[kDtype] = call.dtype;
+  f[kCount] = call.count_must_match ? static_cast<double>(call.count) : 0.0;
+  f[kAlgorithm] = static_cast<double>(cfg.algorithm);
+  f[kMode] = static_cast<double>(cfg.mode);
+  f[kErrorBound] = cfg.error_bound;
+  f[kChunkLen] = cfg.chunk_len;
+  f[kMinCompressBytes] = static_cast<double>(cfg.min_compress_bytes);
+  f[kOwnerExact] = cfg.owner_exact ? 1.0 : 0.0;
+  f[kCheckAgreement] = cfg.check_agreement ? 1.0 : 0.0;
+  return f;
+}
+
+std::string format_value(int field, double v) {
+  char buf[64];
+  switch (field) {
+    case kOp: return op_kind_name(static_cast<OpKind>(static_cast<int>(v)));
+    case kReduceOp:
+      if (v < 0) return "none";
+      return op_name(c10d::ReduceOp(static_cast<c10d::ReduceOp::RedOpType>(static_cast<int>(v))));
+    case kRoot: return v < 0 ? "none" : std::to_string(static_cast<int64_t>(v));
+    case kDtype:
+      if (v < 0) return "none";
+      return c10::toString(static_cast<at::ScalarType>(static_cast<int>(v)));
+    case kAlgorithm: return coll::algorithm_name(static_cast<coll::Algorithm>(static_cast<int>(v)));
+    case kMode: return static_cast<BoundMode>(static_cast<int>(v)) == BoundMode::Abs ? "abs" : "rel";
+    case kErrorBound: std::snprintf(buf, sizeof(buf), "%.17g", v); return buf;
+    case kOwnerExact:
+    case kCheckAgreement: return v != 0.0 ? "True" : "False";
+    default: return std::to_string(static_cast<uint64_t>(v));
+  }
+}
+
+// "0-2, 4" for ranks {0, 1, 2, 4}.
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!s.empty()) s += ", ";
+    s += std::to_string(ranks[i]);
+    if (j > i) s += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return s;
+}
+
+// Error path: every rank's description, then one message (the same on every rank but for the
+// "what" prefix) naming each differing field and which ranks hold which value.
+[[noreturn]] void raise_disagreement(const transport::Comm& comm, const char* what,
+                                     const std::vector<double>& mine) {
+  const int p = comm.size();
+  std::vector<double> all(static_cast<size_t>(p) * kNumFields);
+  comm.allgather(mine.data(), all.data(), kNumFields, MPI_DOUBLE);
+  std::string msg = std::string("zccl: ") + what + ": ranks disagree on the collective they called";
+  bool count_differs = false;
+  for (int f = 0; f < kNumFields; ++f) {
+    std::map<double, std::vector<int>> holders;
+    for (int q = 0; q < p; ++q) holders[all[static_cast<size_t>(q) * kNumFields + f]].push_back(q);
+    if (holders.size() < 2) continue;
+    count_differs = count_differs || f == kCount;
+    msg += "; ";
+    msg += field_name(f);
+    msg += ":";
+    bool first = true;
+    for (const auto& [value, ranks] : holders) {
+      msg += first ? " " : ", ";
+      first = false;
+      msg += format_value(f, value) + (ranks.size() == 1 ? " on rank " : " on ranks ") +
+             rank_list(ranks);
+    }
+  }
+  if (count_differs) msg += " (size mismatch across ranks)";
+  msg += ". Every rank raised this error; no data was moved.";
+  throw std::invalid_argument(msg);
+}
+
+}  // namespace
+
+Agreement agree(const transport::Comm& comm, const char* what, const CallDescription& call,
+                const CallConfig& cfg, const std::optional<fz::FiniteRange>& range,
+                bool rel_needed, bool largest_needed) {
+  Agreement out;
+  out.error_bound = cfg.error_bound;
+  out.largest_count = call.count;
+  const bool rel = rel_needed && cfg.mode == BoundMode::Rel;
+  if (!cfg.check_agreement && !rel && !largest_needed) return out;
+
+  std::vector<double> v(kLen, -std::numeric_limits<double>::infinity());
+  if (rel && range && range->any_finite) {
+    v[0] = -range->min;
+    v[1] = range->max;
+  }
+  v[2] = static_cast<double>(call.count);
+  const std::vector<double> mine = describe(call, cfg);
+  for (int f = 0; f < kNumFields; ++f) {
+    v[kHead + 2 * f] = mine[f];
+    v[kHead + 2 * f + 1] = -mine[f];
+  }
+  std::vector<double> agreed(kLen);
+  comm.allreduce(v.data(), agreed.data(), kLen, MPI_DOUBLE, MPI_MAX);
+
+  // Compare when any rank asked for it, so a rank that opted out still fails with the others.
+  if (agreed[kHead + 2 * kCheckAgreement] != 0.0) {
+    for (int f = 0; f < kNumFields; ++f) {
+      if (agreed[kHead + 2 * f] != -agreed[kHead + 2 * f + 1]) raise_disagreement(comm, what, mine);
+    }
+  }
+  out.largest_count = static_cast<uint64_t>(agreed[2]);
+  if (rel) out.error_bound = rel_bound(cfg.error_bound, -agreed[0], agreed[1]);
+  return out;
+}
+
+}  // namespace zccl::backend

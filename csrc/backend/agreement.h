@@ -1,0 +1,64 @@
+// Agreement on what a collective is, before it moves any data. Every rank describes the call it
+// is about to run (op, reduce op, root, dtype, element count and every setting that must match)
+// and the ranks compare the descriptions in ONE small exact MPI_Allreduce (MAX over each field
+// and its negation: a field agrees iff max(f) == -max(-f)). The same message carries the value
+// range a REL bound needs and the largest count of an all_to_all, so checking costs no extra
+// message. Any disagreement raises on every rank, naming the field and which ranks hold which
+// value (found by one extra all-gather of the descriptions, on the error path only).
+//
+// This is why mismatched calls fail fast instead of hanging in a ring or silently reducing with
+// different operators: every op body calls agree() first, with the same message shape, so even
+// ranks that called different collectives meet in this exchange and see the difference.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "../compress/fzlight.h"
+#include "../transport/comm.h"
+#include "call_config.h"
+
+namespace zccl::backend {
+
+// The collectives the agreement distinguishes (sent as numbers: keep the values stable).
+enum class OpKind : int {
+  AllReduce = 1,
+  Broadcast = 2,
+  Reduce = 3,
+  AllGather = 4,
+  ReduceScatter = 5,
+  Gather = 6,
+  Scatter = 7,
+  AllToAll = 8,
+  Barrier = 9,
+  SparseAllReduce = 10,
+};
+const char* op_kind_name(OpKind op);
+
+// What this rank is about to run. Fields that do not apply stay at their defaults (the same on
+// every rank, so they always agree).
+struct CallDescription {
+  OpKind op = OpKind::Barrier;
+  int reduce_op = -1;         // c10d::ReduceOp::RedOpType, -1 when none
+  int root = -1;              // -1 when none
+  int dtype = -1;             // at::ScalarType, -1 when none
+  uint64_t count = 0;         // elements per rank block
+  bool count_must_match = true;  // false: all_to_all (per-rank counts differ legitimately)
+};
+
+struct Agreement {
+  double error_bound = 0.0;  // absolute bound to compress with (REL resolved on the agreed range)
+  uint64_t largest_count = 0;  // max of every rank's count
+};
+
+// Runs the exchange on `comm` (collective: every rank of the group must call it). `range`: this
+// rank's finite value range when a REL bound must be agreed (rel_needed), else nullopt.
+// With cfg.check_agreement == false only the parts that are needed (a REL range, the largest
+// count) are exchanged, and nothing at all when neither is. Throws std::invalid_argument naming
+// the field(s) and ranks on disagreement.
+Agreement agree(const transport::Comm& comm, const char* what, const CallDescription& call,
+                const CallConfig& cfg, const std::optional<fz::FiniteRange>& range,
+                bool rel_needed, bool largest_needed = false);
+
+}  // namespace zccl::backend

@@ -1,0 +1,317 @@
+// The CPU op bodies of the zccl backend, run on the group's worker thread. Each one:
+//   1. decides whether the payload takes the compressed path (float dtype, supported reduce op,
+//      at least min_compress_bytes, algorithm not "mpi");
+//   2. stages the tensor (contiguous; half types widened to float32 when they are compressed or
+//      reduced);
+//   3. agrees with the other ranks on what the call is, in one small exchange that also carries
+//      the value range a REL bound needs (agreement.h): a mismatch raises on every rank;
+//   4. runs the ZCCL collective (collectives/) or the exact MPI one (transport/), records stats;
+//   5. writes the staged result back into the caller's tensor.
+#include "zccl_backend.h"  // first: wraps torch's headers in the warning pragmas
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "agreement.h"
+#include "routing.h"
+#include "staged.h"
+
+namespace zccl::backend {
+namespace {
+
+bool is_half(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+
+CallDescription describe(OpKind op, at::ScalarType dtype, uint64_t count, int reduce_op = -1,
+                         int root = -1) {
+  CallDescription d;
+  d.op = op;
+  d.dtype = static_cast<int>(dtype);
+  d.count = count;
+  d.reduce_op = reduce_op;
+  d.root = root;
+  return d;
+}
+
+int reduce_code(const c10d::ReduceOp& op) { return static_cast<int>(op.op_); }
+
+}  // namespace
+
+// The absolute bound for data only this rank compresses (broadcast/scatter roots, sends): a REL
+// bound needs no agreement then, the sender's own value range (over all its parts) defines it.
+double ZcclBackend::local_bound(const std::vector<at::Tensor>& parts, const CallConfig& cfg) const {
+  if (cfg.mode != BoundMode::Rel) return cfg.error_bound;
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -lo;
+  for (const auto& part : parts) {
+    if (part.numel() == 0) continue;
+    const fz::FiniteRange r = value_range(part, cfg);
+    if (!r.any_finite) continue;
+    lo = std::min(lo, r.min);
+    hi = std::max(hi, r.max);
+  }
+  return rel_bound(cfg.error_bound, lo, hi);
+}
+
+fz::FiniteRange ZcclBackend::value_range(const at::Tensor& t, const CallConfig& cfg) const {
+  const at::Tensor c = t.contiguous();
+#ifdef ZCCL_WITH_CUDA
+  if (c.is_cuda()) return cuda_range(c);
+#endif
+  return fz::finite_range(c.data_ptr(), compressed_dtype(c.scalar_type()),
+                          static_cast<uint64_t>(c.numel()), cfg.threads);
+}
+
+void ZcclBackend::record(const char* op, const coll::Stats& stats, double eb) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  last_.stats = stats;
+  last_.error_bound = eb;
+  last_.op = op;
+}
+
+void ZcclBackend::record_exact(const char* op, uint64_t bytes_in) {
+  coll::Stats stats;
+  stats.algorithm = coll::Algorithm::Mpi;
+  stats.bytes_in = bytes_in;
+  record(op, stats, 0.0);
+}
+
+bool ZcclBackend::compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const {
+  if (!is_compressible_dtype(dtype) || numel == 0) return false;
+  if (cfg.algorithm == coll::Algorithm::Mpi) return false;
+  const size_t bytes = numel * c10::elementSize(dtype);
+  return bytes >= cfg.min_compress_bytes;
+}
+
+coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb) const {
+  coll::Config c;
+  c.error_bound = eb;
+  c.threads = cfg.threads;
+  c.chunk_len = cfg.chunk_len;
+  c.algorithm = cfg.algorithm;
+  c.min_compress_bytes = 0;  // the backend already decided to compress
+  c.owner_exact = cfg.owner_exact;
+  return c;
+}
+
+double ZcclBackend::agree(const char* what, const CallDescription& call, const at::Tensor* data,
+                          const CallConfig& cfg, bool rel_needed) const {
+  std::optional<fz::FiniteRange> range;
+  if (rel_needed && cfg.mode == BoundMode::Rel && data != nullptr && data->numel() > 0) {
+    range = value_range(*data, cfg);
+  }
+  return backend::agree(*comm_, what, call, cfg, range, rel_needed).error_bound;
+}
+
+// ------------------------------------------------------------------------------------------
+
+void ZcclBackend::run_allreduce(at::Tensor& t, const c10d::ReduceOp& op, const CallConfig& cfg) {
+  const uint64_t n = static_cast<uint64_t>(t.numel());
+  const auto cop = compressed_op(op);
+  const bool compress = cop.has_value() && compressed_path(t.scalar_type(), n, cfg);
+  Staged s(t, compress || is_half(t.scalar_type()));
+  const double eb = agree("all_reduce", describe(OpKind::AllReduce, t.scalar_type(), n, reduce_code(op)),
+                          &s.buffer, cfg, compress);
+  if (n == 0) return;
+  if (compress) {
+    coll::Stats stats;
+    coll::allreduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), *cop,
+                    coll_config(cfg, eb), &stats);
+    record("all_reduce", stats, eb);
+  } else {
+    comm_->allreduce(MPI_IN_PLACE, s.buffer.data_ptr(), n, mpi_datatype(s.buffer.scalar_type()),
+                     mpi_op(op, s.buffer.scalar_type()));
+    if (op.op_ == c10d::ReduceOp::AVG) s.buffer.div_(comm_->size());
+    record_exact("all_reduce", n * t.element_size());
+  }
+  s.write_back();
+}
+
+void ZcclBackend::run_broadcast(at::Tensor& t, int root, const CallConfig& cfg) {
+  const uint64_t n = static_cast<uint64_t>(t.numel());
+  const bool compress = compressed_path(t.scalar_type(), n, cfg);
+  Staged s(t, compress);
+  // Only the root compresses, so a REL bound needs no agreement: the root's own range.
+  double eb = agree("broadcast", describe(OpKind::Broadcast, t.scalar_type(), n, -1, root), nullptr,
+                    cfg, false);
+  if (n == 0) return;
+  if (compress) {
+    if (comm_->rank() == root) eb = local_bound({s.buffer}, cfg);
+    coll::Stats stats;
+    coll::broadcast(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), root,
+                    coll_config(cfg, eb), &stats);
+    record("broadcast", stats, eb);
+  } else {
+    comm_->bcast(s.buffer.data_ptr(), n, mpi_datatype(s.buffer.scalar_type()), root);
+    record_exact("broadcast", n * t.element_size());
+  }
+  s.write_back();
+}
+
+void ZcclBackend::run_reduce(at::Tensor& t, const c10d::ReduceOp& op, int root, const CallConfig& cfg) {
+  const uint64_t n = static_cast<uint64_t>(t.numel());
+  const auto cop = compressed_op(op);
+  const bool compress = cop.has_value() && compressed_path(t.scalar_type(), n, cfg);
+  Staged s(t, compress || is_half(t.scalar_type()));
+  const double eb = agree("reduce", describe(OpKind::Reduce, t.scalar_type(), n, reduce_code(op), root),
+                          &s.buffer, cfg, compress);
+  if (n == 0) return;
+  if (compress) {
+    coll::Stats stats;
+    coll::reduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), *cop, root,
+                 coll_config(cfg, eb), &stats);
+    record("reduce", stats, eb);
+  } else {
+    const bool at_root = comm_->rank() == root;
+    comm_->reduce(at_root ? MPI_IN_PLACE : s.buffer.data_ptr(), s.buffer.data_ptr(), n,
+                  mpi_datatype(s.buffer.scalar_type()), mpi_op(op, s.buffer.scalar_type()), root);
+    if (at_root && op.op_ == c10d::ReduceOp::AVG) s.buffer.div_(comm_->size());
+    record_exact("reduce", n * t.element_size());
+  }
+  if (comm_->rank() == root) s.write_back();
+}
+
+void ZcclBackend::run_allgather(const at::Tensor& in, at::Tensor& flat_out, const CallConfig& cfg) {
+  const uint64_t n = static_cast<uint64_t>(in.numel());
+  const bool compress = compressed_path(in.scalar_type(), n, cfg);
+  Staged src(in, compress);
+  Staged dst(flat_out, compress);
+  const double eb = agree("all_gather", describe(OpKind::AllGather, in.scalar_type(), n), &src.buffer,
+                          cfg, compress);
+  if (n == 0) return;
+  if (compress) {
+    coll::Stats stats;
+    coll::allgather(*comm_, src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
+                    compressed_dtype(src.buffer.scalar_type()), coll_config(cfg, eb), &stats);
+    record("all_gather", stats, eb);
+  } else {
+    comm_->allgather(src.buffer.data_ptr(), dst.buffer.data_ptr(), n, mpi_datatype(in.scalar_type()));
+    record_exact("all_gather", n * in.element_size());
+  }
+  dst.write_back();
+}
+
+void ZcclBackend::run_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out,
+                                     const c10d::ReduceOp& op, const CallConfig& cfg) {
+  const uint64_t n = static_cast<uint64_t>(out.numel());
+  const auto cop = compressed_op(op);
+  const bool compress = cop.has_value() && compressed_path(out.scalar_type(), n, cfg);
+  const bool widen = compress || is_half(out.scalar_type());
+  Staged src(flat_in, widen);
+  Staged dst(out, widen);
+  const double eb = agree("reduce_scatter",
+                          describe(OpKind::ReduceScatter, out.scalar_type(), n, reduce_code(op)),
+                          &src.buffer, cfg, compress);
+  if (n == 0) return;
+  if (compress) {
+    coll::Stats stats;
+    coll::reduce_scatter(*comm_, src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
+                         compressed_dtype(src.buffer.scalar_type()), *cop, coll_config(cfg, eb), &stats);
+    record("reduce_scatter", stats, eb);
+  } else {
+    comm_->reduce_scatter_block(src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
+                                mpi_datatype(src.buffer.scalar_type()), mpi_op(op, src.buffer.scalar_type()));
+    if (op.op_ == c10d::ReduceOp::AVG) dst.buffer.div_(comm_->size());
+    record_exact("reduce_scatter", n * out.element_size());
+  }
+  dst.write_back();
+}
+
+void ZcclBackend::run_gather(const at::Tensor& in, at::Tensor* flat_out, int root, const CallConfig& cfg) {
+  const uint64_t n = static_cast<uint64_t>(in.numel());
+  const bool compress = compressed_path(in.scalar_type(), n, cfg);
+  Staged src(in, compress);
+  std::optional<Staged> dst;
+  if (flat_out != nullptr) dst.emplace(*flat_out, compress);
+  const double eb = agree("gather", describe(OpKind::Gather, in.scalar_type(), n, -1, root),
+                          &src.buffer, cfg, compress);
+  if (n == 0) return;
+  void* out = dst ? dst->buffer.data_ptr() : nullptr;
+  if (compress) {
+    coll::Stats stats;
+    coll::gather(*comm_, src.buffer.data_ptr(), out, n, compressed_dtype(src.buffer.scalar_type()), root,
+                 coll_config(cfg, eb), &stats);
+    record("gather", stats, eb);
+  } else {
+    comm_->gather(src.buffer.data_ptr(), out, n, mpi_datatype(in.scalar_type()), root);
+    record_exact("gather", n * in.element_size());
+  }
+  if (dst) dst->write_back();
+}
+
+void ZcclBackend::run_scatter(const std::vector<at::Tensor>& ins, at::Tensor& out, int root,
+                              const CallConfig& cfg) {
+  const uint64_t n = static_cast<uint64_t>(out.numel());
+  const bool compress = compressed_path(out.scalar_type(), n, cfg);
+  Staged dst(out, compress);
+  double eb = agree("scatter", describe(OpKind::Scatter, out.scalar_type(), n, -1, root), nullptr, cfg,
+                    false);
+  if (n == 0) return;
+  if (!compress) {
+    // MPI_Scatter wants the blocks back to back; the uncompressed path pays that one copy.
+    std::vector<at::Tensor> flat_parts;
+    for (const auto& t : ins) flat_parts.push_back(t.reshape({-1}));
+    const at::Tensor flat = ins.empty() ? at::Tensor() : at::cat(flat_parts);
+    comm_->scatter(ins.empty() ? nullptr : flat.data_ptr(), dst.buffer.data_ptr(), n,
+                   mpi_datatype(out.scalar_type()), root);
+    record_exact("scatter", n * out.element_size());
+    dst.write_back();
+    return;
+  }
+  // The compressed path reads each block where it lies (a contiguous float32/64 block is not
+  // copied at all): packing a list of 64 MB blocks into one buffer took longer than compressing it.
+  std::vector<at::Tensor> staged;
+  std::vector<const void*> blocks;
+  for (const auto& t : ins) {
+    staged.push_back(Staged(t, true).buffer);
+    blocks.push_back(staged.back().data_ptr());
+  }
+  if (!staged.empty()) eb = local_bound(staged, cfg);
+  coll::Stats stats;
+  coll::scatter(*comm_, blocks, dst.buffer.data_ptr(), n, compressed_dtype(dst.buffer.scalar_type()),
+                root, coll_config(cfg, eb), &stats);
+  record("scatter", stats, eb);
+  dst.write_back();
+}
+
+void ZcclBackend::run_alltoall(const at::Tensor& in, at::Tensor& out,
+                               const std::vector<size_t>& send_counts,
+                               const std::vector<size_t>& recv_counts, const CallConfig& cfg) {
+  const int p = comm_->size();
+  std::vector<size_t> sd(p, 0), rd(p, 0);
+  for (int r = 1; r < p; ++r) {
+    sd[r] = sd[r - 1] + send_counts[r - 1];
+    rd[r] = rd[r - 1] + recv_counts[r - 1];
+  }
+  // Counts differ per rank, so the decision to compress is taken on the largest payload, which
+  // the agreement exchange returns along with the REL range (one message for both).
+  const uint64_t mine = static_cast<uint64_t>(in.numel());
+  const bool may_compress =
+      is_compressible_dtype(in.scalar_type()) && cfg.algorithm != coll::Algorithm::Mpi;
+  Staged src(in, may_compress);
+  CallDescription call = describe(OpKind::AllToAll, in.scalar_type(), mine);
+  call.count_must_match = false;
+  std::optional<fz::FiniteRange> range;
+  if (may_compress && cfg.mode == BoundMode::Rel && mine > 0) range = value_range(src.buffer, cfg);
+  const Agreement agreed =
+      backend::agree(*comm_, "all_to_all", call, cfg, range, may_compress, /*largest_needed=*/true);
+  const bool compress = compressed_path(in.scalar_type(), agreed.largest_count, cfg);
+  Staged dst(out, compress);
+  if (compress) {
+    coll::Stats stats;
+    coll::alltoallv(*comm_, src.buffer.data_ptr(), send_counts, sd, dst.buffer.data_ptr(), recv_counts, rd,
+                    compressed_dtype(src.buffer.scalar_type()), coll_config(cfg, agreed.error_bound),
+                    &stats);
+    record("all_to_all", stats, agreed.error_bound);
+  } else {
+    // src may hold a float32 widening of a half tensor (staged for compression): send the
+    // original's bytes then.
+    const at::Tensor exact_src = src.buffer.scalar_type() == in.scalar_type() ? src.buffer : in.contiguous();
+    comm_->alltoallv(exact_src.data_ptr(), send_counts, sd, dst.buffer.data_ptr(), recv_counts, rd,
+                     mpi_datatype(in.scalar_type()));
+    record_exact("all_to_all", mine * in.element_size());
+  }
+  dst.write_back();
+}
+
+}  // namespace zccl::backend

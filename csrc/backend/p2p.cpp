@@ -1,0 +1,198 @@
+// Point-to-point ops of the zccl backend (send, recv, recv from any source) and the monitored
+// barrier. Sends and receives are posted at once on the group's p2p communicator and driven by
+// the progress thread (p2p_loop), so isend/irecv pairs never deadlock behind queued collectives.
+//
+// Float payloads over the threshold travel as one fZ-light stream (the receiver posts a buffer
+// of max_compressed_size); both sides decide identically from (dtype, numel, configuration), so
+// sender and receiver must use the same configuration. The stream's header names its dtype and
+// count, which the receiver checks.
+#include "zccl_backend.h"  // first: wraps torch's headers in the warning pragmas
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "routing.h"
+#include "staged.h"
+#include "validate.h"
+
+namespace zccl::backend {
+namespace {
+
+void check_tag(int tag, const char* what) {
+  if (tag < 0 || tag > 32767) {
+    throw std::invalid_argument(std::string("zccl: ") + what + ": tag " + std::to_string(tag) +
+                                " is out of range [0, 32767]");
+  }
+}
+
+std::string peer_desc(const char* what, size_t bytes, int peer, int tag) {
+  return std::string(what) + " of " + std::to_string(bytes) + " bytes " +
+         (peer < 0 ? std::string("from any rank") : "from rank " + std::to_string(peer)) + " (tag " +
+         std::to_string(tag) + ")";
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
+  check_single(tensors, "send");
+  check_root(dst, getSize(), "send");
+  check_tag(tag, "send");
+  const at::Tensor t = tensors[0].contiguous();
+  const CallConfig cfg = resolve_for_thread(defaults_);
+  const uint64_t n = static_cast<uint64_t>(t.numel());
+  const std::string to = "the receive of rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
+  if (compressed_path(t.scalar_type(), n, cfg)) {
+    const at::Tensor wide = t.scalar_type() == at::kDouble ? t : t.to(at::kFloat);
+    const fz::DType dt = compressed_dtype(wide.scalar_type());
+    fz::CompressParams params;
+    params.error_bound = local_bound({wide}, cfg);
+    params.chunk_len = cfg.chunk_len;
+    params.threads = cfg.threads;
+    auto stream = std::make_shared<std::vector<uint8_t>>(fz::max_compressed_size(dt, n, cfg.chunk_len));
+    stream->resize(fz::compress(wide.data_ptr(), dt, n, params, stream->data(), stream->size()));
+    transport::Request req = p2p_comm_->isend(stream->data(), stream->size(), dst, tag);
+    return post_p2p("send", c10d::OpType::SEND, tensors, std::move(req), [stream](size_t, int) {}, to);
+  }
+  const size_t bytes = n * t.element_size();
+  transport::Request req = p2p_comm_->isend(t.data_ptr(), bytes, dst, tag);
+  return post_p2p("send", c10d::OpType::SEND, tensors, std::move(req), [t](size_t, int) {}, to);
+}
+
+c10::intrusive_ptr<c10d::Work> ZcclBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
+  check_single(tensors, "recv");
+  check_root(src, getSize(), "recv");
+  check_tag(tag, "recv");
+  return post_recv(tensors, src, tag, "recv");
+}
+
+c10::intrusive_ptr<c10d::Work> ZcclBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
+  check_single(tensors, "recv (any source)");
+  check_tag(tag, "recv (any source)");
+  return post_recv(tensors, -1, tag, "recv (any source)");
+}
+
+c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& tensors, int src, int tag,
+                                                      const char* name) {
+  at::Tensor out = tensors[0];
+  const CallConfig cfg = resolve_for_thread(defaults_);
+  const uint64_t n = static_cast<uint64_t>(out.numel());
+  auto post = [&](void* buf, size_t capacity) {
+    return src < 0 ? p2p_comm_->irecv_any(buf, capacity, tag) : p2p_comm_->irecv(buf, capacity, src, tag);
+  };
+  // The progress thread sets the Work's source rank from the receive's status (any source).
+  c10::intrusive_ptr<c10d::Work> work;
+  if (compressed_path(out.scalar_type(), n, cfg)) {
+    const fz::DType dt = compressed_dtype(out.scalar_type());
+    auto stream = std::make_shared<std::vector<uint8_t>>(fz::max_compressed_size(dt, n, cfg.chunk_len));
+    transport::Request req = post(stream->data(), stream->size());
+    work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req),
+                    [stream, out, dt, n](size_t bytes, int source) mutable {
+                      const fz::StreamInfo info = fz::read_info(stream->data(), bytes);
+                      if (info.count != n || info.dtype != dt) {
+                        throw std::invalid_argument(
+                            "zccl: recv: size mismatch: rank " + std::to_string(source) + " sent " +
+                            std::to_string(info.count) + " " + fz::dtype_name(info.dtype) +
+                            " values, the receiving tensor holds " + std::to_string(n) + " " +
+                            fz::dtype_name(dt) + " values");
+                      }
+                      at::Tensor buf = at::empty({static_cast<int64_t>(n)},
+                                                 out.options().dtype(dt == fz::DType::Float64 ? at::kDouble
+                                                                                             : at::kFloat));
+                      fz::decompress(stream->data(), bytes, buf.data_ptr(), n, 0);
+                      out.copy_(buf.view(out.sizes()));
+                    },
+                    peer_desc("a compressed message", stream->size(), src, tag));
+  } else {
+    at::Tensor buf = out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
+    const size_t bytes = n * out.element_size();
+    transport::Request req = post(buf.data_ptr(), bytes);
+    work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req),
+                    [buf, out, bytes](size_t got, int source) mutable {
+                      if (got != bytes) {
+                        throw std::invalid_argument("zccl: recv: size mismatch: rank " + std::to_string(source) +
+                                                    " sent " + std::to_string(got) +
+                                                    " bytes, the receiving tensor holds " +
+                                                    std::to_string(bytes));
+                      }
+                      if (!buf.is_same(out)) out.copy_(buf);
+                    },
+                    peer_desc("a message", bytes, src, tag));
+  }
+  return work;
+}
+
+// ------------------------------------------------------------------------------------------
+// Monitored barrier (the protocol of Gloo's, written for our transport): ranks != 0 send their
+// arrival to rank 0 and wait for its verdict; rank 0 waits at most `timeout` for every arrival,
+// then sends each arrived rank the verdict (the failed ranks, or none) and raises if any failed.
+// Runs on the worker thread, in order with the collectives, on one tag block of the collective
+// communicator (every rank takes the same block).
+
+void ZcclBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
+  auto work = enqueue("monitored_barrier", c10d::OpType::BARRIER, {},
+                      [this, timeout, waitAllRanks](const CallConfig&) {
+                        run_monitored_barrier(timeout, waitAllRanks);
+                      });
+  // The job bounds itself (rank 0 by `timeout`, the others by the group's timeout): wait for it.
+  work->wait(std::max(timeout, timeout_) + std::chrono::seconds(5));
+}
+
+void ZcclBackend::run_monitored_barrier(std::chrono::milliseconds timeout, bool wait_all_ranks) {
+  const int p = comm_->size(), r = comm_->rank();
+  const int tag = comm_->next_tag_base();
+  const int tag_arrive = tag, tag_verdict = tag + 1;
+  // Verdict: [count of failed ranks, the failed ranks...] (int64, at most p values).
+  std::vector<int64_t> verdict(static_cast<size_t>(p) + 1, 0);
+  if (r != 0) {
+    const int64_t me = r;
+    comm_->send(&me, sizeof(me), 0, tag_arrive);
+    const size_t got = comm_->recv(verdict.data(), verdict.size() * sizeof(int64_t), 0, tag_verdict);
+    if (got < sizeof(int64_t) || verdict[0] == 0) return;
+    std::string failed;
+    for (int64_t i = 1; i <= verdict[0] && i < static_cast<int64_t>(verdict.size()); ++i) {
+      failed += (failed.empty() ? "" : ", ") + std::to_string(verdict[static_cast<size_t>(i)]);
+    }
+    throw std::runtime_error("zccl: [Rank " + std::to_string(r) + "]: rank 0 reported that rank(s) " + failed +
+                             " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms");
+  }
+  // The receives of ranks that never arrive are cancelled when `recvs` is destroyed.
+  std::vector<int64_t> arrivals(static_cast<size_t>(p), -1);
+  std::vector<transport::Request> recvs(static_cast<size_t>(p));
+  for (int q = 1; q < p; ++q) recvs[q] = comm_->irecv(&arrivals[q], sizeof(int64_t), q, tag_arrive);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::vector<bool> arrived(static_cast<size_t>(p), false);
+  arrived[0] = true;
+  for (;;) {
+    bool all = true;
+    for (int q = 1; q < p; ++q) {
+      if (!arrived[q] && comm_->test(recvs[q])) arrived[q] = true;
+      all = all && arrived[q];
+    }
+    if (all || std::chrono::steady_clock::now() > deadline) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  // Without wait_all_ranks Gloo reports the first rank (in rank order) that did not answer.
+  std::vector<int> failed;
+  for (int q = 1; q < p; ++q) {
+    if (!arrived[q] && (wait_all_ranks || failed.empty())) failed.push_back(q);
+  }
+  verdict[0] = static_cast<int64_t>(failed.size());
+  for (size_t i = 0; i < failed.size(); ++i) verdict[i + 1] = failed[i];
+  std::vector<transport::Request> sends;
+  for (int q = 1; q < p; ++q) {
+    if (arrived[q]) sends.push_back(comm_->isend(verdict.data(), verdict.size() * sizeof(int64_t), q, tag_verdict));
+  }
+  comm_->wait_all(sends);
+  if (failed.empty()) return;
+  std::string list;
+  for (int q : failed) list += (list.empty() ? "" : ", ") + std::to_string(q);
+  throw std::runtime_error("zccl: [Rank 0]: " + std::string(failed.size() == 1 ? "Rank " : "Ranks ") + list +
+                           " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms");
+}
+
+}  // namespace zccl::backend
