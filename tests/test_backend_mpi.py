@@ -31,6 +31,8 @@ def test_ddp_smoke_two_ranks() -> None:
     [
         ("rank_mismatch", 2, "MISMATCH RAISED"),
         ("timeout", 2, "TIMEOUT RAISED"),
+        ("p2p_timeout", 2, "P2P TIMEOUT RAISED"),
+        ("monitored_barrier", 4, "MONITORED BARRIER OK"),
         ("no_init_on_import", 3, "LIFECYCLE OK"),
     ],
 )

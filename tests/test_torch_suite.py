@@ -19,9 +19,10 @@ from tests.torch_suite.subset import SUBSET
 @pytest.mark.parametrize("config", ["default", "exact"])
 def test_torch_distributed_subset(config: str, tmp_path: Path) -> None:
     # No isolation (one job unless a test hangs or crashes): a fresh job after each failure
-    # would cost ~20 s of rank start-up apiece. The per-test watchdog still bounds a hang.
-    summary = run_config(3, config, tmp_path, tests=SUBSET, timeout=60, job_timeout=480,
-                         isolate=False, launch=mpirun)
+    # would cost ~20 s of rank start-up apiece. The per-test watchdog still bounds a hang; a
+    # 20 s group timeout makes a collective left waiting by a failed peer raise well before it.
+    summary = run_config(3, config, tmp_path, tests=SUBSET, timeout=60, pg_timeout=20,
+                         job_timeout=480, isolate=False, launch=mpirun)
     tests = summary["tests"]
     not_passed = [name for name in SUBSET if tests.get(name, {}).get("status") != "passed"]
     report = "\n".join(failure_lines(summary) + summary["notes"])

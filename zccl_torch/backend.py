@@ -10,6 +10,7 @@ the first zccl process group is created, never at import.
 from __future__ import annotations
 
 import atexit
+import datetime
 import os
 from typing import Any
 
@@ -72,9 +73,38 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
 def register() -> None:
     """Registers the backend with torch.distributed (no-op when already registered)."""
     _set_launch_defaults()
+    _enable_monitored_barrier()
     if BACKEND_NAME in dist.Backend.backend_list:
         return
     dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices())
+
+
+def _enable_monitored_barrier() -> None:
+    """Lets ``dist.monitored_barrier`` run on zccl groups.
+
+    torch's Python function refuses every backend but Gloo before it reaches the backend, though
+    the C++ API (``ProcessGroup.monitored_barrier``) is generic and zccl implements it. The wrapper
+    serves zccl groups itself and hands every other group to torch's own function unchanged.
+    """
+    c10d = dist.distributed_c10d
+    original = c10d.monitored_barrier
+    if getattr(original, "_zccl_wrapper", False):
+        return
+
+    def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bool = False):
+        pg = c10d._get_default_group() if group in (None, c10d.GroupMember.WORLD) else group
+        if c10d._rank_not_in_group(pg) or dist.get_backend(pg) != BACKEND_NAME:
+            return original(group, timeout, wait_all_ranks)
+        if timeout is None:
+            timeout = c10d._get_default_timeout(BACKEND_NAME)
+        elif isinstance(timeout, (int, float)):
+            timeout = datetime.timedelta(seconds=timeout)
+        return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+
+    monitored_barrier.__doc__ = original.__doc__
+    monitored_barrier._zccl_wrapper = True  # type: ignore[attr-defined]
+    c10d.monitored_barrier = monitored_barrier
+    dist.monitored_barrier = monitored_barrier
 
 
 def devices() -> list[str]:

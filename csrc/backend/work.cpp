@@ -26,7 +26,9 @@ int ZcclWork::sourceRank() const {
 }
 
 bool ZcclWork::wait(std::chrono::milliseconds timeout) {
-  const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
+  // Without an explicit timeout, wait a little past the group's: the op itself times out at the
+  // group's timeout with a message naming the peer it waited for, which is the better report.
+  const auto limit = timeout == kNoTimeout ? timeout_ + timeout_ / 10 + std::chrono::seconds(1) : timeout;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {

@@ -39,10 +39,10 @@ def _tail(path: Path, lines: int = 25) -> str:
 
 
 def _job_argv(config: str, adir: Path, batch: Sequence[str] | None, keywords: Sequence[str],
-              timeout: float, isolate: bool) -> list[str]:
+              timeout: float, pg_timeout: float, isolate: bool) -> list[str]:
     """run_suite.py's command line for one job (``batch``: exact names, else the keywords)."""
     argv = python_argv(SCRIPT, "--config", config, "--out", str(adir), "--log",
-                       "--timeout", str(timeout))
+                       "--timeout", str(timeout), "--pg-timeout", str(pg_timeout))
     if isolate:
         argv.append("--stop-after-failure")
     if batch is None:
@@ -56,10 +56,12 @@ def _job_argv(config: str, adir: Path, batch: Sequence[str] | None, keywords: Se
 
 def run_config(nprocs: int, config: str, out: Path, *, keywords: Sequence[str] = (),
                tests: Sequence[str] | None = None, timeout: float = 180.0,
-               job_timeout: float = 7200.0, isolate: bool = True,
+               pg_timeout: float = 60.0, job_timeout: float = 7200.0, isolate: bool = True,
                launch: Launch = mpirun) -> dict[str, Any]:
     """Runs the selected tests (``tests`` exact names, else ``keywords`` substrings, else all)
-    on ``nprocs`` ranks in ``config``; returns (and writes) the merged summary."""
+    on ``nprocs`` ranks in ``config``; returns (and writes) the merged summary. ``timeout``: the
+    per-test watchdog; ``pg_timeout``: the process group's (keep it below the watchdog so a
+    collective waiting on a failed peer raises in the test instead of ending the job)."""
     out.mkdir(parents=True, exist_ok=True)
     per_rank: list[dict[str, Any]] = [{} for _ in range(nprocs)]
     # The ranks decide the order (unittest's); the first job's reports give it to the driver.
@@ -70,7 +72,8 @@ def run_config(nprocs: int, config: str, out: Path, *, keywords: Sequence[str] =
     for attempt in range(10_000):
         adir = out / f"attempt{attempt}"
         adir.mkdir(parents=True, exist_ok=True)
-        argv = _job_argv(config, adir, batch if order else tests, keywords, timeout, isolate)
+        argv = _job_argv(config, adir, batch if order else tests, keywords, timeout, pg_timeout,
+                         isolate)
         try:
             done = launch(nprocs, argv, job_timeout)
             log = f"exit status {done.returncode}\n{done.stdout}\n{done.stderr}"
@@ -178,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tests", help="comma-separated exact test names")
     p.add_argument("--subset", action="store_true", help="the pytest subset (subset.py)")
     p.add_argument("--timeout", type=float, default=180.0, help="per-test watchdog, seconds")
+    p.add_argument("--pg-timeout", type=float, default=60.0, help="process group timeout, s")
     p.add_argument("--job-timeout", type=float, default=7200.0, help="one mpirun job, seconds")
     p.add_argument("--no-isolate", action="store_true",
                    help="keep going in the same job after a failure (faster, less trustworthy)")
@@ -192,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         for config in args.config:
             s = run_config(nprocs, config, args.out / f"np{nprocs}-{config}",
                            keywords=args.keywords, tests=tests, timeout=args.timeout,
-                           job_timeout=args.job_timeout, isolate=not args.no_isolate)
+                           pg_timeout=args.pg_timeout, job_timeout=args.job_timeout,
+                           isolate=not args.no_isolate)
             c = s["counts"]
             rows.append(f"{nprocs:>5}  {config:<8} {c['passed']:>6} {c['failed']:>6} "
                         f"{c['skipped']:>7} {c['not run']:>7} {s['wall_s']:>8.0f}")

@@ -223,6 +223,9 @@ def run_one(case_cls: type[unittest.TestCase], name: str, report: Rank, timeout:
     os.environ["TEMP_DIR"] = str(temp)
     Barrier.barrier_id = 0  # fresh directory, fresh counter (torch resets both per test too)
     result = unittest.TestResult()
+    # torch's with_dist_debug_levels leaves its last level set when none was set before: harmless
+    # in torch's process-per-test runs, not here (DETAIL would wrap every later new_group).
+    debug_level = os.environ.get("TORCH_DISTRIBUTED_DEBUG")
     timer = arm_watchdog(report, name, timeout)
     start = time.monotonic()
     try:
@@ -230,7 +233,19 @@ def run_one(case_cls: type[unittest.TestCase], name: str, report: Rank, timeout:
     finally:
         timer.cancel()
         faulthandler.cancel_dump_traceback_later()
+        restore_debug_level(debug_level)
     return outcome_of(result, time.monotonic() - start)
+
+
+def restore_debug_level(level: str | None) -> None:
+    """Puts TORCH_DISTRIBUTED_DEBUG (and c10d's level read from it) back to ``level``."""
+    import torch.distributed as dist
+
+    if level is None:
+        os.environ.pop("TORCH_DISTRIBUTED_DEBUG", None)
+    else:
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = level
+    dist.set_debug_level_from_env()
 
 
 def main(argv: list[str] | None = None) -> int:
