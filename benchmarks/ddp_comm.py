@@ -111,9 +111,10 @@ class ZcclAccounting:
         decisions = None if warm_up else list(state.last_decisions.get(bucket.index(), []))
 
         def count(done: torch.futures.Future) -> torch.Tensor:
-            # Runs when the bucket's last all_reduce completes, on the backend's worker thread,
-            # before it starts the next queued collective, so last_stats() is this bucket's
-            # (checked against the payload size below, never assumed).
+            # Runs when the bucket's last all_reduce completes; the future's callbacks run on
+            # the thread completing it, which should be before the backend starts the next
+            # queued collective, so last_stats() should be this bucket's. Checked against the
+            # payload size below, never assumed: a mismatch is counted, not its bytes.
             if decisions is None:
                 self.counters.bytes_sent += ring_bytes(numel * item, self.world)
                 return done.value()

@@ -20,6 +20,16 @@ def test_backend_collectives(nprocs: int) -> None:
     assert_every_check_passed(report, nprocs)
 
 
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 7])
+def test_conformance(nprocs: int) -> None:
+    """torch's documented layouts, Gloo on the same input, agreement errors, any-source recv,
+    sparse all_reduce and bit-identical DDP replicas (tests/mpi/conformance_checks.py)."""
+    done = mpirun(nprocs, python_argv("tests/mpi/conformance_checks.py"), timeout=600)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-8000:]
+    assert_every_check_passed(report, nprocs)
+
+
 def test_ddp_smoke_two_ranks() -> None:
     done = mpirun(2, python_argv("tests/mpi/ddp_smoke.py"), timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]

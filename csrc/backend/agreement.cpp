@@ -65,19 +65,29 @@ const char* field_name(int f) {
 constexpr int kHead = 3;
 constexpr int kLen = kHead + 2 * kNumFields;
 
+// The settings only matter to calls that may compress: a barrier, a sparse or an integer
+// all_reduce runs the same way whatever they are, so they are left out of its comparison (a
+// config() block around a barrier on some ranks only is not an error).
+bool settings_matter(const CallDescription& call) {
+  if (call.op == OpKind::Barrier || call.op == OpKind::SparseAllReduce || call.dtype < 0) return false;
+  return is_compressible_dtype(static_cast<at::ScalarType>(call.dtype));
+}
+
 std::vector<double> describe(const CallDescription& call, const CallConfig& cfg) {
-  std::vector<double> f(kNumFields);
+  std::vector<double> f(kNumFields, 0.0);
   f[kOp] = static_cast<double>(call.op);
   f[kReduceOp] = call.reduce_op;
   f[kRoot] = call.root;
   f[kDtype] = call.dtype;
   f[kCount] = call.count_must_match ? static_cast<double>(call.count) : 0.0;
-  f[kAlgorithm] = static_cast<double>(cfg.algorithm);
-  f[kMode] = static_cast<double>(cfg.mode);
-  f[kErrorBound] = cfg.error_bound;
-  f[kChunkLen] = cfg.chunk_len;
-  f[kMinCompressBytes] = static_cast<double>(cfg.min_compress_bytes);
-  f[kOwnerExact] = cfg.owner_exact ? 1.0 : 0.0;
+  if (settings_matter(call)) {
+    f[kAlgorithm] = static_cast<double>(cfg.algorithm);
+    f[kMode] = static_cast<double>(cfg.mode);
+    f[kErrorBound] = cfg.error_bound;
+    f[kChunkLen] = cfg.chunk_len;
+    f[kMinCompressBytes] = static_cast<double>(cfg.min_compress_bytes);
+    f[kOwnerExact] = cfg.owner_exact ? 1.0 : 0.0;
+  }
   f[kCheckAgreement] = cfg.check_agreement ? 1.0 : 0.0;
   return f;
 }

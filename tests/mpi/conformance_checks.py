@@ -1,0 +1,326 @@
+"""Multi-rank checks of the "zccl" backend against torch's documented contract and against Gloo
+run on the same input in the same processes (a Gloo group over the same ranks).
+
+``mpirun -np P python tests/mpi/conformance_checks.py [check ...]``. Covers what a drop-in backend
+must never get wrong silently: the layouts of the coalesced ops (and their validation),
+agreement on what a collective is (every disagreement raises on every rank, naming the field),
+recv from any source, sparse all_reduce, and replicas that stay bit-identical (DDP).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from check_common import assert_within, exact_gather, rank, run_checks, world
+
+import zccl_torch
+
+EB = 1e-3
+CHECKS: dict[str, Callable[[], None]] = {}
+_gloo: Any = None
+
+
+def check(fn: Callable[[], None]) -> Callable[[], None]:
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def gloo() -> Any:
+    """A Gloo group over every rank (created once, collectively, on first use)."""
+    global _gloo
+    if _gloo is None:
+        _gloo = dist.new_group(backend="gloo")
+    return _gloo
+
+
+def data(r: int, n: int, dtype: torch.dtype = torch.float32, salt: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(7919 * r + 31 * salt + n)
+    return (torch.randn(n, generator=g, dtype=torch.float64).cumsum(0) / 50 + r).to(dtype)
+
+
+def same_bits(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape, (name, got.shape, want.shape)
+    def bits(t: torch.Tensor) -> torch.Tensor:
+        return t.reshape(-1).view(torch.uint8) if t.is_floating_point() else t
+
+    assert torch.equal(bits(got), bits(want)), f"{name}: differs from the reference"
+
+
+def raises_everywhere(name: str, fn: Callable[[], Any], *needles: str) -> None:
+    """fn() must raise on this rank with every needle in the message; then the ranks are still
+    in step (a barrier passes)."""
+    try:
+        fn()
+    except (ValueError, RuntimeError) as exc:
+        text = str(exc)
+        for needle in needles:
+            assert needle in text, f"{name}: {needle!r} not in {text!r}"
+    else:
+        raise AssertionError(f"{name}: did not raise on rank {rank()}")
+    dist.barrier()
+
+
+# ---------------------------------------------------------------------------------------------
+# Coalesced ops
+
+
+@check
+def all_gather_coalesced_torch_layout() -> None:
+    """outputs[rank][i] holds input i of `rank` (torch's documented layout), compared with Gloo
+    bit for bit on the exact path and within the bound on the compressed one; the number of
+    inputs equal to the world size (where a transposed layout would go unnoticed) included."""
+    p = world()
+    for n_inputs, dtype in ((1, torch.float32), (2, torch.float64), (p, torch.float32),
+                            (p, torch.int64)):
+        inputs = [(data(rank(), 100 + 37 * i, salt=i) * 1000).to(dtype) for i in range(n_inputs)]
+        for cfg in ({"algorithm": "mpi"}, {}):
+            outs = [[torch.empty_like(t) for t in inputs] for _ in range(p)]
+            with zccl_torch.config(**cfg):
+                dist.all_gather_coalesced(outs, inputs)
+            ref = [[torch.empty_like(t) for t in inputs] for _ in range(p)]
+            dist.all_gather_coalesced(ref, inputs, group=gloo())
+            for r in range(p):
+                for i in range(n_inputs):
+                    name = f"all_gather_coalesced {cfg} inputs={n_inputs} [{r}][{i}]"
+                    if cfg or not dtype.is_floating_point:
+                        same_bits(name, outs[r][i], ref[r][i])
+                    else:
+                        assert_within(name, outs[r][i], ref[r][i], EB)
+    bad = [[torch.empty(3)] for _ in range(p + 1)]
+    raises_everywhere("all_gather_coalesced wrong lists", lambda: dist.all_gather_coalesced(
+        bad, [torch.ones(3)]), "one list per rank")
+
+
+@check
+def coalescing_manager_matches_single_ops() -> None:
+    """all_reduce, all_gather_into_tensor and reduce_scatter_tensor inside _coalescing_manager
+    (the backend's *_coalesced entry points) equal the single-tensor ops on the same data.
+    (No device argument: torch then gathers the ops and calls the *_coalesced entry points.)"""
+    p = world()
+    sizes = (1, p + 1, 20_011)
+    xs = [data(rank(), n, salt=3) for n in sizes]
+    singles = [x.clone() for x in xs]
+    for t in singles:
+        dist.all_reduce(t)
+    coalesced = [x.clone() for x in xs]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for t in coalesced:
+            dist.all_reduce(t)
+    cm.wait()
+    for n, a, b in zip(sizes, coalesced, singles, strict=True):
+        same_bits(f"coalesced all_reduce n={n}", a, b)
+
+    gathered = [torch.empty(p * x.numel()) for x in xs]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for out, x in zip(gathered, xs, strict=True):
+            dist.all_gather_into_tensor(out, x)
+    cm.wait()
+    for n, out, x in zip(sizes, gathered, xs, strict=True):
+        single = torch.empty_like(out)
+        dist.all_gather_into_tensor(single, x)
+        same_bits(f"coalesced all_gather_into_tensor n={n}", out, single)
+
+    inputs = [data(rank(), p * n, salt=4) for n in sizes]
+    scattered = [torch.empty(n) for n in sizes]
+    with dist._coalescing_manager(async_ops=True) as cm:
+        for out, x in zip(scattered, inputs, strict=True):
+            dist.reduce_scatter_tensor(out, x)
+    cm.wait()
+    for n, out, x in zip(sizes, scattered, inputs, strict=True):
+        single = torch.empty_like(out)
+        dist.reduce_scatter_tensor(single, x)
+        same_bits(f"coalesced reduce_scatter_tensor n={n}", out, single)
+
+
+@check
+def coalesced_ops_validate_dtype_and_size() -> None:
+    """The findings that crashed or returned garbage: a float64 input into a float32 output
+    (reduce_scatter) and float32 into float64 (all_gather), and wrong sizes, raise a ValueError
+    naming the op on every rank before anything is queued."""
+    p = world()
+
+    def rs_dtype() -> None:
+        with dist._coalescing_manager():
+            dist.reduce_scatter_tensor(torch.empty(10), torch.ones(10 * p, dtype=torch.float64))
+
+    def ag_dtype() -> None:
+        with dist._coalescing_manager():
+            dist.all_gather_into_tensor(torch.empty(10 * p, dtype=torch.float64), torch.ones(10))
+
+    def rs_size() -> None:
+        with dist._coalescing_manager():
+            dist.reduce_scatter_tensor(torch.empty(10), torch.ones(10 * p + 1))
+
+    for name, fn, needle in (
+        ("reduce_scatter_tensor_coalesced dtype", rs_dtype, "reduce_scatter_tensor_coalesced"),
+        ("all_gather_into_tensor_coalesced dtype", ag_dtype, "all_gather_into_tensor_coalesced"),
+        ("reduce_scatter_tensor_coalesced size", rs_size, "reduce_scatter_tensor_coalesced"),
+    ):
+        raises_everywhere(name, fn, needle)
+    outs = [torch.empty(5, dtype=torch.float64) for _ in range(p)]
+    raises_everywhere("all_gather dtype", lambda: dist.all_gather(outs, torch.ones(5)), "dtype")
+
+
+# ---------------------------------------------------------------------------------------------
+# Agreement
+
+
+@check
+def disagreements_raise_on_every_rank() -> None:
+    """Every finding of the issue, each raising on every rank with the field and ranks named,
+    after which the ranks are still in step."""
+    p = world()
+    if p == 1:
+        return
+    last = p - 1
+    odd = rank() == last
+    large, small = 50_000, 10  # compressed and MPI paths
+
+    for n in (large, small):
+        t = data(rank(), n)
+        op = dist.ReduceOp.MAX if odd else dist.ReduceOp.SUM
+        raises_everywhere(f"reduce op n={n}", lambda t=t, op=op: dist.all_reduce(t, op=op),
+                          "reduce op", "SUM on rank", "MAX on rank")
+    src = 1 if odd else 0
+    raises_everywhere("broadcast src", lambda: dist.broadcast(data(0, large), src=src),
+                      "root", f"on rank {last}")
+    for n in (large, small):
+        t = torch.ones(n, dtype=torch.int32) if odd else torch.ones(n)
+        raises_everywhere(f"dtype n={n}", lambda t=t: dist.all_reduce(t), "dtype", "Int", "Float")
+    with zccl_torch.config(algorithm="mpi"):  # the uncompressed path reinterpreted bytes before
+        t = torch.ones(64, dtype=torch.int32) if odd else torch.ones(64)
+        raises_everywhere("dtype on the mpi path", lambda: dist.all_reduce(t), "dtype")
+    with zccl_torch.config(algorithm="recursive_doubling" if odd else "ring"):
+        raises_everywhere("algorithm", lambda: dist.all_reduce(data(rank(), large)), "algorithm")
+    with zccl_torch.config(min_compress_bytes=10**9 if odd else 0):
+        raises_everywhere("min_compress_bytes", lambda: dist.all_reduce(data(rank(), large)),
+                          "min_compress_bytes")
+    with zccl_torch.config(error_bound=2 * EB if odd else EB):
+        raises_everywhere("error_bound", lambda: dist.all_reduce(data(rank(), large)),
+                          "error_bound")
+
+    def different_ops() -> None:
+        if odd:
+            dist.broadcast(torch.ones(8), src=0)
+        else:
+            dist.all_reduce(torch.ones(8))
+
+    raises_everywhere("different collectives", different_ops, "collective", "broadcast",
+                      "all_reduce")
+    raises_everywhere("size", lambda: dist.all_reduce(torch.ones(100 + rank())),
+                      "size mismatch across ranks", "element count")
+    # The opt-out still runs matching calls (and REL bounds still agree on the range).
+    with zccl_torch.config(check_agreement=False):
+        t = data(rank(), large)
+        dist.all_reduce(t)
+        ref = torch.stack([data(r, large).double() for r in range(p)]).sum(0)
+        assert_within("check_agreement=False", t, ref, 2 * p * EB + 1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Point-to-point and sparse
+
+
+@check
+def recv_from_any_source() -> None:
+    """Rank 0 receives one message from every other rank with src=None, in whatever order they
+    arrive: recv returns the sender, and the values are the sender's (compressed and exact)."""
+    p = world()
+    if p == 1:
+        return
+    for n, dtype in ((70_001, torch.float32), (33, torch.int64)):
+        if rank() == 0:
+            seen = set()
+            for _ in range(p - 1):
+                buf = torch.empty(n, dtype=dtype)
+                sender = dist.recv(buf, src=None, tag=11)
+                assert 0 < sender < p and sender not in seen, (sender, seen)
+                seen.add(sender)
+                want = data(sender, n) if dtype.is_floating_point else torch.arange(n) * sender
+                if dtype.is_floating_point:
+                    assert_within(f"recv any source from {sender}", buf, want.to(dtype), EB)
+                else:
+                    same_bits(f"recv any source from {sender}", buf, want)
+            work = dist.irecv(torch.empty(n, dtype=dtype), tag=12)
+            work.wait()
+            assert work._source_rank() == 1, work._source_rank()
+        else:
+            mine = data(rank(), n) if dtype.is_floating_point else torch.arange(n) * rank()
+            dist.send(mine.to(dtype), dst=0, tag=11)
+            if rank() == 1:
+                dist.send(mine.to(dtype), dst=0, tag=12)
+        dist.barrier()
+
+
+@check
+def sparse_all_reduce_matches_gloo() -> None:
+    """SUM of sparse COO tensors (overlapping and disjoint indices, a dense trailing dimension,
+    an empty one on rank 0) equals Gloo's on the same input and the dense sum, bit for bit
+    (integer-valued floats: every summation order gives the same bits)."""
+    p = world()
+    g = torch.Generator().manual_seed(rank())
+    nnz = 0 if rank() == 0 else 5 + rank()
+    idx = torch.randint(0, 20, (1, nnz), generator=g)
+    val = torch.randint(-9, 10, (nnz, 3), generator=g).to(torch.float32)
+    mine = torch.sparse_coo_tensor(idx, val, (20, 3), check_invariants=True)
+    ours, theirs = mine.clone(), mine.clone()
+    dist.all_reduce(ours)
+    dist.all_reduce(theirs, group=gloo())
+    dense = torch.stack(exact_gather(mine.to_dense())).sum(0)
+    assert ours.is_sparse and ours.is_coalesced()
+    same_bits("sparse all_reduce vs dense", ours.to_dense(), dense)
+    same_bits("sparse all_reduce vs gloo", ours.to_dense(), theirs.to_dense())
+    raises_everywhere("sparse MAX", lambda: dist.all_reduce(mine.clone(), op=dist.ReduceOp.MAX),
+                      "SUM")
+    del p
+
+
+# ---------------------------------------------------------------------------------------------
+# Replicas
+
+
+@check
+def ddp_replicas_bit_identical() -> None:
+    with zccl_torch.config(zccl_torch.Options()):  # every field at its default
+        _ddp_replicas()
+
+
+def _ddp_replicas() -> None:
+    """DDP with the default configuration and no extra user code: ranks start from different
+    random inits, DDP's construction broadcast makes them bit-identical (the root included), and
+    after compressed gradient all-reduces (the default hook, checked to compress) they stay so."""
+    torch.manual_seed(1234 + rank())  # deliberately different inits per rank
+    model = torch.nn.Sequential(torch.nn.Linear(64, 512), torch.nn.Tanh(), torch.nn.Linear(512, 8))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
+    assert flat.numel() * 4 >= 65_536  # above min_compress_bytes: the broadcast is compressed
+    for r, other in enumerate(exact_gather(flat)):
+        same_bits(f"DDP init rank {r}", other, flat)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(99 + rank())
+    compressed = 0
+    for _ in range(3):
+        x = torch.randn(32, 64, generator=g)
+        loss = ddp(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        stats = zccl_torch.last_stats()
+        compressed += stats["op"] == "all_reduce" and stats["bytes_compressed"] > 0
+        opt.step()
+    assert world() == 1 or compressed > 0, "no gradient all_reduce was compressed"
+    flat = torch.cat([q.detach().reshape(-1) for q in model.parameters()])
+    for r, other in enumerate(exact_gather(flat)):
+        same_bits(f"DDP after 3 steps rank {r}", other, flat)
+
+
+def main(argv: list[str]) -> int:
+    options = zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0)
+    return run_checks(CHECKS, argv, options, timeout_s=60, scoped=False)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
