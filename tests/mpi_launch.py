@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,10 +54,12 @@ def assert_every_check_passed(report: str, nprocs: int) -> None:
     names = listed[0].split()[1:]
     assert names, "no checks ran"
     assert "FAIL" not in report, report[-8000:]
+    # Ranks write concurrently, so one rank's line may run into the next one's ("...PASS a[rank 1]
+    # PASS a"): a check name ends at a newline, at the next "[rank" or at the end.
     missing = [
         f"{name} on rank {r}"
         for name in names
         for r in range(nprocs)
-        if f"[rank {r}] PASS {name}\n" not in report + "\n"
+        if not re.search(rf"\[rank {r}\] PASS {re.escape(name)}(?=\n|\[rank|$)", report)
     ]
     assert not missing, f"checks that did not pass: {missing}\n{report[-4000:]}"

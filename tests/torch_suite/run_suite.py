@@ -295,14 +295,16 @@ def run_all(case_cls: type[unittest.TestCase], names: list[str], report: Rank,
     report.save(state="running")
     for name in names:
         report.save(running=name)
+        limit = SLOW.get(name, args.timeout)
         if name in SKIPS:
             outcome = {"status": "skipped", "reason": f"skips.py: {SKIPS[name]}", "seconds": 0}
         else:
-            outcome = run_one(case_cls, name, report, SLOW.get(name, args.timeout), out / "tmp")
+            outcome = run_one(case_cls, name, report, limit, out / "tmp")
         report.record(name, outcome)
         print(f"[{rank}] {name}: {outcome['status']} ({outcome['seconds']} s)", flush=True)
         try:
-            notes = barrier.wait(outcome["status"], timeout_s=args.timeout + 120)
+            # Longer than any peer's watchdog: a hung peer ends the job before this gives up.
+            notes = barrier.wait(outcome["status"], timeout_s=limit + 120)
         except TimeoutError as exc:
             report.save(state="sync_timeout", sync_error=f"after {name}: {exc}")
             os._exit(EXIT_TIMEOUT)
