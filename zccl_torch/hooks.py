@@ -30,11 +30,14 @@ Per bucket (flat gradient buffer ``g`` of one rank, ``p`` ranks, iteration ``t``
 5. All payloads are all-reduced (SUM) asynchronously; the returned future writes the results
    back into the bucket buffer (its dtype and shape) and yields it.
 
-Residuals are keyed by ``bucket.index()``. DDP rebuilds its buckets after the first iteration
-(indices then refer to different parameters), so, like PowerSGD's ``error_dict``, a residual is
-only reused when the bucket's signature (parameter names, or shapes without a model, in order)
-matches the one it was computed for; otherwise it restarts at zero. With ``start_iter >= 2`` (the
-default 10) the first compressed iteration already sees the rebuilt buckets.
+Residuals are kept per parameter, not per bucket: DDP rebuilds its buckets after the first
+iteration (a fresh DDP, e.g. one resumed from a checkpoint, starts again from its initial
+buckets), and a bucket index or order names different parameters then. A parameter's residual
+is keyed by its name when ``model=`` is given, otherwise by where it first appeared (initial
+bucket index, position), which is the same in every fresh DDP of the same model: saved with the
+state, the residuals find their parameters again in a resumed run, and its first step equals the
+uninterrupted run's. A bucket whose layout is unknown (no parameter list) keeps one residual
+under its index.
 
 The iteration counter ``state.iter`` advances when the last bucket of an iteration
 (``bucket.is_last()``) has been issued, as in PowerSGD.
@@ -114,17 +117,19 @@ class ZcclHookState:
         self.iter = 0
         #: calls of the hook per bucket index (informational)
         self.bucket_calls: dict[int, int] = {}
-        #: residual per bucket index (flat, float32 or float64) and the signature it belongs to
-        self.residuals: dict[int, torch.Tensor] = {}
-        self.residual_signatures: dict[int, tuple[Any, ...]] = {}
+        #: error-feedback residual per parameter key (name, or first-seen position), flat,
+        #: float32 (float64 for float64 buckets); see :meth:`bucket_residual`
+        self.residuals: dict[Any, torch.Tensor] = {}
         #: decisions of the last compressed call per bucket index: [(eb or 0.0 exact, numel)]
         self.last_decisions: dict[int, list[tuple[float, int]]] = {}
         self._names: dict[int, str] | None = None
+        #: parameter -> residual key of this process (id(param) is not saved)
+        self._keys: dict[int, Any] = {}
 
     # -- checkpointing ------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("process_group", "model", "_names"):
+        for key in ("process_group", "model", "_names", "_keys"):
             state.pop(key, None)
         return state
 
@@ -133,6 +138,10 @@ class ZcclHookState:
         self.process_group = None
         self.model = None
         self._names = None
+        self._keys = {}
+        if state.get("residual_signatures") is not None:  # saved by 0.1 (per-bucket residuals)
+            self.residuals = {}
+            self.__dict__.pop("residual_signatures", None)
 
     # -- helpers ------------------------------------------------------------------------------
     def _maybe_increase_iter(self, bucket: dist.GradBucket) -> None:
@@ -156,16 +165,57 @@ class ZcclHookState:
             self._names = {id(p): n for n, p in module.named_parameters()}
         return self._names.get(id(param))
 
-    def _slices(self, bucket: dist.GradBucket, policy: Policy) -> tuple[list, tuple[Any, ...]]:
-        """[(leaf policy, [slices])] in first-appearance order, and the bucket's signature."""
+    def _residual_keys(self, bucket: dist.GradBucket) -> list[tuple[Any, int]]:
+        """(key, numel) of each parameter of the bucket in buffer order; one entry for the whole
+        bucket when its layout is unknown."""
+        buf = bucket.buffer()
+        params = list(bucket.parameters())
+        if not params or sum(p.numel() for p in params) != buf.numel():
+            return [(("bucket", bucket.index()), buf.numel())]
+        out = []
+        for pos, p in enumerate(params):
+            key = self._keys.get(id(p))
+            if key is None:
+                name = self._name_of(p)
+                key = name if name is not None else ("first seen", bucket.index(), pos)
+                self._keys[id(p)] = key
+            out.append((key, p.numel()))
+        return out
+
+    def bucket_residual(
+        self, bucket: dist.GradBucket, dtype: torch.dtype | None = None
+    ) -> torch.Tensor | None:
+        """The bucket's residual in buffer order (zeros for parameters without one, or whose
+        saved residual has another size or dtype), or None when no parameter has one."""
+        keys = self._residual_keys(bucket)
+        found = [self.residuals.get(k) for k, _ in keys]
+        if all(r is None for r in found):
+            return None
+        if dtype is None:
+            dtype = next(r.dtype for r in found if r is not None)
+        parts = [
+            r if r is not None and r.numel() == n and r.dtype == dtype
+            else torch.zeros(n, dtype=dtype)
+            for r, (_, n) in zip(found, keys, strict=True)
+        ]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def _store_residual(self, bucket: dist.GradBucket, residual: torch.Tensor) -> None:
+        """Splits the bucket's new residual into per-parameter views (no copy)."""
+        offset = 0
+        for key, n in self._residual_keys(bucket):
+            self.residuals[key] = residual.narrow(0, offset, n)
+            offset += n
+
+    def _slices(self, bucket: dist.GradBucket, policy: Policy) -> list:
+        """[(leaf policy, [slices])] in first-appearance order."""
         buf = bucket.buffer()
         params = list(bucket.parameters())
         total = sum(p.numel() for p in params)
         if not params or total != buf.numel():  # unknown layout: one payload, default policy
             leaf = policy.select(None, buf.numel(), None)
-            return [(leaf, [(0, buf.numel())])], ("?", buf.numel())
+            return [(leaf, [(0, buf.numel())])]
         groups: dict[Policy, list[_Slice]] = {}
-        signature = []
         offset = 0
         for p in params:
             name = self._name_of(p)
@@ -176,9 +226,8 @@ class ZcclHookState:
                 )
             leaf = policy.select(name, p.numel(), p.dim())
             groups.setdefault(leaf, []).append((offset, p.numel()))
-            signature.append((name, tuple(p.shape)))
             offset += p.numel()
-        return list(groups.items()), tuple(signature)
+        return list(groups.items())
 
 
 def _gather(t: torch.Tensor, slices: list[_Slice]) -> torch.Tensor:
@@ -225,15 +274,12 @@ def compressed_allreduce_hook(
     work_dtype = torch.float64 if buf.dtype == torch.float64 else torch.float32
     x = buf.detach().reshape(-1).to(work_dtype, copy=True).div_(p)
     policy = state._policy()
-    groups, signature = state._slices(bucket, policy)
+    groups = state._slices(bucket, policy)
 
     if state.error_feedback:
-        e = state.residuals.get(index)
-        fits = e is not None and e.shape == x.shape and e.dtype == work_dtype
-        if fits and state.residual_signatures.get(index) == signature:
+        e = state.bucket_residual(bucket, work_dtype)
+        if e is not None:
             x.add_(e)
-        elif e is not None:
-            logger.debug("zccl hook: bucket %d changed layout, residual reset", index)
 
     # Agree on every payload's statistics in one exact all_reduce (MAX).
     payloads = [_gather(x, slices) for _, slices in groups]
@@ -277,8 +323,7 @@ def compressed_allreduce_hook(
 
     state.last_decisions[index] = decisions
     if state.error_feedback:  # before any all_reduce writes into x (payloads may alias it)
-        state.residuals[index] = x - sent  # x - x' (zero where exact)
-        state.residual_signatures[index] = signature
+        state._store_residual(bucket, x - sent)  # x - x' (zero where exact)
     futures = [_issue(payload, d, base, group) for payload, d in plan]
     state._maybe_increase_iter(bucket)
 
