@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -48,18 +47,18 @@ def python_argv(script: str, *args: str) -> list[str]:
 
 def assert_every_check_passed(report: str, nprocs: int) -> None:
     """Every check the program listed ("CHECKS: a b c", printed by rank 0 of check_common's
-    run_checks) printed ``[rank r] PASS name`` on every rank r, and nothing FAILed."""
+    run_checks) printed ``[rank r] PASS name (ok)`` on every rank r, and nothing FAILed."""
     listed = [line for line in report.splitlines() if line.startswith("CHECKS: ")]
     assert len(listed) == 1, f"expected one CHECKS line\n{report[-4000:]}"
     names = listed[0].split()[1:]
     assert names, "no checks ran"
     assert "FAIL" not in report, report[-8000:]
-    # Ranks write concurrently, so one rank's line may run into the next one's ("...PASS a[rank 1]
-    # PASS a"): a check name ends at a newline, at the next "[rank" or at the end.
+    # Ranks write concurrently and mpirun may join one rank's line to another's, so a PASS line
+    # carries its own terminator: "[rank r] PASS name (ok)".
     missing = [
         f"{name} on rank {r}"
         for name in names
         for r in range(nprocs)
-        if not re.search(rf"\[rank {r}\] PASS {re.escape(name)}(?=\n|\[rank|$)", report)
+        if f"[rank {r}] PASS {name} (ok)" not in report
     ]
     assert not missing, f"checks that did not pass: {missing}\n{report[-4000:]}"

@@ -78,7 +78,7 @@ def run_checks(
                     checks[name]()
             else:
                 checks[name]()
-            print(f"[rank {rank()}] PASS {name}", flush=True)
+            print(f"[rank {rank()}] PASS {name} (ok)", flush=True)
         except Exception:
             failures += 1
             print(f"[rank {rank()}] FAIL {name}\n{traceback.format_exc()}", flush=True)
