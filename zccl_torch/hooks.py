@@ -125,11 +125,12 @@ class ZcclHookState:
         self._names: dict[int, str] | None = None
         #: parameter -> residual key of this process (id(param) is not saved)
         self._keys: dict[int, Any] = {}
+        self._control: Any = None  # see _control_group
 
     # -- checkpointing ------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("process_group", "model", "_names", "_keys"):
+        for key in ("process_group", "model", "_names", "_keys", "_control"):
             state.pop(key, None)
         return state
 
@@ -139,6 +140,7 @@ class ZcclHookState:
         self.model = None
         self._names = None
         self._keys = {}
+        self._control = None
         if state.get("residual_signatures") is not None:  # saved by 0.1 (per-bucket residuals)
             self.residuals = {}
             self.__dict__.pop("residual_signatures", None)
@@ -149,6 +151,16 @@ class ZcclHookState:
             self.iter += 1
             if self.iter == self.start_iter:
                 logger.info("zccl hook: compression starts after %d iterations", self.iter)
+
+    def _control_group(self) -> Any:
+        """A second zccl group over the hook's ranks for the policy statistics (created on first
+        use, collectively: every rank's first compressed bucket reaches this point)."""
+        if self._control is None:
+            ranks = dist.get_process_group_ranks(
+                self.process_group or dist.distributed_c10d._get_default_group()
+            )
+            self._control = dist.new_group(ranks=ranks, backend="zccl")
+        return self._control
 
     def _policy(self) -> Policy:
         pol = current_policy(self.process_group, self.policy)
@@ -272,7 +284,10 @@ def compressed_allreduce_hook(
 
     base = current_options(group)
     work_dtype = torch.float64 if buf.dtype == torch.float64 else torch.float32
-    x = buf.detach().reshape(-1).to(work_dtype, copy=True).div_(p)
+    # The bucket buffer is the hook's to overwrite (the result goes back into it): float32/64
+    # buckets are scaled in place, half buckets widened once.
+    x = buf.detach().reshape(-1)
+    x = x.div_(p) if x.dtype == work_dtype else x.to(work_dtype).div_(p)
     policy = state._policy()
     groups = state._slices(bucket, policy)
 
@@ -297,9 +312,11 @@ def compressed_allreduce_hook(
         ctxs.append(ctx)
         stats.extend(st)
         counts.append(len(st))
-    agreed = _agree(tuple(stats), group)
+    # On the state's control group: a separate worker, so this small exchange does not queue
+    # behind the previous buckets' compressed all-reduces (which would serialise the backward).
+    agreed = _agree(tuple(stats), state._control_group())
 
-    sent = x.clone() if state.error_feedback else x
+    residual = None
     plan: list[tuple[torch.Tensor, Decision]] = []
     decisions: list[tuple[float, int]] = []
     pos = 0
@@ -316,14 +333,20 @@ def compressed_allreduce_hook(
             stream = compress(
                 payload, d.error_bound, "abs", chunk_size=base.chunk_size, threads=threads
             )
-            payload = decompress(stream, threads=threads)
-            _scatter(sent, payload, slices)
+            decoded = decompress(stream, threads=threads)
+            if slices == [(0, x.numel())]:  # the whole bucket: no zero-filled buffer needed
+                residual = payload - decoded
+            else:
+                if residual is None:
+                    residual = torch.zeros_like(x)
+                _scatter(residual, payload - decoded, slices)
+            payload = decoded  # x' is what this rank contributes
         decisions.append((0.0 if d.exact else d.error_bound, payload.numel()))
         plan.append((payload, d))
 
     state.last_decisions[index] = decisions
-    if state.error_feedback:  # before any all_reduce writes into x (payloads may alias it)
-        state._store_residual(bucket, x - sent)  # x - x' (zero where exact)
+    if state.error_feedback:  # x - x' (zero where exact)
+        state._store_residual(bucket, residual if residual is not None else torch.zeros_like(x))
     futures = [_issue(payload, d, base, group) for payload, d in plan]
     state._maybe_increase_iter(bucket)
 

@@ -251,10 +251,16 @@ class NormRelative(Policy):
             raise ValueError(f"NormRelative.norm must be 'rms' or 'l2', got {self.norm!r}")
 
     def stats(self, tensor: torch.Tensor, ctx: CallContext) -> tuple[float, ...]:
-        t = tensor.detach().reshape(-1).double()
+        t = tensor.detach().reshape(-1)
         if t.numel() == 0:
             return (0.0,)
+        # In the tensor's own precision (a float64 copy of a large gradient bucket costs more
+        # than compressing it); only an overflowing float32 norm is redone in float64. The
+        # statistic only picks the bound (every rank then takes the agreed MAX), so float32
+        # accumulation error does not weaken any guarantee.
         l2 = float(torch.linalg.vector_norm(t))
+        if not math.isfinite(l2):
+            l2 = float(torch.linalg.vector_norm(t.double()))
         return (l2 / math.sqrt(t.numel()) if self.norm == "rms" else l2,)
 
     def decide(self, ctx: CallContext, stats: tuple[float, ...]) -> Decision:

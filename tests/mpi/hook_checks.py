@@ -86,14 +86,15 @@ def norm_and_relative() -> None:
     with zccl_torch.config(algorithm="ring"):
         policy.all_reduce(t, policy=NormRelative(1e-3))
     eb = zccl_torch.last_stats()["error_bound"]
-    assert math.isclose(eb, 1e-3 * rms, rel_tol=1e-12), (eb, rms)
+    assert math.isclose(eb, 1e-3 * rms, rel_tol=1e-6), (eb, rms)
     ref = sum(x.double() for x in terms)
     assert_within("normrel", t, ref, p * eb + rounding(terms, eb))
-    assert policy.effective_error_bound(data(rank()), policy=NormRelative(1e-3, "l2")) <= 1e-3 * l2
+    got = policy.effective_error_bound(data(rank()), policy=NormRelative(1e-3, "l2"))
+    assert got <= 1e-3 * l2 * (1 + 1e-6), (got, l2)  # the norm is taken in float32
     t = data(rank())
     with zccl_torch.config(algorithm="ring"):
         policy.all_reduce(t, policy=NormRelative(1e-3, "l2"))
-    assert math.isclose(zccl_torch.last_stats()["error_bound"], 1e-3 * l2, rel_tol=1e-12)
+    assert math.isclose(zccl_torch.last_stats()["error_bound"], 1e-3 * l2, rel_tol=1e-6)
     lo = min(float(x.min()) for x in terms)
     hi = max(float(x.max()) for x in terms)
     t = data(rank())
@@ -103,7 +104,7 @@ def norm_and_relative() -> None:
     t = data(rank())
     policy.broadcast(t, src=0, policy=NormRelative(1e-3))
     root_rms = float(terms[0].double().pow(2).mean().sqrt())
-    assert math.isclose(zccl_torch.last_stats()["error_bound"], 1e-3 * root_rms, rel_tol=1e-12)
+    assert math.isclose(zccl_torch.last_stats()["error_bound"], 1e-3 * root_rms, rel_tol=1e-6)
     assert_within("bcast", t, terms[0], 1e-3 * root_rms)
     # all_gather under a policy
     outs = [torch.empty(N) for _ in range(p)]
