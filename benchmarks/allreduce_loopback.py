@@ -37,9 +37,13 @@ def smooth_field(numel: int, seed: int) -> torch.Tensor:
     return torch.cat([flat, flat[: numel - flat.numel()]]) if flat.numel() < numel else flat[:numel]
 
 
-def timed_allreduce(x: torch.Tensor, algorithm: str, reps: int) -> tuple[list[float], torch.Tensor]:
+def timed_allreduce(
+    x: torch.Tensor, algorithm: str, reps: int
+) -> tuple[list[float], torch.Tensor, dict]:
+    """Per-rep times, the result, and the stats of the last timed all_reduce."""
     times = []
     out = x
+    stats: dict = {}
     for rep in range(reps + 1):  # the first run is the warm-up
         out = x.clone()
         dist.barrier()
@@ -47,11 +51,12 @@ def timed_allreduce(x: torch.Tensor, algorithm: str, reps: int) -> tuple[list[fl
         with zccl_torch.config(algorithm=algorithm):
             dist.all_reduce(out)
         local = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        stats = dict(zccl_torch.last_stats())  # before the timing all_reduce replaces them
         with zccl_torch.config(algorithm="mpi"):
             dist.all_reduce(local, op=dist.ReduceOp.MAX)
         if rep:
             times.append(float(local))
-    return times, out
+    return times, out, stats
 
 
 def main() -> None:
@@ -73,8 +78,9 @@ def main() -> None:
         dist.all_reduce(exact)
     results = {}
     for algorithm in CONTENDERS:
-        times, out = timed_allreduce(x, algorithm, args.reps)
-        stats = zccl_torch.last_stats() if algorithm != "mpi" else {}
+        times, out, stats = timed_allreduce(x, algorithm, args.reps)
+        if algorithm == "mpi":
+            stats = {}
         eb = stats.get("error_bound", 0.0)
         bound = zccl_torch._C.output_error_bound(algorithm, "sum", p, eb, True) if eb else 0.0
         err = float((out.double() - exact).abs().max())

@@ -171,8 +171,9 @@ class Survey:
 
 def timed_allreduce(
     partial: torch.Tensor, reps: int, options: zccl_torch.Options
-) -> tuple[float, torch.Tensor]:
-    """Median over ``reps`` (after a warm-up) of the slowest rank's all_reduce SUM time.
+) -> tuple[float, torch.Tensor, dict]:
+    """Median over ``reps`` (after a warm-up) of the slowest rank's all_reduce SUM time, the
+    result, and the backend's stats of the (last) timed all_reduce.
 
     ``options`` is the full configuration: a bare ``zccl_torch.config(algorithm=...)`` block
     would start from the ``ZCCL_*`` environment defaults, not from the group's ``pg_options``.
@@ -186,11 +187,12 @@ def timed_allreduce(
         with zccl_torch.config(options):
             dist.all_reduce(out)
         elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+        stats = zccl_torch.last_stats()  # before the timing all_reduce below replaces them
         with zccl_torch.config(algorithm="mpi"):
             dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         if rep:
             times.append(float(elapsed))
-    return statistics.median(times), out
+    return statistics.median(times), out, stats
 
 
 def exact_sum(t: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
@@ -339,9 +341,10 @@ def main(argv: list[str] | None = None) -> int:
     say(f"migration done in {time.perf_counter() - started:.1f} s")
 
     # ---- stacking: exact and compressed all_reduce -----------------------------------------
-    t_mpi, exact = timed_allreduce(partial, args.reps, replace(options, algorithm="mpi"))
-    t_zccl, lossy = timed_allreduce(partial, args.reps, replace(options, algorithm=args.algorithm))
-    stats = zccl_torch.last_stats()
+    t_mpi, exact, _ = timed_allreduce(partial, args.reps, replace(options, algorithm="mpi"))
+    t_zccl, lossy, stats = timed_allreduce(
+        partial, args.reps, replace(options, algorithm=args.algorithm)
+    )
     sent = exact_sum(torch.tensor([float(stats["bytes_sent"])], dtype=torch.float64))
     algorithm, eb = str(stats["algorithm"]), float(stats["error_bound"])
     if algorithm not in COMPRESSED or not stats["bytes_in"]:
