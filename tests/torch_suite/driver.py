@@ -88,11 +88,16 @@ def run_config(nprocs: int, config: str, out: Path, *, keywords: Sequence[str] =
             notes.append(_startup_failure(adir, reports, log))
             break
         reached = _merge(batch, reports, per_rank, adir)
+        n_done = len(order) - len(batch) + reached + 1
+        print(f"[{out.name}] job {attempt}: {n_done}/{len(order)} tests have an outcome",
+              flush=True)
         if all(rep and rep["state"] == "finished" for rep in reports) or reached + 1 >= len(batch):
             break
         if reports[0] and reports[0]["state"] != "stopped_after_failure":
+            noticed = [ln for ln in log.splitlines() if "mpirun noticed" in ln]
             notes.append(f"attempt{attempt}: job ended in {batch[reached]} "
-                         f"({[rep and rep['state'] for rep in reports]})")
+                         f"(rank states {[rep and rep['state'] for rep in reports]}) "
+                         + " ".join(noticed[:1]))
         batch = batch[reached + 1 :]
     summary = _summarize(nprocs, config, order or [], per_rank, notes, time.monotonic() - start)
     write_json(out / "summary.json", summary)
