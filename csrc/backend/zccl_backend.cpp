@@ -61,6 +61,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::enqueue(const char* name, c10d::OpTy
                                                     std::optional<c10::Stream> stream) {
   auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_, stream);
   const CallConfig config = resolve_for_thread(defaults_);  // captured on the caller's thread
+  seq_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
     if (stopping_) throw std::runtime_error("zccl: the process group has been shut down");

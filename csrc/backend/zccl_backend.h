@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #pragma GCC diagnostic pop
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -89,6 +90,12 @@ class ZcclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int src, int tag) override;
   // The Work's source_rank() names the sender.
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
+
+  // torch's per-group sequence number (object collectives on subgroups, debug tooling): the
+  // number of collectives issued on this group since setSequenceNumberForGroup, the same on
+  // every rank because every rank issues the same collectives in the same order.
+  void setSequenceNumberForGroup() override { seq_.store(0); }
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
   const CallConfig& defaults() const { return defaults_; }
   LastStats last_stats() const;
@@ -201,6 +208,8 @@ class ZcclBackend : public c10d::Backend {
   std::deque<PendingP2P> p2p_;
   bool p2p_stopping_ = false;
   std::thread p2p_thread_;
+
+  std::atomic<uint64_t> seq_{0};
 
   mutable std::mutex stats_mutex_;
   LastStats last_;

@@ -293,7 +293,12 @@ def run_all(case_cls: type[unittest.TestCase], names: list[str], report: Rank,
         report.save(state="startup_error", startup_error=traceback.format_exc()[-4000:])
         return EXIT_STARTUP
     barrier = FileBarrier(out / "sync", rank, world)
-    report.save(state="running")
+    import dataclasses
+
+    import zccl_torch
+
+    # The configuration the default group really got (provenance of the "default"/"exact" name).
+    report.save(state="running", options=dataclasses.asdict(zccl_torch.current_options()))
     for name in names:
         report.save(running=name)
         limit = SLOW.get(name, args.timeout)
