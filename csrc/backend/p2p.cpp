@@ -143,34 +143,44 @@ void ZcclBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAl
 }
 
 void ZcclBackend::run_monitored_barrier(std::chrono::milliseconds timeout, bool wait_all_ranks) {
-  const int p = comm_->size(), r = comm_->rank();
-  const int tag = comm_->next_tag_base();
-  const int tag_arrive = tag, tag_verdict = tag + 1;
+  // Fixed tags above the users' [0, 32767] on the p2p communicator: a rank that skipped an earlier
+  // (failed) monitored barrier must still meet the others at the next one, so the tags cannot come
+  // from a per-call counter. (A rank that arrives after rank 0 gave up leaves its arrival behind;
+  // the next monitored barrier takes it for that rank's arrival, as the protocol has no epoch.)
+  constexpr int kArriveTag = 32768 + 1, kVerdictTag = 32768 + 2;
+  const bool fixed = p2p_comm_->tag_ub() >= kVerdictTag;
+  transport::Comm& comm = fixed ? *p2p_comm_ : *comm_;
+  const int p = comm.size(), r = comm.rank();
+  const int base = fixed ? 0 : comm_->next_tag_base();
+  const int tag_arrive = fixed ? kArriveTag : base, tag_verdict = fixed ? kVerdictTag : base + 1;
   // Verdict: [count of failed ranks, the failed ranks...] (int64, at most p values).
   std::vector<int64_t> verdict(static_cast<size_t>(p) + 1, 0);
   if (r != 0) {
     const int64_t me = r;
-    comm_->send(&me, sizeof(me), 0, tag_arrive);
-    const size_t got = comm_->recv(verdict.data(), verdict.size() * sizeof(int64_t), 0, tag_verdict);
+    comm.send(&me, sizeof(me), 0, tag_arrive);
+    const size_t got = comm.recv(verdict.data(), verdict.size() * sizeof(int64_t), 0, tag_verdict);
     if (got < sizeof(int64_t) || verdict[0] == 0) return;
     std::string failed;
     for (int64_t i = 1; i <= verdict[0] && i < static_cast<int64_t>(verdict.size()); ++i) {
       failed += (failed.empty() ? "" : ", ") + std::to_string(verdict[static_cast<size_t>(i)]);
     }
-    throw std::runtime_error("zccl: [Rank " + std::to_string(r) + "]: rank 0 reported that rank(s) " + failed +
+    // Gloo's wording first (torch's tests and users' log filters look for it), then the cause.
+    throw std::runtime_error("zccl: Rank " + std::to_string(r) +
+                             " successfully reached monitoredBarrier, but received errors while waiting "
+                             "for send/recv from rank 0: rank 0 reported that rank(s) " + failed +
                              " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms");
   }
   // The receives of ranks that never arrive are cancelled when `recvs` is destroyed.
   std::vector<int64_t> arrivals(static_cast<size_t>(p), -1);
   std::vector<transport::Request> recvs(static_cast<size_t>(p));
-  for (int q = 1; q < p; ++q) recvs[q] = comm_->irecv(&arrivals[q], sizeof(int64_t), q, tag_arrive);
+  for (int q = 1; q < p; ++q) recvs[q] = comm.irecv(&arrivals[q], sizeof(int64_t), q, tag_arrive);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::vector<bool> arrived(static_cast<size_t>(p), false);
   arrived[0] = true;
   for (;;) {
     bool all = true;
     for (int q = 1; q < p; ++q) {
-      if (!arrived[q] && comm_->test(recvs[q])) arrived[q] = true;
+      if (!arrived[q] && comm.test(recvs[q])) arrived[q] = true;
       all = all && arrived[q];
     }
     if (all || std::chrono::steady_clock::now() > deadline) break;
@@ -185,14 +195,21 @@ void ZcclBackend::run_monitored_barrier(std::chrono::milliseconds timeout, bool 
   for (size_t i = 0; i < failed.size(); ++i) verdict[i + 1] = failed[i];
   std::vector<transport::Request> sends;
   for (int q = 1; q < p; ++q) {
-    if (arrived[q]) sends.push_back(comm_->isend(verdict.data(), verdict.size() * sizeof(int64_t), q, tag_verdict));
+    if (arrived[q]) sends.push_back(comm.isend(verdict.data(), verdict.size() * sizeof(int64_t), q, tag_verdict));
   }
-  comm_->wait_all(sends);
+  comm.wait_all(sends);
   if (failed.empty()) return;
   std::string list;
   for (int q : failed) list += (list.empty() ? "" : ", ") + std::to_string(q);
-  throw std::runtime_error("zccl: [Rank 0]: " + std::string(failed.size() == 1 ? "Rank " : "Ranks ") + list +
-                           " failed to pass monitoredBarrier in " + std::to_string(timeout.count()) + " ms");
+  std::string msg = "zccl: [Rank 0]: ";
+  // As with Gloo: a zero timeout leaves no time to wait for anyone ("timed out"); otherwise the
+  // ranks whose arrival never came "failed to pass".
+  if (timeout.count() <= 0 && !wait_all_ranks) {
+    msg += "Rank 0 timed out in monitoredBarrier after " + std::to_string(timeout.count()) + " ms; ";
+  }
+  msg += std::string(failed.size() == 1 ? "Rank " : "Ranks ") + list + " failed to pass monitoredBarrier in " +
+         std::to_string(timeout.count()) + " ms";
+  throw std::runtime_error(msg);
 }
 
 }  // namespace zccl::backend

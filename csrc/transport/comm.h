@@ -125,6 +125,7 @@ class Comm {
   Comm& operator=(const Comm&) = delete;
 
   int rank() const { return rank_; }
+  int tag_ub() const { return tag_ub_; }  // largest valid tag (MPI_TAG_UB, at least 32767)
   int size() const { return size_; }
   MPI_Comm raw() const { return comm_; }
 

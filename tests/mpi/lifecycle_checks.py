@@ -101,7 +101,8 @@ def monitored_barrier_names_missing_ranks() -> None:
             except RuntimeError as exc:
                 names = ", ".join(str(q) for q in missing)
                 expect = f"Ranks {names}" if len(missing) > 1 else f"Rank {names}"
-                if r != 0:
+                if r != 0:  # Gloo's wording, then the cause
+                    assert f"Rank {r} successfully reached monitoredBarrier" in str(exc), str(exc)
                     expect = f"rank(s) {names}"
                 text = str(exc)
                 assert expect in text and "failed to pass monitoredBarrier" in text, text
