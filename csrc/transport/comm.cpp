@@ -461,6 +461,15 @@ Request Comm::isend(const void* buf, size_t bytes, int peer, int tag) const {
 
 Request Comm::irecv(void* buf, size_t capacity, int peer, int tag) const {
   check_peer_tag("irecv", peer, tag, size_, tag_ub_);
+  return post_irecv(buf, capacity, peer, tag);
+}
+
+Request Comm::irecv_any(void* buf, size_t capacity, int tag) const {
+  check_peer_tag("irecv_any", 0, tag, size_, tag_ub_);  // (rank 0 always exists)
+  return post_irecv(buf, capacity, MPI_ANY_SOURCE, tag);
+}
+
+Request Comm::post_irecv(void* buf, size_t capacity, int peer, int tag) const {
   if (buf == nullptr && capacity > 0) throw std::invalid_argument("zccl: irecv: null buffer");
   Request req;
   req.what_ = "irecv";
@@ -476,28 +485,6 @@ Request Comm::irecv(void* buf, size_t capacity, int peer, int tag) const {
   const int rc = MPI_Irecv(buf, static_cast<int>(n), MPI_BYTE, peer, tag, comm_, &r);
   if (rc != MPI_SUCCESS) {
     throw make_error(rc, "MPI_Irecv " + request_desc("irecv", peer, tag, capacity, true));
-  }
-  req.parts_.push_back(r);
-  return req;
-}
-
-Request Comm::irecv_any(void* buf, size_t capacity, int tag) const {
-  check_peer_tag("irecv_any", 0, tag, size_, tag_ub_);
-  if (buf == nullptr && capacity > 0) throw std::invalid_argument("zccl: irecv_any: null buffer");
-  Request req;
-  req.what_ = "irecv";
-  req.comm_ = comm_;
-  req.peer_ = MPI_ANY_SOURCE;
-  req.tag_ = tag;
-  req.bytes_ = capacity;
-  req.rbuf_ = static_cast<unsigned char*>(buf);
-  req.recv_ = true;
-  const size_t n = std::min(capacity, max_piece_bytes());
-  MPI_Request r = MPI_REQUEST_NULL;
-  MpiGuard g;
-  const int rc = MPI_Irecv(buf, static_cast<int>(n), MPI_BYTE, MPI_ANY_SOURCE, tag, comm_, &r);
-  if (rc != MPI_SUCCESS) {
-    throw make_error(rc, "MPI_Irecv " + request_desc("irecv", MPI_ANY_SOURCE, tag, capacity, true));
   }
   req.parts_.push_back(r);
   return req;

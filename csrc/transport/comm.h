@@ -185,6 +185,8 @@ class Comm {
 
  private:
   explicit Comm(MPI_Comm comm);
+  // irecv / irecv_any after their checks (peer may be MPI_ANY_SOURCE).
+  Request post_irecv(void* buf, size_t capacity, int peer, int tag) const;
   // Waits for a non-blocking collective's request (deadline; abandoned, not freed, on timeout).
   void wait_collective(MPI_Request* reqs, size_t n, const char* what, size_t count) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
