@@ -47,6 +47,18 @@ struct CallDescription {
   bool count_must_match = true;  // false: all_to_all (per-rank counts differ legitimately)
 };
 
+// A description from its parts (dtype: an at::ScalarType value; -1 for "none").
+inline CallDescription describe_call(OpKind op, int dtype, uint64_t count, int reduce_op = -1,
+                                     int root = -1) {
+  CallDescription d;
+  d.op = op;
+  d.dtype = dtype;
+  d.count = count;
+  d.reduce_op = reduce_op;
+  d.root = root;
+  return d;
+}
+
 struct Agreement {
   double error_bound = 0.0;  // absolute bound to compress with (REL resolved on the agreed range)
   uint64_t largest_count = 0;  // max of every rank's count

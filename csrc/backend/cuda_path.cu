@@ -65,13 +65,7 @@ namespace {
 
 // What a CUDA collective is, for the agreement exchange (agreement.h).
 CallDescription cuda_call(OpKind op, const at::Tensor& t, uint64_t n, int reduce_op = -1, int root = -1) {
-  CallDescription d;
-  d.op = op;
-  d.dtype = static_cast<int>(t.scalar_type());
-  d.count = n;
-  d.reduce_op = reduce_op;
-  d.root = root;
-  return d;
+  return describe_call(op, static_cast<int>(t.scalar_type()), n, reduce_op, root);
 }
 
 std::runtime_error not_cuda(const char* what, const at::Tensor& t) {
@@ -253,10 +247,7 @@ void ZcclBackend::run_cuda_broadcast(at::Tensor& t, int root, const CallConfig& 
   double eb = agree("broadcast", cuda_call(OpKind::Broadcast, t, n, -1, root), nullptr, cfg, false);
   if (n == 0) return;
   if (compress) {
-    if (comm_->rank() == root && cfg.mode == BoundMode::Rel) {
-      const fz::FiniteRange r = cuda_range(s.buffer);
-      eb = r.any_finite ? rel_bound(cfg.error_bound, r.min, r.max) : 0.0;
-    }
+    if (comm_->rank() == root) eb = local_bound({s.buffer}, cfg);
     auto& ws = cuda_->workspace(t.device().index());
     coll::Stats stats;
     gpucoll::broadcast(*comm_, ws, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), root,
@@ -319,16 +310,7 @@ void ZcclBackend::run_cuda_scatter(const std::vector<at::Tensor>& ins, at::Tenso
     staged.push_back(Staged(t, true).buffer);
     blocks.push_back(staged.back().data_ptr());
   }
-  if (!staged.empty() && cfg.mode == BoundMode::Rel) {
-    double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-    for (const auto& b : staged) {
-      const fz::FiniteRange r = cuda_range(b);
-      if (!r.any_finite) continue;
-      lo = std::min(lo, r.min);
-      hi = std::max(hi, r.max);
-    }
-    eb = rel_bound(cfg.error_bound, lo, hi);
-  }
+  if (!staged.empty()) eb = local_bound(staged, cfg);
   auto& ws = cuda_->workspace(out.device().index());
   coll::Stats stats;
   gpucoll::scatter(*comm_, ws, blocks, dst.buffer.data_ptr(), n, compressed_dtype(dst.buffer.scalar_type()),

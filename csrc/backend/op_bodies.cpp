@@ -24,13 +24,7 @@ bool is_half(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
 
 CallDescription describe(OpKind op, at::ScalarType dtype, uint64_t count, int reduce_op = -1,
                          int root = -1) {
-  CallDescription d;
-  d.op = op;
-  d.dtype = static_cast<int>(dtype);
-  d.count = count;
-  d.reduce_op = reduce_op;
-  d.root = root;
-  return d;
+  return describe_call(op, static_cast<int>(dtype), count, reduce_op, root);
 }
 
 int reduce_code(const c10d::ReduceOp& op) { return static_cast<int>(op.op_); }

@@ -20,11 +20,9 @@ void ZcclBackend::run_sparse_allreduce(at::Tensor& t, const CallConfig& cfg) {
   const at::Tensor mine = t.coalesce();
   // The agreement compares dtype and the dense element count; the exact shape and the
   // sparse/dense split go in the metadata exchange below.
-  CallDescription call;
-  call.op = OpKind::SparseAllReduce;
-  call.reduce_op = static_cast<int>(c10d::ReduceOp::SUM);
-  call.dtype = static_cast<int>(t.scalar_type());
-  call.count = static_cast<uint64_t>(t.numel());
+  const CallDescription call =
+      describe_call(OpKind::SparseAllReduce, static_cast<int>(t.scalar_type()), static_cast<uint64_t>(t.numel()),
+                    static_cast<int>(c10d::ReduceOp::SUM));
   backend::agree(*comm_, "all_reduce (sparse)", call, cfg, std::nullopt, false);
 
   const int64_t sparse_dim = mine.sparse_dim();
