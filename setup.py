@@ -6,6 +6,9 @@ that is installed. Environment knobs:
 * ``ZCCL_MARCH``: ``-march`` value (default ``native``: this is a source build for the machine it
   runs on; the AVX2 kernels need it on x86). ``ZCCL_MARCH=none`` drops the flag (portable scalar
   kernels, several times slower).
+* ``ZCCL_WITH_ZSTD``: ``0`` builds without libzstd (default: with it when ``zstd.h`` is found;
+  ``scripts/setup.sh`` installs ``libzstd-dev``). Without it the lossless mode stores raw chunks
+  and streams that use the zstd codec cannot be read.
 * ``MPICC``: MPI compiler wrapper to query for include and link flags (default ``mpicc``).
 * ``ZCCL_CUDA_ARCH``: GPU architectures of the CUDA build (default ``90``; e.g. ``90;100``). The
   CUDA build (csrc/**/*.cu, ``ZCCL_WITH_CUDA=1``) happens only when torch has CUDA
@@ -18,6 +21,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -58,9 +62,24 @@ def sources() -> list[str]:
     return files
 
 
+def zstd_flags() -> tuple[list[str], list[str]]:
+    """Compile and link flags for the lossless codec (libzstd), or none when its header is absent.
+
+    ``ZCCL_WITH_ZSTD=0`` forces a build without it (lossless streams then use raw chunks).
+    """
+    if os.environ.get("ZCCL_WITH_ZSTD", "1") == "0":
+        return [], []
+    include_dirs = ["/usr/include", "/usr/local/include", os.environ.get("CONDA_PREFIX", "") + "/include"]
+    if not any(Path(d, "zstd.h").is_file() for d in include_dirs if d):
+        print("zccl: zstd.h not found, building without the lossless zstd codec", file=sys.stderr)
+        return [], []
+    return ["-DZCCL_WITH_ZSTD=1"], ["-lzstd"]
+
+
 def compile_args() -> list[str]:
     # OMPI_SKIP_MPICXX: use the C API only (the deprecated C++ bindings need libmpi_cxx).
     args = ["-O3", "-fopenmp", "-Wall", "-Wextra", "-ffp-contract=off", "-DOMPI_SKIP_MPICXX=1"]
+    args += zstd_compile
     march = os.environ.get("ZCCL_MARCH", "native")
     if march != "none":
         args.append(f"-march={march}")
@@ -84,7 +103,7 @@ def nvcc_args() -> list[str]:
     # -std it is given, so this must not undercut torch's own -std=c++20. MPI's include flags:
     # csrc/gpu_collectives includes mpi.h.
     args = ["-O3", "-fmad=false", "-std=c++20", "-DZCCL_WITH_CUDA=1", "-DOMPI_SKIP_MPICXX=1"]
-    args += [f for f in mpi_compile if f.startswith(("-I", "-D"))]
+    args += [f for f in mpi_compile if f.startswith(("-I", "-D"))] + zstd_compile
     for arch in os.environ.get("ZCCL_CUDA_ARCH", "90").replace(",", ";").split(";"):
         if arch.strip():
             args.append(f"-gencode=arch=compute_{arch.strip()},code=sm_{arch.strip()}")
@@ -92,6 +111,7 @@ def nvcc_args() -> list[str]:
 
 
 mpi_compile, mpi_link = mpi_flags()
+zstd_compile, zstd_link = zstd_flags()
 
 if cuda_enabled():
     extension = CUDAExtension(
@@ -101,14 +121,14 @@ if cuda_enabled():
             "cxx": [*compile_args(), *mpi_compile, "-DZCCL_WITH_CUDA=1"],
             "nvcc": nvcc_args(),
         },
-        extra_link_args=["-fopenmp", *mpi_link],
+        extra_link_args=["-fopenmp", *mpi_link, *zstd_link],
     )
 else:
     extension = CppExtension(
         name="zccl_torch._C",
         sources=sources(),
         extra_compile_args=compile_args() + mpi_compile,
-        extra_link_args=["-fopenmp", *mpi_link],
+        extra_link_args=["-fopenmp", *mpi_link, *zstd_link],
     )
 
 setup(

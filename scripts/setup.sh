@@ -7,7 +7,7 @@ PYTHON=${PYTHON:-python3}
 TORCH_PIN=${ZCCL_TORCH_PIN:-torch==2.13.0}
 
 # 1. System packages: Open MPI (library, headers, mpirun) and a C++ toolchain.
-apt_packages=(libopenmpi-dev openmpi-bin g++ make)
+apt_packages=(libopenmpi-dev openmpi-bin g++ make libzstd-dev)
 missing=()
 for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

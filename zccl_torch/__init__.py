@@ -7,6 +7,7 @@ Public API (compressor layer)::
 
     stream = zccl_torch.compress(tensor, error_bound=1e-4, mode="rel")
     restored = zccl_torch.decompress(stream)          # dtype and shape restored
+    exact = zccl_torch.compress(tensor, mode="lossless")  # bit-exact
     info = zccl_torch.stream_info(stream)             # header fields
     zccl_torch.max_compressed_size(torch.float32, n)  # worst-case stream bytes
 
@@ -16,10 +17,12 @@ See README.md for the error-bound contract and the stream format.
 from zccl_torch import backend as _backend
 from zccl_torch.compressor import (
     DEFAULT_CHUNK_SIZE,
+    FORMAT_VERSION,
     StreamInfo,
     compress,
     decompress,
     decompress_chunk,
+    lossless_codec,
     max_compressed_size,
     resolve_error_bound,
     stream_info,
@@ -35,6 +38,7 @@ from zccl_torch import hooks, policy  # noqa: E402
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
+    "FORMAT_VERSION",
     "CorruptStreamError",
     "Options",
     "StreamInfo",
@@ -45,6 +49,7 @@ __all__ = [
     "decompress_chunk",
     "hooks",
     "last_stats",
+    "lossless_codec",
     "max_compressed_size",
     "policy",
     "resolve_error_bound",

@@ -17,16 +17,38 @@ from zccl_torch import _C
 #: Values per independently decodable chunk (also the pipelining granularity).
 DEFAULT_CHUNK_SIZE: int = _C.DEFAULT_CHUNK_LEN
 
-_CODE_OF_DTYPE = {torch.float32: 1, torch.float64: 2}
+_CODE_OF_DTYPE = {torch.float32: 1, torch.float64: 2, torch.float16: 3, torch.bfloat16: 4}
 _DTYPE_OF_CODE = {code: dtype for dtype, code in _CODE_OF_DTYPE.items()}
+
+#: Stream format version that :func:`compress` writes (every older version still decodes).
+FORMAT_VERSION: int = _C.FORMAT_VERSION
+
+#: Lossless chunk codecs by name, as :class:`StreamInfo` reports them (see ``lossless_codecs``).
+_CODEC_NAMES = {0: "none", 1: "zstd"}
+_CODEC_AUTO = 255
+
+#: Modes of :func:`compress`.
+MODES = ("abs", "rel", "lossless")
+
+
+def lossless_codec() -> str:
+    """The codec ``mode="lossless"`` uses in this build: ``"zstd"`` (byte planes + zstd level 1
+    per chunk) when the extension was built with libzstd, else ``"none"`` (raw chunks)."""
+    return "zstd" if _C.lossless_codec_available(1) else "none"
 
 ProgressCallback = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
 class StreamInfo:
-    """Header of a compressed stream, as :func:`stream_info` reads it."""
+    """Header of a compressed stream, as :func:`stream_info` reads it.
 
+    ``version`` is the stream format version (1 or 2); ``lossless_codec`` is ``"zstd"`` for a
+    stream made with ``mode="lossless"`` by a build with zstd, else ``"none"``.
+    """
+
+    version: int
+    lossless_codec: str
     dtype: torch.dtype
     numel: int
     shape: tuple[int, ...]
@@ -41,8 +63,8 @@ def _check_dtype(dtype: torch.dtype) -> int:
     code = _CODE_OF_DTYPE.get(dtype)
     if code is None:
         raise TypeError(
-            f"zccl_torch compresses float32 and float64 tensors only, got {dtype}; "
-            "cast first (e.g. tensor.float()) or send it uncompressed"
+            f"zccl_torch compresses float32, float64, float16 and bfloat16 tensors only, got "
+            f"{dtype}; cast first (e.g. tensor.float()) or send it uncompressed"
         )
     return code
 
@@ -71,13 +93,24 @@ def _check_chunk_size(chunk_size: int) -> int:
     return chunk_size
 
 
-def resolve_error_bound(tensor: torch.Tensor, error_bound: float, mode: str = "abs") -> float:
+def resolve_error_bound(
+    tensor: torch.Tensor, error_bound: float | None, mode: str = "abs"
+) -> float:
     """Returns the absolute bound that ``compress(tensor, error_bound, mode)`` would use.
 
     ``mode="abs"``: ``error_bound`` itself. ``mode="rel"``: ``error_bound`` times the value range
     (max - min over the finite values) of ``tensor``; a tensor with no finite values, or a constant
-    one, has range 0 and so is stored exactly.
+    one, has range 0 and so is stored exactly. ``mode="lossless"``: 0 (``error_bound`` must be
+    ``None`` or 0).
     """
+    if mode == "lossless":
+        if error_bound is not None and error_bound != 0:
+            raise ValueError(
+                f"mode='lossless' takes no error bound (None or 0), got {error_bound!r}"
+            )
+        return 0.0
+    if error_bound is None:
+        raise TypeError(f"mode={mode!r} needs an error_bound (only mode='lossless' takes none)")
     if isinstance(error_bound, bool) or not isinstance(error_bound, (int, float)):
         raise TypeError(f"error_bound must be a real number, got {type(error_bound).__name__}")
     error_bound = float(error_bound)
@@ -86,7 +119,7 @@ def resolve_error_bound(tensor: torch.Tensor, error_bound: float, mode: str = "a
     if mode == "abs":
         return error_bound
     if mode != "rel":
-        raise ValueError(f"mode must be 'abs' or 'rel', got {mode!r}")
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     _check_dtype(tensor.dtype)
     lo, hi, finite = _C.finite_range(tensor.detach().contiguous(), 0)
     if not finite:
@@ -99,24 +132,31 @@ def resolve_error_bound(tensor: torch.Tensor, error_bound: float, mode: str = "a
 
 def compress(
     tensor: torch.Tensor,
-    error_bound: float,
+    error_bound: float | None = None,
     mode: str = "abs",
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     threads: int | None = None,
     progress: ProgressCallback | None = None,
 ) -> torch.Tensor:
-    """Compresses a CPU float32/float64 tensor into a self-describing ``torch.uint8`` stream.
+    """Compresses a CPU floating-point tensor into a self-describing ``torch.uint8`` stream.
 
     Every finite value ``x`` comes back as ``x'`` with ``abs(x - x') <= eb`` computed in float64,
-    where ``eb`` is the absolute bound (see :func:`resolve_error_bound`). NaN and +/-Inf, and any
-    value that cannot be quantised safely, are stored exactly. ``error_bound=0`` is lossless.
+    where ``eb`` is the absolute bound (see :func:`resolve_error_bound`) and ``x'`` the value
+    decoded in the tensor's own dtype. NaN and +/-Inf, and any value that cannot be quantised
+    safely, are stored exactly. float16 and bfloat16 tensors are compressed natively (quantised
+    in float32, reconstructed in their own precision; the stream is measured against 2-byte
+    values). ``mode="lossless"`` (or ``error_bound=0``) is bit-exact for every value, NaN
+    payloads, -0.0 and denormals included; its chunks are coded with :func:`lossless_codec`.
+    Chunks whose values all have the same bits cost a few bytes, and a run of them 8 bytes per
+    chunk, whatever the mode.
 
     Args:
-        tensor: CPU tensor of dtype float32 or float64, any shape. Non-contiguous tensors are
-            copied to contiguous memory first.
-        error_bound: the bound, interpreted according to ``mode``.
-        mode: ``"abs"`` (absolute) or ``"rel"`` (relative to the tensor's finite value range).
+        tensor: CPU tensor of dtype float32, float64, float16 or bfloat16, any shape.
+            Non-contiguous tensors are copied to contiguous memory first.
+        error_bound: the bound, interpreted according to ``mode`` (omit it for lossless).
+        mode: ``"abs"`` (absolute), ``"rel"`` (relative to the tensor's finite value range) or
+            ``"lossless"``.
         chunk_size: values per independently decodable chunk (multiple of 32, at most 65536).
         threads: OpenMP threads; ``None`` uses the OpenMP default (``OMP_NUM_THREADS``).
         progress: optional ``progress(chunks_done, chunks_total)`` called between chunks; the
@@ -138,7 +178,7 @@ def compress(
     src = tensor.detach().contiguous()
     return _C.compress(
         src, code, eb, _check_chunk_size(chunk_size), _check_threads(threads), list(src.shape),
-        progress,
+        progress, _CODEC_AUTO,
     )
 
 
@@ -156,6 +196,8 @@ def stream_info(stream: torch.Tensor) -> StreamInfo:
     """Reads and validates a stream's header and chunk table (raises CorruptStreamError)."""
     raw = _C.stream_info(_as_stream(stream))
     return StreamInfo(
+        version=raw["version"],
+        lossless_codec=_CODEC_NAMES[raw["lossless_codec"]],
         dtype=_DTYPE_OF_CODE[raw["dtype"]],
         numel=raw["count"],
         shape=tuple(raw["shape"]),

@@ -9,8 +9,11 @@ their group's options with the block's fields replaced.
 field                       environment variable     default     meaning
 ==========================  =======================  ==========  ================================
 error_bound                 ZCCL_ERROR_BOUND         1e-4        bound per compression
-mode                        ZCCL_MODE                "rel"       "abs", or "rel" to the value
-                                                                 range agreed across ranks
+mode                        ZCCL_MODE                "rel"       "abs", "rel" to the value range
+                                                                 agreed across ranks, or
+                                                                 "lossless" (bit-exact,
+                                                                 error_bound ignored; chunks
+                                                                 coded with zstd)
 threads                     ZCCL_THREADS             0           compressor threads (0: OpenMP
                                                                  default, OMP_NUM_THREADS)
 chunk_size                  ZCCL_CHUNK_SIZE          5120        pipelined compressor chunk
@@ -47,7 +50,7 @@ from zccl_torch import _C
 
 ALGORITHMS = ("auto", "ring", "recursive_doubling", "mpi", "cprp2p")
 BASELINES = (None, "mpi", "cprp2p")
-MODES = ("abs", "rel")
+MODES = ("abs", "rel", "lossless")
 
 
 @dataclass(frozen=True)

@@ -104,7 +104,13 @@ std::string format_value(int field, double v) {
       if (v < 0) return "none";
       return c10::toString(static_cast<at::ScalarType>(static_cast<int>(v)));
     case kAlgorithm: return coll::algorithm_name(static_cast<coll::Algorithm>(static_cast<int>(v)));
-    case kMode: return static_cast<BoundMode>(static_cast<int>(v)) == BoundMode::Abs ? "abs" : "rel";
+    case kMode:
+      switch (static_cast<BoundMode>(static_cast<int>(v))) {
+        case BoundMode::Abs: return "abs";
+        case BoundMode::Rel: return "rel";
+        case BoundMode::Lossless: return "lossless";
+      }
+      return "unknown";
     case kErrorBound: std::snprintf(buf, sizeof(buf), "%.17g", v); return buf;
     case kOwnerExact:
     case kCheckAgreement: return v != 0.0 ? "True" : "False";
@@ -162,7 +168,7 @@ Agreement agree(const transport::Comm& comm, const char* what, const CallDescrip
                 const CallConfig& cfg, const std::optional<fz::FiniteRange>& range,
                 bool rel_needed, bool largest_needed) {
   Agreement out;
-  out.error_bound = cfg.error_bound;
+  out.error_bound = cfg.mode == BoundMode::Lossless ? 0.0 : cfg.error_bound;
   out.largest_count = call.count;
   const bool rel = rel_needed && cfg.mode == BoundMode::Rel;
   if (!cfg.check_agreement && !rel && !largest_needed) return out;

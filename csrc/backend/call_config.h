@@ -13,6 +13,7 @@ namespace zccl::backend {
 enum class BoundMode : uint8_t {
   Abs,  // error_bound is absolute
   Rel,  // error_bound is relative to the value range, agreed across ranks before compressing
+  Lossless,  // bit-exact: error_bound is ignored (0), chunks go through the lossless codec
 };
 
 struct CallConfig {

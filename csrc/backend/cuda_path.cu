@@ -195,6 +195,8 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::cuda_scatter(at::Tensor& output, std
 // Worker thread, backend stream current.
 
 fz::FiniteRange ZcclBackend::cuda_range(const at::Tensor& t) const {
+  // The GPU codec has no half streams: the range of a half tensor is taken on its widening.
+  if (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16) return cuda_range(t.to(at::kFloat));
   const fz::DType dt = compressed_dtype(t.scalar_type());
   const uint64_t n = static_cast<uint64_t>(t.numel());
   // Scratch from the caching allocator (no cudaMalloc once warm) and a pinned result word.

@@ -1,8 +1,8 @@
 // The CPU op bodies of the zccl backend, run on the group's worker thread. Each one:
 //   1. decides whether the payload takes the compressed path (float dtype, supported reduce op,
 //      at least min_compress_bytes, algorithm not "mpi");
-//   2. stages the tensor (contiguous; half types widened to float32 when they are compressed or
-//      reduced);
+//   2. stages the tensor (contiguous; half types widened to float32 for the reductions, which
+//      accumulate in float32; the data-movement ops send them as native half streams);
 //   3. agrees with the other ranks on what the call is, in one small exchange that also carries
 //      the value range a REL bound needs (agreement.h): a mismatch raises on every rank;
 //   4. runs the ZCCL collective (collectives/) or the exact MPI one (transport/), records stats;
@@ -34,6 +34,7 @@ int reduce_code(const c10d::ReduceOp& op) { return static_cast<int>(op.op_); }
 // The absolute bound for data only this rank compresses (broadcast/scatter roots, sends): a REL
 // bound needs no agreement then, the sender's own value range (over all its parts) defines it.
 double ZcclBackend::local_bound(const std::vector<at::Tensor>& parts, const CallConfig& cfg) const {
+  if (cfg.mode == BoundMode::Lossless) return 0.0;
   if (cfg.mode != BoundMode::Rel) return cfg.error_bound;
   double lo = std::numeric_limits<double>::infinity();
   double hi = -lo;
@@ -124,7 +125,7 @@ void ZcclBackend::run_allreduce(at::Tensor& t, const c10d::ReduceOp& op, const C
 void ZcclBackend::run_broadcast(at::Tensor& t, int root, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const bool compress = compressed_path(t.scalar_type(), n, cfg);
-  Staged s(t, compress);
+  Staged s(t, /*widen_half=*/false);  // data movement: half tensors travel as half streams
   // Only the root compresses, so a REL bound needs no agreement: the root's own range.
   double eb = agree("broadcast", describe(OpKind::Broadcast, t.scalar_type(), n, -1, root), nullptr,
                     cfg, false);
@@ -168,8 +169,8 @@ void ZcclBackend::run_reduce(at::Tensor& t, const c10d::ReduceOp& op, int root, 
 void ZcclBackend::run_allgather(const at::Tensor& in, at::Tensor& flat_out, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(in.numel());
   const bool compress = compressed_path(in.scalar_type(), n, cfg);
-  Staged src(in, compress);
-  Staged dst(flat_out, compress);
+  Staged src(in, /*widen_half=*/false);
+  Staged dst(flat_out, /*widen_half=*/false);
   const double eb = agree("all_gather", describe(OpKind::AllGather, in.scalar_type(), n), &src.buffer,
                           cfg, compress);
   if (n == 0) return;
@@ -214,9 +215,9 @@ void ZcclBackend::run_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out,
 void ZcclBackend::run_gather(const at::Tensor& in, at::Tensor* flat_out, int root, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(in.numel());
   const bool compress = compressed_path(in.scalar_type(), n, cfg);
-  Staged src(in, compress);
+  Staged src(in, /*widen_half=*/false);
   std::optional<Staged> dst;
-  if (flat_out != nullptr) dst.emplace(*flat_out, compress);
+  if (flat_out != nullptr) dst.emplace(*flat_out, /*widen_half=*/false);
   const double eb = agree("gather", describe(OpKind::Gather, in.scalar_type(), n, -1, root),
                           &src.buffer, cfg, compress);
   if (n == 0) return;
@@ -237,7 +238,7 @@ void ZcclBackend::run_scatter(const std::vector<at::Tensor>& ins, at::Tensor& ou
                               const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(out.numel());
   const bool compress = compressed_path(out.scalar_type(), n, cfg);
-  Staged dst(out, compress);
+  Staged dst(out, /*widen_half=*/false);
   double eb = agree("scatter", describe(OpKind::Scatter, out.scalar_type(), n, -1, root), nullptr, cfg,
                     false);
   if (n == 0) return;
@@ -257,7 +258,7 @@ void ZcclBackend::run_scatter(const std::vector<at::Tensor>& ins, at::Tensor& ou
   std::vector<at::Tensor> staged;
   std::vector<const void*> blocks;
   for (const auto& t : ins) {
-    staged.push_back(Staged(t, true).buffer);
+    staged.push_back(Staged(t, /*widen_half=*/false).buffer);
     blocks.push_back(staged.back().data_ptr());
   }
   if (!staged.empty()) eb = local_bound(staged, cfg);
@@ -282,7 +283,7 @@ void ZcclBackend::run_alltoall(const at::Tensor& in, at::Tensor& out,
   const uint64_t mine = static_cast<uint64_t>(in.numel());
   const bool may_compress =
       is_compressible_dtype(in.scalar_type()) && cfg.algorithm != coll::Algorithm::Mpi;
-  Staged src(in, may_compress);
+  Staged src(in, /*widen_half=*/false);
   CallDescription call = describe(OpKind::AllToAll, in.scalar_type(), mine);
   call.count_must_match = false;
   std::optional<fz::FiniteRange> range;
@@ -290,7 +291,7 @@ void ZcclBackend::run_alltoall(const at::Tensor& in, at::Tensor& out,
   const Agreement agreed =
       backend::agree(*comm_, "all_to_all", call, cfg, range, may_compress, /*largest_needed=*/true);
   const bool compress = compressed_path(in.scalar_type(), agreed.largest_count, cfg);
-  Staged dst(out, compress);
+  Staged dst(out, /*widen_half=*/false);
   if (compress) {
     coll::Stats stats;
     coll::alltoallv(*comm_, src.buffer.data_ptr(), send_counts, sd, dst.buffer.data_ptr(), recv_counts, rd,
@@ -298,10 +299,7 @@ void ZcclBackend::run_alltoall(const at::Tensor& in, at::Tensor& out,
                     &stats);
     record("all_to_all", stats, agreed.error_bound);
   } else {
-    // src may hold a float32 widening of a half tensor (staged for compression): send the
-    // original's bytes then.
-    const at::Tensor exact_src = src.buffer.scalar_type() == in.scalar_type() ? src.buffer : in.contiguous();
-    comm_->alltoallv(exact_src.data_ptr(), send_counts, sd, dst.buffer.data_ptr(), recv_counts, rd,
+    comm_->alltoallv(src.buffer.data_ptr(), send_counts, sd, dst.buffer.data_ptr(), recv_counts, rd,
                      mpi_datatype(in.scalar_type()));
     record_exact("all_to_all", mine * in.element_size());
   }

@@ -46,14 +46,14 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensor
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const std::string to = "the receive of rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
   if (compressed_path(t.scalar_type(), n, cfg)) {
-    const at::Tensor wide = t.scalar_type() == at::kDouble ? t : t.to(at::kFloat);
-    const fz::DType dt = compressed_dtype(wide.scalar_type());
+    // Every floating type travels as its own stream (half types as half streams).
+    const fz::DType dt = compressed_dtype(t.scalar_type());
     fz::CompressParams params;
-    params.error_bound = local_bound({wide}, cfg);
+    params.error_bound = local_bound({t}, cfg);
     params.chunk_len = cfg.chunk_len;
     params.threads = cfg.threads;
     auto stream = std::make_shared<std::vector<uint8_t>>(fz::max_compressed_size(dt, n, cfg.chunk_len));
-    stream->resize(fz::compress(wide.data_ptr(), dt, n, params, stream->data(), stream->size()));
+    stream->resize(fz::compress(t.data_ptr(), dt, n, params, stream->data(), stream->size()));
     transport::Request req = p2p_comm_->isend(stream->data(), stream->size(), dst, tag);
     return post_p2p("send", c10d::OpType::SEND, tensors, std::move(req), [stream](size_t, int) {}, to);
   }
@@ -99,9 +99,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
                             " values, the receiving tensor holds " + std::to_string(n) + " " +
                             fz::dtype_name(dt) + " values");
                       }
-                      at::Tensor buf = at::empty({static_cast<int64_t>(n)},
-                                                 out.options().dtype(dt == fz::DType::Float64 ? at::kDouble
-                                                                                             : at::kFloat));
+                      at::Tensor buf = at::empty({static_cast<int64_t>(n)}, out.options());
                       fz::decompress(stream->data(), bytes, buf.data_ptr(), n, 0);
                       out.copy_(buf.view(out.sizes()));
                     },

@@ -12,7 +12,12 @@ bool is_compressible_dtype(at::ScalarType t) {
 bool is_floating(at::ScalarType t) { return is_compressible_dtype(t); }
 
 fz::DType compressed_dtype(at::ScalarType t) {
-  return t == at::kDouble ? fz::DType::Float64 : fz::DType::Float32;
+  switch (t) {
+    case at::kDouble: return fz::DType::Float64;
+    case at::kHalf: return fz::DType::Float16;
+    case at::kBFloat16: return fz::DType::BFloat16;
+    default: return fz::DType::Float32;
+  }
 }
 
 MPI_Datatype mpi_datatype(at::ScalarType t) {

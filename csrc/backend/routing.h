@@ -13,10 +13,11 @@
 
 namespace zccl::backend {
 
-// float32/float64 compress natively; float16/bfloat16 compress after widening to float32.
+// Floating types compress. float16/bfloat16 travel as native half streams in the data-movement
+// collectives and are widened to float32 for the reductions (which accumulate in float32).
 bool is_compressible_dtype(at::ScalarType t);
 bool is_floating(at::ScalarType t);
-// fZ-light dtype of the (widened) tensor: Float64 for double, Float32 otherwise.
+// fZ-light dtype of a (staged) buffer of type t.
 fz::DType compressed_dtype(at::ScalarType t);
 // MPI datatype moving the tensor's bytes exactly (half types as 16-bit integers).
 MPI_Datatype mpi_datatype(at::ScalarType t);

@@ -9,14 +9,15 @@
 
 namespace zccl::backend {
 
-// The buffer the compressed path works on: a float32 widening of half types, the tensor itself
-// when it is contiguous float32/float64, a contiguous copy otherwise. write_back() copies it back.
+// The buffer a collective works on: a float32 widening of half types when `widen_half` (the
+// reductions, and the GPU path, whose codec has no half streams), the tensor itself when it is
+// contiguous, a contiguous copy otherwise. write_back() copies it back.
 struct Staged {
   at::Tensor original;
   at::Tensor buffer;
-  explicit Staged(const at::Tensor& t, bool compressed) : original(t) {
+  explicit Staged(const at::Tensor& t, bool widen_half) : original(t) {
     const bool half = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
-    if (compressed && half) {
+    if (widen_half && half) {
       buffer = t.to(at::kFloat).contiguous();
     } else {
       buffer = t.contiguous();

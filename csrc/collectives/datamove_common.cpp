@@ -22,6 +22,9 @@ MPI_Datatype mpi_type(DType dt) {
       return MPI_FLOAT;
     case DType::Float64:
       return MPI_DOUBLE;
+    case DType::Float16:
+    case DType::BFloat16:
+      return MPI_UINT16_T;  // moved, never reduced, by the data-movement collectives
   }
   throw std::invalid_argument("zccl: unknown dtype " + std::to_string(static_cast<int>(dt)));
 }
@@ -250,7 +253,7 @@ void check_plan(const SegmentPlan& plan, const char* op, int from) {
             plan.frame_bytes <= kMaxPlanCount;
   if (ok) {
     // Between the smallest and the largest worst case over dtypes and chunk lengths.
-    const size_t lo = fz::max_compressed_size(DType::Float32, plan.seg_values, fz::kMaxChunkLen);
+    const size_t lo = fz::max_compressed_size(DType::Float16, plan.seg_values, fz::kMaxChunkLen);
     const size_t hi = fz::max_compressed_size(DType::Float64, plan.seg_values, fz::kBlockLen);
     ok = plan.seg_capacity >= lo && plan.seg_capacity <= hi;
   }

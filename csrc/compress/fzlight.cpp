@@ -7,13 +7,19 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 
 #include "crc32c.h"
 #include "fzlight_block.h"
 #include "fzlight_format.h"
+
+#if defined(ZCCL_WITH_ZSTD)
+#include <zstd.h>
+#endif
 
 namespace zccl::fz {
 namespace {
@@ -26,17 +32,87 @@ namespace fmt = format;
 // bits/value. (With plain 2*eb bins about 1 value in 10^4 becomes an outlier at REL 1e-4.)
 constexpr double kBinShrink = 1.0 - 1.0 / 1024.0;
 
+size_t raw_chunk_bytes(uint32_t m, size_t elem) { return 1 + static_cast<size_t>(m) * elem; }
+
+// Lossless codec 1 (fzlight_format.h): byte k of every value into plane k, so the exponent and
+// high mantissa bytes, which repeat, sit together where zstd finds them. Measured against the
+// alternatives in benchmarks/lossless_candidates.py (see README, "Lossless mode").
+void byte_planes_split(const uint8_t* src, uint32_t m, size_t elem, uint8_t* planes) {
+  for (size_t k = 0; k < elem; ++k) {
+    uint8_t* plane = planes + k * m;
+    for (uint32_t i = 0; i < m; ++i) plane[i] = src[i * elem + k];
+  }
+}
+
+void byte_planes_join(const uint8_t* planes, uint32_t m, size_t elem, uint8_t* dst) {
+  for (size_t k = 0; k < elem; ++k) {
+    const uint8_t* plane = planes + k * m;
+    for (uint32_t i = 0; i < m; ++i) dst[i * elem + k] = plane[i];
+  }
+}
+
+#if defined(ZCCL_WITH_ZSTD)
+// zstd level 1: the fastest level that still finds the byte planes' repeats (level 3 gains a few
+// percent of ratio at half the speed, measured in benchmarks/lossless_candidates.py).
+constexpr int kZstdLevel = 1;
+
+// One thread's zstd contexts, created on first use and freed with the scratch.
+class ZstdContexts {
+ public:
+  // Compresses n bytes into dst (room for `cap`); 0 when the frame would not be smaller than cap.
+  size_t compress(const uint8_t* src, size_t n, uint8_t* dst, size_t cap) {
+    if (!cctx_) cctx_.reset(ZSTD_createCCtx());
+    if (!cctx_) throw std::bad_alloc();
+    const size_t r = ZSTD_compressCCtx(cctx_.get(), dst, cap, src, n, kZstdLevel);
+    return ZSTD_isError(r) || r >= cap ? 0 : r;
+  }
+  // True when the frame decodes to exactly n bytes.
+  bool decompress(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
+    if (!dctx_) dctx_.reset(ZSTD_createDCtx());
+    if (!dctx_) throw std::bad_alloc();
+    if (ZSTD_getFrameContentSize(src, len) != n) return false;
+    const size_t r = ZSTD_decompressDCtx(dctx_.get(), dst, n, src, len);
+    return !ZSTD_isError(r) && r == n;
+  }
+
+ private:
+  struct FreeC {
+    void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+  };
+  struct FreeD {
+    void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
+  };
+  std::unique_ptr<ZSTD_CCtx, FreeC> cctx_;
+  std::unique_ptr<ZSTD_DCtx, FreeD> dctx_;
+};
+#else
+// Built without zstd: codec 1 is unavailable (compress falls back to raw chunks, and parse()
+// refuses codec-1 streams with a clear error before any chunk is decoded).
+class ZstdContexts {
+ public:
+  size_t compress(const uint8_t*, size_t, uint8_t*, size_t) { return 0; }
+  bool decompress(const uint8_t*, size_t, uint8_t*, size_t) { return false; }
+};
+#endif
+
 template <class T>
 using Quantizer = block::Quantizer<T>;
 
-// Outliers found while encoding one chunk; reserved once per thread, so encoding never allocates.
-template <class T>
-struct OutlierBuffer {
-  std::vector<uint16_t> index;
-  std::vector<T> value;
-  explicit OutlierBuffer(uint32_t chunk_len) {
-    index.reserve(chunk_len);
-    value.reserve(chunk_len);
+// Per-thread working memory of the chunk coders, sized once for the stream's chunk length so
+// encoding and decoding never allocate per chunk.
+template <class S>
+struct Scratch {
+  std::vector<uint16_t> outlier_index;
+  std::vector<S> outlier_value;
+  std::vector<uint8_t> planes;   // encoded blocks' planes before they move into place
+  std::vector<uint8_t> lengths;  // code lengths of the nonzero blocks
+  std::vector<uint8_t> bytes;    // byte planes of the lossless codec
+  ZstdContexts zstd;
+  explicit Scratch(uint32_t chunk_len, bool lossless)
+      : planes(raw_chunk_bytes(chunk_len, sizeof(S))), lengths(chunk_len / kBlockLen + 1) {
+    outlier_index.reserve(chunk_len);
+    outlier_value.reserve(chunk_len);
+    if (lossless) bytes.resize(static_cast<size_t>(chunk_len) * sizeof(S));
   }
 };
 
@@ -62,45 +138,71 @@ int resolve_threads(int threads, uint64_t units) {
 // Parallel units of chunk work: four default-sized chunks (~80 KB of float32) per thread at least.
 uint64_t chunk_units(uint64_t chunks) { return (chunks + 3) / 4; }
 
-size_t raw_chunk_bytes(uint32_t m, size_t elem) { return 1 + static_cast<size_t>(m) * elem; }
-
 uint32_t chunk_values(uint64_t count, uint32_t chunk_len, uint64_t c) {
   return static_cast<uint32_t>(std::min<uint64_t>(chunk_len, count - c * chunk_len));
+}
+
+// True when all m values have the same bits (a constant chunk). memcmp of the chunk against
+// itself shifted by one value stops at the first difference, so varied data costs next to nothing.
+template <class S>
+bool all_same_bits(const S* x, uint32_t m) {
+  return m <= 1 || std::memcmp(x, x + 1, static_cast<size_t>(m - 1) * sizeof(S)) == 0;
+}
+
+template <class S>
+bool same_bits(const S& a, const S& b) {
+  return std::memcmp(&a, &b, sizeof(S)) == 0;
 }
 
 // ------------------------------------------------------------------------------------------
 // One chunk.
 
-template <class T>
-size_t encode_chunk(const T* x, uint32_t m, const Quantizer<T>* qz, uint8_t* dst,
-                    OutlierBuffer<T>& outliers) {
-  const size_t raw_bytes = raw_chunk_bytes(m, sizeof(T));
-  auto write_raw = [&] {
-    dst[0] = fmt::kChunkRaw;
-    std::memcpy(dst + 1, x, static_cast<size_t>(m) * sizeof(T));
-    return raw_bytes;
-  };
-  const uint32_t nblocks = (m + kBlockLen - 1) / kBlockLen;
-  if (qz == nullptr || fmt::kEncodedChunkFixedBytes + nblocks >= raw_bytes) return write_raw();
+template <class S>
+size_t write_raw(const S* x, uint32_t m, uint8_t* dst) {
+  dst[0] = fmt::kChunkRaw;
+  std::memcpy(dst + 1, x, static_cast<size_t>(m) * sizeof(S));
+  return raw_chunk_bytes(m, sizeof(S));
+}
 
-  uint8_t* lens = dst + fmt::kEncodedChunkFixedBytes;
-  size_t pos = fmt::kEncodedChunkFixedBytes + nblocks;
-  outliers.index.clear();
-  outliers.value.clear();
+template <class S>
+size_t write_constant(const S& v, uint8_t* dst) {
+  dst[0] = fmt::kChunkConstant;
+  std::memcpy(dst + 1, &v, sizeof(S));
+  return 1 + sizeof(S);
+}
+
+// Quantise + Lorenzo + bit planes (version-2 layout); raw when that would not be smaller.
+template <class K>
+size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename K::C>& qz,
+                    uint8_t* dst, Scratch<typename K::S>& s) {
+  using S = typename K::S;
+  const size_t raw_bytes = raw_chunk_bytes(m, sizeof(S));
+  const uint32_t nblocks = (m + kBlockLen - 1) / kBlockLen;
+  const uint32_t bm_bytes = fmt::bitmap_bytes(nblocks);
+  const size_t fixed = fmt::kEncodedChunkFixedBytes + bm_bytes;
+  if (fixed >= raw_bytes) return write_raw(x, m, dst);
+  const size_t room = raw_bytes - fixed;  // for lengths, planes and outliers
+
+  uint8_t* bitmap = dst + fmt::kEncodedChunkFixedBytes;
+  std::memset(bitmap, 0, bm_bytes);
+  s.outlier_index.clear();
+  s.outlier_value.clear();
+  size_t planes = 0;
+  uint32_t nonzero = 0;
   alignas(32) int32_t q[kBlockLen];
-  alignas(32) T padded[kBlockLen];
+  alignas(32) S padded[kBlockLen];
   uint32_t words[kBlockLen + 1];
   int32_t prev = 0;
   for (uint32_t b = 0; b < nblocks; ++b) {
     const uint32_t base = b * kBlockLen;
     const uint32_t n = std::min(kBlockLen, m - base);
-    const T* xb = x + base;
+    const S* xb = x + base;
     if (n < kBlockLen) {  // partial last block: pad, and later repeat the last code (delta 0)
-      std::fill(padded, padded + kBlockLen, T(0));
+      std::fill(padded, padded + kBlockLen, S(0));
       std::copy(xb, xb + n, padded);
       xb = padded;
     }
-    uint32_t bad = block::quantize(xb, *qz, q);
+    uint32_t bad = block::quantize<K>(xb, qz, q);
     if (n < kBlockLen) bad &= (1u << n) - 1u;
     if (b == 0) {
       prev = (bad & 1u) ? 0 : q[0];
@@ -110,99 +212,214 @@ size_t encode_chunk(const T* x, uint32_t m, const Quantizer<T>* qz, uint8_t* dst
     for (uint32_t rest = bad; rest != 0; rest &= rest - 1) {
       const int i = __builtin_ctz(rest);
       q[i] = i == 0 ? prev : q[i - 1];
-      outliers.index.push_back(static_cast<uint16_t>(base + static_cast<uint32_t>(i)));
-      outliers.value.push_back(xb[i]);
+      s.outlier_index.push_back(static_cast<uint16_t>(base + static_cast<uint32_t>(i)));
+      s.outlier_value.push_back(xb[i]);
     }
     for (uint32_t i = n; i < kBlockLen; ++i) q[i] = q[n - 1];
     const int len = block::pack(q, prev, words);
-    const size_t need = len == 0 ? 0 : 4u * static_cast<size_t>(len + 1);
-    if (pos + need > raw_bytes) return write_raw();
-    lens[b] = static_cast<uint8_t>(len);
-    std::memcpy(dst + pos, words, need);
-    pos += need;
     prev = q[kBlockLen - 1];
+    if (len == 0) continue;  // a zero block: one clear bit, nothing else
+    const size_t need = 4u * static_cast<size_t>(len + 1);
+    if (nonzero + 1 + planes + need > room) return write_raw(x, m, dst);
+    bitmap[b / 8] = static_cast<uint8_t>(bitmap[b / 8] | (1u << (b % 8)));
+    s.lengths[nonzero++] = static_cast<uint8_t>(len);
+    std::memcpy(s.planes.data() + planes, words, need);
+    planes += need;
   }
-  const size_t n_out = outliers.index.size();
-  if (pos + n_out * (2 + sizeof(T)) > raw_bytes) return write_raw();
+  const size_t n_out = s.outlier_index.size();
+  const size_t total = fixed + nonzero + planes + n_out * (2 + sizeof(S));
+  if (total > raw_bytes) return write_raw(x, m, dst);
   dst[0] = fmt::kChunkEncoded;
   fmt::store<uint32_t>(dst + 5, static_cast<uint32_t>(n_out));
+  uint8_t* at = dst + fixed;
+  if (nonzero > 0) std::memcpy(at, s.lengths.data(), nonzero);
+  at += nonzero;
+  if (planes > 0) std::memcpy(at, s.planes.data(), planes);
+  at += planes;
   if (n_out > 0) {  // memcpy from an empty vector's null data() is undefined even for 0 bytes
-    std::memcpy(dst + pos, outliers.index.data(), n_out * 2);
-    std::memcpy(dst + pos + n_out * 2, outliers.value.data(), n_out * sizeof(T));
+    std::memcpy(at, s.outlier_index.data(), n_out * 2);
+    std::memcpy(at + n_out * 2, s.outlier_value.data(), n_out * sizeof(S));
   }
-  return pos + n_out * (2 + sizeof(T));
+  return total;
 }
 
-// Validates the chunk's structure against its recorded size, then decodes m values into out.
-template <class T>
-void decode_chunk(const uint8_t* src, size_t size, uint32_t m, T bin, uint64_t c, T* out) {
-  const std::string where = "chunk " + std::to_string(c);
-  if (src[0] == fmt::kChunkRaw) {
-    if (size != raw_chunk_bytes(m, sizeof(T))) corrupt(where + ": raw chunk has the wrong size");
-    std::memcpy(out, src + 1, static_cast<size_t>(m) * sizeof(T));
-    return;
+// Lossless codec 1: byte planes + zstd; raw when that would not be smaller.
+template <class S>
+size_t encode_lossless(const S* x, uint32_t m, uint8_t* dst, Scratch<S>& s) {
+  const size_t n = static_cast<size_t>(m) * sizeof(S);
+  byte_planes_split(reinterpret_cast<const uint8_t*>(x), m, sizeof(S), s.bytes.data());
+  const size_t coded = s.zstd.compress(s.bytes.data(), n, dst + 1, n);  // 0: no gain
+  if (coded == 0) return write_raw(x, m, dst);
+  dst[0] = fmt::kChunkLossless;
+  return 1 + coded;
+}
+
+// How a chunk is coded, chosen from its values alone (so the stream does not depend on the
+// thread count): see fzlight_format.h.
+struct ChunkCoding {
+  const void* quantizer = nullptr;  // Quantizer<C>*, or nullptr when lossless
+  bool zstd = false;                // lossless chunks through codec 1
+};
+
+// Codes chunk c into dst; returns its byte count, 0 for a repeat of the previous constant chunk.
+// `prev_constant` says whether chunk c-1 is constant (computed by the caller's walk).
+template <class K>
+size_t code_chunk(const typename K::S* x, uint64_t count, uint32_t cl, uint64_t c,
+                  const ChunkCoding& how, bool prev_constant, bool& constant, uint8_t* dst,
+                  Scratch<typename K::S>& s) {
+  using S = typename K::S;
+  const S* xc = x + c * cl;
+  const uint32_t m = chunk_values(count, cl, c);
+  constant = all_same_bits(xc, m);
+  if (constant) {
+    if (prev_constant && same_bits(xc[0], xc[-static_cast<ptrdiff_t>(cl)])) return 0;
+    return write_constant(xc[0], dst);
   }
-  if (src[0] != fmt::kChunkEncoded) corrupt(where + ": unknown chunk mode");
-  if (bin == T(0)) corrupt(where + ": encoded chunk in a lossless stream");
+  if (how.quantizer != nullptr) {
+    return encode_chunk<K>(xc, m, *static_cast<const Quantizer<typename K::C>*>(how.quantizer),
+                           dst, s);
+  }
+  if (how.zstd) return encode_lossless(xc, m, dst, s);
+  return write_raw(xc, m, dst);
+}
+
+// Validates a version-1 or version-2 encoded chunk's structure against its size; returns the
+// per-block code lengths through `lens_out` (nblocks entries) and the outlier section's start.
+struct EncodedLayout {
+  const uint8_t* planes = nullptr;
+  const uint8_t* outliers = nullptr;
+  uint32_t n_out = 0;
+};
+
+EncodedLayout check_encoded(const uint8_t* src, size_t size, uint32_t m, size_t elem,
+                            uint8_t version, uint8_t* lens_out, const std::string& where) {
   const uint32_t nblocks = (m + kBlockLen - 1) / kBlockLen;
-  if (size < fmt::kEncodedChunkFixedBytes + nblocks) corrupt(where + ": shorter than its header");
-  const uint8_t* lens = src + fmt::kEncodedChunkFixedBytes;
-  const uint32_t n_out = fmt::load<uint32_t>(src + 5);
-  if (n_out > m) corrupt(where + ": more outliers than values");
-  size_t payload = 0;
-  for (uint32_t b = 0; b < nblocks; ++b) {
-    if (lens[b] > 31) corrupt(where + ": code length out of range");
-    payload += lens[b] == 0 ? 0 : 4u * (lens[b] + 1u);
+  EncodedLayout lay;
+  lay.n_out = size >= fmt::kEncodedChunkFixedBytes ? fmt::load<uint32_t>(src + 5) : 0;
+  size_t header = fmt::kEncodedChunkFixedBytes;
+  if (version == fmt::kVersion1) {
+    header += nblocks;
+    if (size < header) corrupt(where + ": shorter than its header");
+    std::memcpy(lens_out, src + fmt::kEncodedChunkFixedBytes, nblocks);
+    for (uint32_t b = 0; b < nblocks; ++b) {
+      if (lens_out[b] > 31) corrupt(where + ": code length out of range");
+    }
+  } else {
+    const uint32_t bm_bytes = fmt::bitmap_bytes(nblocks);
+    header += bm_bytes;
+    if (size < header) corrupt(where + ": shorter than its header");
+    const uint8_t* bitmap = src + fmt::kEncodedChunkFixedBytes;
+    uint32_t nonzero = 0;
+    for (uint32_t i = 0; i < bm_bytes; ++i) nonzero += static_cast<uint32_t>(__builtin_popcount(bitmap[i]));
+    if (nblocks % 8 != 0 && (bitmap[bm_bytes - 1] >> (nblocks % 8)) != 0) {
+      corrupt(where + ": block bitmap has bits past the last block");
+    }
+    if (size < header + nonzero) corrupt(where + ": shorter than its code lengths");
+    const uint8_t* lens = src + header;
+    uint32_t k = 0;
+    for (uint32_t b = 0; b < nblocks; ++b) {
+      const bool set = (bitmap[b / 8] >> (b % 8)) & 1u;
+      lens_out[b] = set ? lens[k++] : 0;
+      if (set && (lens_out[b] == 0 || lens_out[b] > 31)) corrupt(where + ": code length out of range");
+    }
+    header += nonzero;
   }
-  const size_t expected =
-      fmt::kEncodedChunkFixedBytes + nblocks + payload + static_cast<size_t>(n_out) * (2 + sizeof(T));
-  if (expected != size) corrupt(where + ": sizes inside the chunk do not add up");
-  const uint8_t* idx_bytes = src + fmt::kEncodedChunkFixedBytes + nblocks + payload;
-  for (uint32_t k = 0; k < n_out; ++k) {
-    const uint16_t i = fmt::load<uint16_t>(idx_bytes + 2 * k);
-    if (i >= m || (k > 0 && i <= fmt::load<uint16_t>(idx_bytes + 2 * (k - 1)))) {
+  if (lay.n_out > m) corrupt(where + ": more outliers than values");
+  size_t payload = 0;
+  for (uint32_t b = 0; b < nblocks; ++b) payload += lens_out[b] == 0 ? 0 : 4u * (lens_out[b] + 1u);
+  if (header + payload + static_cast<size_t>(lay.n_out) * (2 + elem) != size) {
+    corrupt(where + ": sizes inside the chunk do not add up");
+  }
+  lay.planes = src + header;
+  lay.outliers = lay.planes + payload;
+  for (uint32_t k = 0; k < lay.n_out; ++k) {
+    const uint16_t i = fmt::load<uint16_t>(lay.outliers + 2 * k);
+    if (i >= m || (k > 0 && i <= fmt::load<uint16_t>(lay.outliers + 2 * (k - 1)))) {
       corrupt(where + ": outlier index out of order or out of range");
     }
   }
+  return lay;
+}
 
+// What a decoder needs to know about the stream besides the chunk itself.
+struct StreamTraits {
+  uint8_t version = fmt::kVersion;
+  LosslessCodec codec = LosslessCodec::None;
+  double bin = 0.0;
+};
+
+// Validates the chunk's structure against its recorded size, then decodes m values into out.
+template <class K>
+void decode_chunk(const uint8_t* src, size_t size, uint32_t m, const StreamTraits& st, uint64_t c,
+                  typename K::S* out, Scratch<typename K::S>& s) {
+  using S = typename K::S;
+  using C = typename K::C;
+  const std::string where = "chunk " + std::to_string(c);
+  const uint8_t mode = src[0];
+  if (mode == fmt::kChunkRaw) {
+    if (size != raw_chunk_bytes(m, sizeof(S))) corrupt(where + ": raw chunk has the wrong size");
+    std::memcpy(out, src + 1, static_cast<size_t>(m) * sizeof(S));
+    return;
+  }
+  if (mode == fmt::kChunkConstant && st.version >= 2) {
+    if (size != 1 + sizeof(S)) corrupt(where + ": constant chunk has the wrong size");
+    const S v = fmt::load<S>(src + 1);
+    std::fill(out, out + m, v);
+    return;
+  }
+  if (mode == fmt::kChunkLossless && st.codec == LosslessCodec::ShuffleZstd) {
+    const size_t n = static_cast<size_t>(m) * sizeof(S);
+    if (!s.zstd.decompress(src + 1, size - 1, s.bytes.data(), n)) {
+      corrupt(where + ": lossless (zstd) frame does not decode to the chunk's size");
+    }
+    byte_planes_join(s.bytes.data(), m, sizeof(S), reinterpret_cast<uint8_t*>(out));
+    return;
+  }
+  if (mode != fmt::kChunkEncoded) corrupt(where + ": unknown chunk mode");
+  if (st.bin == 0.0) corrupt(where + ": encoded chunk in a lossless stream");
+  uint8_t lens[kMaxChunkLen / kBlockLen];
+  const EncodedLayout lay = check_encoded(src, size, m, sizeof(S), st.version, lens, where);
+  const uint32_t nblocks = (m + kBlockLen - 1) / kBlockLen;
+  const C bin = static_cast<C>(st.bin);
   int32_t carry = fmt::load<int32_t>(src + 1);
-  const uint8_t* words = lens + nblocks;
-  alignas(32) T tail[kBlockLen];
+  const uint8_t* words = lay.planes;
+  alignas(32) S tail[kBlockLen];
   for (uint32_t b = 0; b < nblocks; ++b) {
     const uint32_t base = b * kBlockLen;
     const uint32_t n = std::min(kBlockLen, m - base);
     const int len = lens[b];
     if (n == kBlockLen) {
-      block::unpack(words, len, carry, bin, out + base);
+      block::unpack<K>(words, len, carry, bin, out + base);
     } else {
-      block::unpack(words, len, carry, bin, tail);
+      block::unpack<K>(words, len, carry, bin, tail);
       std::copy(tail, tail + n, out + base);
     }
     words += len == 0 ? 0 : 4u * (len + 1u);
   }
-  const uint8_t* values = idx_bytes + 2 * static_cast<size_t>(n_out);
-  for (uint32_t k = 0; k < n_out; ++k) {
-    out[fmt::load<uint16_t>(idx_bytes + 2 * k)] = fmt::load<T>(values + k * sizeof(T));
+  const uint8_t* values = lay.outliers + 2 * static_cast<size_t>(lay.n_out);
+  for (uint32_t k = 0; k < lay.n_out; ++k) {
+    out[fmt::load<uint16_t>(lay.outliers + 2 * k)] = fmt::load<S>(values + k * sizeof(S));
   }
 }
 
 // ------------------------------------------------------------------------------------------
 // Whole streams.
 
-template <class T>
-bool make_quantizer(double eb, Quantizer<T>& qz) {
-  // Below the smallest normal of T the bound cannot be met by quantisation reliably (denormal
-  // flushing modes differ between processes): store exactly.
-  if (!(eb >= static_cast<double>(std::numeric_limits<T>::min()))) return false;
-  const double bin = std::min(2.0 * eb * kBinShrink, static_cast<double>(std::numeric_limits<T>::max()));
-  qz.bin = static_cast<T>(bin);
-  qz.inv_bin = static_cast<T>(1.0 / static_cast<double>(qz.bin));
+template <class K>
+bool make_quantizer(double eb, Quantizer<typename K::C>& qz) {
+  using C = typename K::C;
+  // Below the smallest normal of the compute type the bound cannot be met by quantisation
+  // reliably (denormal flushing modes differ between processes): store exactly.
+  if (!(eb >= static_cast<double>(std::numeric_limits<C>::min()))) return false;
+  const double bin = std::min(2.0 * eb * kBinShrink, static_cast<double>(std::numeric_limits<C>::max()));
+  qz.bin = static_cast<C>(bin);
+  qz.inv_bin = static_cast<C>(1.0 / static_cast<double>(qz.bin));
   qz.eb = eb;
   return true;
 }
 
 void write_header(uint8_t* dst, DType dt, uint64_t count, double eb, double bin,
-                  uint32_t chunk_len, const std::vector<uint64_t>& shape) {
+                  uint32_t chunk_len, LosslessCodec codec, const std::vector<uint64_t>& shape) {
   std::memcpy(dst, fmt::kMagic, 4);
   dst[4] = fmt::kVersion;
   dst[5] = static_cast<uint8_t>(dt);
@@ -212,65 +429,99 @@ void write_header(uint8_t* dst, DType dt, uint64_t count, double eb, double bin,
   fmt::store<double>(dst + 16, eb);
   fmt::store<double>(dst + 24, bin);
   fmt::store<uint32_t>(dst + 32, chunk_len);
-  fmt::store<uint32_t>(dst + 36, 0);
+  fmt::store<uint32_t>(dst + 36, static_cast<uint32_t>(codec));
   for (size_t d = 0; d < shape.size(); ++d) fmt::store<uint64_t>(dst + 48 + 8 * d, shape[d]);
 }
 
-template <class T>
-size_t compress_typed(const T* x, uint64_t count, const CompressParams& p,
+template <class K>
+size_t compress_typed(const typename K::S* x, uint64_t count, const CompressParams& p,
                       const std::vector<uint64_t>& shape, uint8_t* dst, const Progress* progress) {
-  Quantizer<T> qz{};
-  const bool lossy = make_quantizer<T>(p.error_bound, qz);
-  const Quantizer<T>* qzp = lossy ? &qz : nullptr;
+  using S = typename K::S;
+  Quantizer<typename K::C> qz{};
+  const bool lossy = make_quantizer<K>(p.error_bound, qz);
+  ChunkCoding how;
+  how.quantizer = lossy ? &qz : nullptr;
+  const LosslessCodec codec =
+      p.lossless_codec == LosslessCodec::Auto
+          ? (lossless_codec_available(LosslessCodec::ShuffleZstd) ? LosslessCodec::ShuffleZstd
+                                                                  : LosslessCodec::None)
+          : p.lossless_codec;
+  how.zstd = !lossy && p.error_bound == 0.0 && codec == LosslessCodec::ShuffleZstd;
   const uint32_t cl = p.chunk_len;
   const uint64_t chunks = fmt::num_chunks(count, cl);
-  write_header(dst, std::is_same_v<T, float> ? DType::Float32 : DType::Float64, count,
-               p.error_bound, lossy ? static_cast<double>(qz.bin) : 0.0, cl, shape);
+  write_header(dst, K::kDType, count, p.error_bound, lossy ? static_cast<double>(qz.bin) : 0.0, cl,
+               how.zstd ? LosslessCodec::ShuffleZstd : LosslessCodec::None, shape);
   uint8_t* table = dst + fmt::kFixedHeaderBytes + 8 * shape.size();
   const size_t data_base = fmt::header_bytes(shape.size(), chunks);
+  // A repeat's CRC is that of the constant chunk it repeats, which ends where the repeat starts.
   auto finish_chunk = [&](uint64_t c, const uint8_t* at, size_t bytes) {
+    const uint8_t* crc_of = bytes == 0 ? at - (1 + sizeof(S)) : at;
     fmt::store<uint32_t>(table + 8 * c, static_cast<uint32_t>(bytes));
-    fmt::store<uint32_t>(table + 8 * c + 4, crc32c(at, bytes));
+    fmt::store<uint32_t>(table + 8 * c + 4, crc32c(crc_of, bytes == 0 ? 1 + sizeof(S) : bytes));
+  };
+  // Whether chunk c-1 is constant, for the first chunk of a walk (the walk tracks it after that).
+  auto constant_before = [&](uint64_t c) {
+    return c > 0 && all_same_bits(x + (c - 1) * cl, chunk_values(count, cl, c - 1));
   };
 
   size_t end = data_base;
   if (progress != nullptr) {
     // Pipelined: one chunk at a time on this thread, the caller's progress hook in between.
-    OutlierBuffer<T> outliers(cl);
+    Scratch<S> scratch(cl, how.zstd);
+    bool prev_constant = false;
     for (uint64_t c = 0; c < chunks; ++c) {
-      const size_t bytes = encode_chunk(x + c * cl, chunk_values(count, cl, c), qzp, dst + end, outliers);
+      bool constant = false;
+      const size_t bytes =
+          code_chunk<K>(x, count, cl, c, how, prev_constant, constant, dst + end, scratch);
       finish_chunk(c, dst + end, bytes);
       end += bytes;
+      prev_constant = constant;
       (*progress)(c + 1, chunks);
     }
   } else if (chunks > 0) {
-    // Each thread encodes a contiguous run of chunks at that run's worst-case offset; the runs
-    // are then slid down in order (compressed data is small, so the move is cheap).
+    // Each thread codes a contiguous run of chunks at that run's worst-case offset; the runs
+    // are then slid down in order (compressed data is small, so the move is cheap). A run never
+    // starts with a repeat (its first chunk is written in full), so the slide keeps every
+    // repeat right after the bytes it repeats.
     const int nt = resolve_threads(p.threads, chunk_units(chunks));
-    const size_t full = raw_chunk_bytes(cl, sizeof(T));
+    const size_t full = raw_chunk_bytes(cl, sizeof(S));
     std::vector<size_t> run_bytes(static_cast<size_t>(nt), 0);
-    // Built in place: copying a prototype would drop the reserved capacity.
-    std::vector<OutlierBuffer<T>> buffers;
-    buffers.reserve(static_cast<size_t>(nt));
-    for (int t = 0; t < nt; ++t) buffers.emplace_back(cl);
+    std::vector<Scratch<S>> scratch;
+    scratch.reserve(static_cast<size_t>(nt));
+    for (int t = 0; t < nt; ++t) scratch.emplace_back(cl, how.zstd);
 #pragma omp parallel num_threads(nt)
     {
       const int t = omp_get_thread_num();
       const uint64_t c0 = chunks * static_cast<uint64_t>(t) / static_cast<uint64_t>(nt);
       const uint64_t c1 = chunks * static_cast<uint64_t>(t + 1) / static_cast<uint64_t>(nt);
       size_t at = data_base + c0 * full;
+      bool prev_constant = c0 > 0 && constant_before(c0);
       for (uint64_t c = c0; c < c1; ++c) {
-        const size_t bytes = encode_chunk(x + c * cl, chunk_values(count, cl, c), qzp, dst + at,
-                                          buffers[static_cast<size_t>(t)]);
+        bool constant = false;
+        size_t bytes = code_chunk<K>(x, count, cl, c, how, prev_constant, constant, dst + at,
+                                     scratch[static_cast<size_t>(t)]);
+        if (bytes == 0 && c == c0) bytes = write_constant(x[c * cl], dst + at);
         finish_chunk(c, dst + at, bytes);
         at += bytes;
+        prev_constant = constant;
       }
       run_bytes[static_cast<size_t>(t)] = at - (data_base + c0 * full);
     }
+    // A run's first chunk was written in full even when it repeats the previous run's last
+    // constant chunk; turn it into a repeat now that the runs meet.
     for (int t = 0; t < nt; ++t) {
       const uint64_t c0 = chunks * static_cast<uint64_t>(t) / static_cast<uint64_t>(nt);
-      std::memmove(dst + end, dst + data_base + c0 * full, run_bytes[static_cast<size_t>(t)]);
-      end += run_bytes[static_cast<size_t>(t)];
+      uint8_t* run = dst + data_base + c0 * full;
+      size_t bytes = run_bytes[static_cast<size_t>(t)];
+      if (c0 > 0 && fmt::load<uint32_t>(table + 8 * c0) == 1 + sizeof(S) &&
+          run[0] == fmt::kChunkConstant && constant_before(c0) &&
+          same_bits(x[c0 * cl], x[(c0 - 1) * cl])) {
+        fmt::store<uint32_t>(table + 8 * c0, 0);  // its CRC is already the repeated chunk's
+        run += 1 + sizeof(S);
+        bytes -= 1 + sizeof(S);
+      }
+      std::memmove(dst + end, run, bytes);
+      end += bytes;
     }
   }
   fmt::store<uint64_t>(dst + 40, end);
@@ -281,10 +532,18 @@ size_t compress_typed(const T* x, uint64_t count, const CompressParams& p,
 // A parsed, validated header with the offset of every chunk.
 struct Parsed {
   StreamInfo info;
-  double bin = 0.0;
+  StreamTraits traits;
   std::vector<uint64_t> offsets;  // num_chunks + 1 entries
   const uint8_t* table = nullptr;
 };
+
+bool known_dtype(uint8_t code, uint8_t version) {
+  if (code == static_cast<uint8_t>(DType::Float32) || code == static_cast<uint8_t>(DType::Float64)) {
+    return true;
+  }
+  return version >= 2 &&
+         (code == static_cast<uint8_t>(DType::Float16) || code == static_cast<uint8_t>(DType::BFloat16));
+}
 
 Parsed parse(const uint8_t* src, size_t len) {
   if (src == nullptr && len > 0) throw ArgumentError("zccl: null stream pointer");
@@ -292,21 +551,29 @@ Parsed parse(const uint8_t* src, size_t len) {
     corrupt("stream of " + std::to_string(len) + " bytes is shorter than the header");
   }
   if (std::memcmp(src, fmt::kMagic, 4) != 0) corrupt("bad magic (not a zccl fZ-light stream)");
-  if (src[4] != fmt::kVersion) corrupt("unsupported format version " + std::to_string(src[4]));
+  if (src[4] != fmt::kVersion1 && src[4] != fmt::kVersion) {
+    corrupt("unsupported format version " + std::to_string(src[4]));
+  }
   Parsed p;
   StreamInfo& info = p.info;
-  if (src[5] != static_cast<uint8_t>(DType::Float32) && src[5] != static_cast<uint8_t>(DType::Float64)) {
-    corrupt("unknown dtype code " + std::to_string(src[5]));
-  }
+  info.version = src[4];
+  p.traits.version = src[4];
+  if (!known_dtype(src[5], info.version)) corrupt("unknown dtype code " + std::to_string(src[5]));
   info.dtype = static_cast<DType>(src[5]);
   if (src[6] != kBlockLen) corrupt("unsupported block length " + std::to_string(src[6]));
   const size_t ndim = src[7];
   if (ndim > kMaxDims) corrupt("ndim " + std::to_string(ndim) + " exceeds " + std::to_string(kMaxDims));
   info.count = fmt::load<uint64_t>(src + 8);
   info.error_bound = fmt::load<double>(src + 16);
-  p.bin = fmt::load<double>(src + 24);
+  p.traits.bin = fmt::load<double>(src + 24);
   info.chunk_len = fmt::load<uint32_t>(src + 32);
-  if (fmt::load<uint32_t>(src + 36) != 0) corrupt("reserved header field is not zero");
+  const uint32_t codec = fmt::load<uint32_t>(src + 36);
+  if (info.version == fmt::kVersion1 ? codec != 0 : codec > fmt::kCodecShuffleZstd) {
+    corrupt(info.version == fmt::kVersion1 ? "reserved header field is not zero"
+                                           : "unknown lossless codec " + std::to_string(codec));
+  }
+  info.lossless_codec = static_cast<LosslessCodec>(codec);
+  p.traits.codec = info.lossless_codec;
   info.total_bytes = fmt::load<uint64_t>(src + 40);
   if (info.chunk_len < kBlockLen || info.chunk_len > kMaxChunkLen || info.chunk_len % kBlockLen) {
     corrupt("invalid chunk length " + std::to_string(info.chunk_len));
@@ -323,11 +590,17 @@ Parsed parse(const uint8_t* src, size_t len) {
     corrupt("stream has " + std::to_string(len) + " bytes but its header records " +
             std::to_string(info.total_bytes));
   }
+  const double bin = p.traits.bin;
   if (!std::isfinite(info.error_bound) || info.error_bound < 0) corrupt("invalid error bound");
-  if (!std::isfinite(p.bin) || p.bin < 0) corrupt("invalid quantisation bin");
-  if (p.bin > 2.0 * info.error_bound) corrupt("quantisation bin wider than twice the error bound");
-  if (info.dtype == DType::Float32 && static_cast<double>(static_cast<float>(p.bin)) != p.bin) {
+  if (!std::isfinite(bin) || bin < 0) corrupt("invalid quantisation bin");
+  if (bin > 2.0 * info.error_bound) corrupt("quantisation bin wider than twice the error bound");
+  if (info.dtype != DType::Float64 && static_cast<double>(static_cast<float>(bin)) != bin) {
     corrupt("quantisation bin not representable in float32");
+  }
+  if (codec != 0 && bin != 0.0) corrupt("lossless codec in a lossy stream");
+  if (codec != 0 && !lossless_codec_available(info.lossless_codec)) {
+    throw StreamError("zccl: the stream's chunks use the zstd lossless codec, and this build of "
+                      "zccl has no zstd (rebuild with libzstd-dev installed)");
   }
   uint64_t product = 1;
   for (size_t d = 0; d < ndim; ++d) {
@@ -341,36 +614,49 @@ Parsed parse(const uint8_t* src, size_t len) {
   p.offsets.resize(info.num_chunks + 1);
   p.offsets[0] = info.header_bytes;
   const size_t elem = dtype_size(info.dtype);
+  uint32_t prev_bytes = 0;
   for (uint64_t c = 0; c < info.num_chunks; ++c) {
     const uint32_t bytes = fmt::load<uint32_t>(p.table + 8 * c);
-    if (bytes == 0 || bytes > raw_chunk_bytes(chunk_values(info.count, info.chunk_len, c), elem)) {
+    // A repeat (v2) follows a constant chunk or another repeat.
+    const bool repeat_ok = info.version >= 2 && c > 0 && (prev_bytes == 0 || prev_bytes == 1 + elem);
+    if ((bytes == 0 && !repeat_ok) ||
+        bytes > raw_chunk_bytes(chunk_values(info.count, info.chunk_len, c), elem)) {
       corrupt("chunk " + std::to_string(c) + " has an impossible size");
     }
     p.offsets[c + 1] = p.offsets[c] + bytes;
+    prev_bytes = bytes;
   }
   if (p.offsets[info.num_chunks] != len) corrupt("chunk sizes do not add up to the stream size");
   return p;
 }
 
-template <class T>
-void decode_one(const uint8_t* src, const Parsed& p, uint64_t c, T* out) {
+template <class K>
+void decode_one(const uint8_t* src, const Parsed& p, uint64_t c, typename K::S* out,
+                Scratch<typename K::S>& s) {
   const uint8_t* at = src + p.offsets[c];
-  const size_t bytes = p.offsets[c + 1] - p.offsets[c];
+  size_t bytes = p.offsets[c + 1] - p.offsets[c];
+  if (bytes == 0) {  // a repeat: the constant chunk that ends here (parse checked it exists)
+    bytes = 1 + sizeof(typename K::S);
+    at -= bytes;
+    if (at[0] != fmt::kChunkConstant) corrupt("chunk " + std::to_string(c) + " repeats a chunk that is not constant");
+  }
   if (crc32c(at, bytes) != fmt::load<uint32_t>(p.table + 8 * c + 4)) {
     corrupt("chunk " + std::to_string(c) + " checksum mismatch");
   }
-  decode_chunk<T>(at, bytes, chunk_values(p.info.count, p.info.chunk_len, c), static_cast<T>(p.bin),
-                  c, out);
+  decode_chunk<K>(at, bytes, chunk_values(p.info.count, p.info.chunk_len, c), p.traits, c, out, s);
 }
 
-template <class T>
-void decompress_typed(const uint8_t* src, const Parsed& p, T* out, int threads,
+template <class K>
+void decompress_typed(const uint8_t* src, const Parsed& p, typename K::S* out, int threads,
                       const Progress* progress) {
+  using S = typename K::S;
   const uint64_t chunks = p.info.num_chunks;
   const uint32_t cl = p.info.chunk_len;
+  const bool lossless = p.traits.codec != LosslessCodec::None;
   if (progress != nullptr) {
+    Scratch<S> scratch(cl, lossless);
     for (uint64_t c = 0; c < chunks; ++c) {
-      decode_one<T>(src, p, c, out + c * cl);
+      decode_one<K>(src, p, c, out + c * cl, scratch);
       (*progress)(c + 1, chunks);
     }
     return;
@@ -380,13 +666,24 @@ void decompress_typed(const uint8_t* src, const Parsed& p, T* out, int threads,
   std::mutex failure_lock;
   std::string failure;
   const int nt = resolve_threads(threads, chunk_units(chunks));
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t c = 0; c < static_cast<int64_t>(chunks); ++c) {
+#pragma omp parallel num_threads(nt)
+  {
+    std::optional<Scratch<S>> scratch;
     try {
-      decode_one<T>(src, p, static_cast<uint64_t>(c), out + static_cast<uint64_t>(c) * cl);
+      scratch.emplace(cl, lossless);
     } catch (const std::exception& e) {
       const std::lock_guard<std::mutex> guard(failure_lock);
       if (failure.empty()) failure = e.what();
+    }
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < static_cast<int64_t>(chunks); ++c) {
+      if (!scratch) continue;
+      try {
+        decode_one<K>(src, p, static_cast<uint64_t>(c), out + static_cast<uint64_t>(c) * cl, *scratch);
+      } catch (const std::exception& e) {
+        const std::lock_guard<std::mutex> guard(failure_lock);
+        if (failure.empty()) failure = e.what();
+      }
     }
   }
   if (!failure.empty()) throw StreamError(failure);
@@ -476,6 +773,47 @@ FiniteRange finite_range_typed(const T* x, uint64_t count, int threads) {
   return {static_cast<double>(l), static_cast<double>(h), true};
 }
 
+// Half types: widened to float32 (exact) 4096 at a time, then the float32 kernel.
+template <class K>
+FiniteRange finite_range_half(const uint16_t* x, uint64_t count, int threads) {
+  const int nt = resolve_threads(threads, count / (1u << 17) + 1);
+  std::vector<float> lo(static_cast<size_t>(nt)), hi(static_cast<size_t>(nt));
+#pragma omp parallel num_threads(nt)
+  {
+    const uint64_t t = static_cast<uint64_t>(omp_get_thread_num());
+    const uint64_t begin = count * t / static_cast<uint64_t>(nt);
+    const uint64_t end = count * (t + 1) / static_cast<uint64_t>(nt);
+    float l = std::numeric_limits<float>::infinity(), h = -l;
+    float wide[4096];
+    for (uint64_t i = begin; i < end; i += 4096) {
+      const uint64_t n = std::min<uint64_t>(4096, end - i);
+      for (uint64_t k = 0; k < n; ++k) wide[k] = K::widen(x[i + k]);
+      float bl, bh;
+      finite_minmax(wide, n, bl, bh);
+      l = std::min(l, bl);
+      h = std::max(h, bh);
+    }
+    lo[t] = l;
+    hi[t] = h;
+  }
+  const float l = *std::min_element(lo.begin(), lo.end());
+  const float h = *std::max_element(hi.begin(), hi.end());
+  if (!(l <= h)) return {};
+  return {static_cast<double>(l), static_cast<double>(h), true};
+}
+
+// Calls f(Kind{}) for the stream value type dt.
+template <class F>
+decltype(auto) with_kind(DType dt, F&& f) {
+  switch (dt) {
+    case DType::Float32: return f(block::KindF32{});
+    case DType::Float64: return f(block::KindF64{});
+    case DType::Float16: return f(block::KindF16{});
+    case DType::BFloat16: return f(block::KindBF16{});
+  }
+  throw ArgumentError("zccl: unknown dtype code " + std::to_string(static_cast<int>(dt)));
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------------------------------
@@ -483,14 +821,23 @@ FiniteRange finite_range_typed(const T* x, uint64_t count, int threads) {
 
 FiniteRange finite_range(const void* src, DType dt, uint64_t count, int threads) {
   if (src == nullptr && count > 0) throw ArgumentError("zccl: null source pointer");
-  if (dt == DType::Float32) return finite_range_typed(static_cast<const float*>(src), count, threads);
-  return finite_range_typed(static_cast<const double*>(src), count, threads);
+  return with_kind(dt, [&](auto kind) -> FiniteRange {
+    using K = decltype(kind);
+    using S = typename K::S;
+    if constexpr (block::kIsHalf<K>) {
+      return finite_range_half<K>(static_cast<const S*>(src), count, threads);
+    } else {
+      return finite_range_typed(static_cast<const S*>(src), count, threads);
+    }
+  });
 }
 
 size_t dtype_size(DType dt) {
   switch (dt) {
     case DType::Float32: return sizeof(float);
     case DType::Float64: return sizeof(double);
+    case DType::Float16: return 2;
+    case DType::BFloat16: return 2;
   }
   throw ArgumentError("zccl: unknown dtype");
 }
@@ -499,8 +846,23 @@ const char* dtype_name(DType dt) {
   switch (dt) {
     case DType::Float32: return "float32";
     case DType::Float64: return "float64";
+    case DType::Float16: return "float16";
+    case DType::BFloat16: return "bfloat16";
   }
   return "unknown";
+}
+
+bool lossless_codec_available(LosslessCodec codec) {
+  switch (codec) {
+    case LosslessCodec::None: return true;
+    case LosslessCodec::Auto: return true;
+#if defined(ZCCL_WITH_ZSTD)
+    case LosslessCodec::ShuffleZstd: return true;
+#else
+    case LosslessCodec::ShuffleZstd: return false;
+#endif
+  }
+  return false;
 }
 
 int default_threads() { return std::max(1, omp_get_max_threads()); }
@@ -540,13 +902,20 @@ size_t compress(const void* src, DType dt, uint64_t count, const CompressParams&
                         " bytes, compression may need " + std::to_string(need));
   }
   if (src == nullptr && count > 0) throw ArgumentError("zccl: null source pointer");
-  switch (dt) {
-    case DType::Float32:
-      return compress_typed(static_cast<const float*>(src), count, params, shape, dst, progress);
-    case DType::Float64:
-      return compress_typed(static_cast<const double*>(src), count, params, shape, dst, progress);
+  if (params.lossless_codec != LosslessCodec::None && params.lossless_codec != LosslessCodec::Auto &&
+      params.lossless_codec != LosslessCodec::ShuffleZstd) {
+    throw ArgumentError("zccl: unknown lossless codec " +
+                        std::to_string(static_cast<uint32_t>(params.lossless_codec)));
   }
-  throw ArgumentError("zccl: unknown dtype");
+  if (params.error_bound == 0.0 && !lossless_codec_available(params.lossless_codec)) {
+    throw ArgumentError("zccl: this build of zccl has no zstd, so the lossless codec is "
+                        "unavailable (rebuild with libzstd-dev installed, or use codec none)");
+  }
+  return with_kind(dt, [&](auto kind) {
+    using K = decltype(kind);
+    return compress_typed<K>(static_cast<const typename K::S*>(src), count, params, shape, dst,
+                             progress);
+  });
 }
 
 StreamInfo read_info(const uint8_t* src, size_t len) { return parse(src, len).info; }
@@ -559,11 +928,10 @@ void decompress(const uint8_t* src, size_t len, void* dst, uint64_t dst_count, i
                         " values, the stream has " + std::to_string(p.info.count));
   }
   if (dst == nullptr && p.info.count > 0) throw ArgumentError("zccl: null destination pointer");
-  if (p.info.dtype == DType::Float32) {
-    decompress_typed(src, p, static_cast<float*>(dst), threads, progress);
-  } else {
-    decompress_typed(src, p, static_cast<double*>(dst), threads, progress);
-  }
+  with_kind(p.info.dtype, [&](auto kind) {
+    using K = decltype(kind);
+    decompress_typed<K>(src, p, static_cast<typename K::S*>(dst), threads, progress);
+  });
 }
 
 uint64_t decompress_chunk(const uint8_t* src, size_t len, uint64_t index, void* dst,
@@ -576,11 +944,11 @@ uint64_t decompress_chunk(const uint8_t* src, size_t len, uint64_t index, void* 
   const uint32_t m = chunk_values(p.info.count, p.info.chunk_len, index);
   if (dst_count < m) throw ArgumentError("zccl: destination too small for the chunk");
   if (dst == nullptr) throw ArgumentError("zccl: null destination pointer");
-  if (p.info.dtype == DType::Float32) {
-    decode_one(src, p, index, static_cast<float*>(dst));
-  } else {
-    decode_one(src, p, index, static_cast<double*>(dst));
-  }
+  with_kind(p.info.dtype, [&](auto kind) {
+    using K = decltype(kind);
+    Scratch<typename K::S> scratch(p.info.chunk_len, p.traits.codec != LosslessCodec::None);
+    decode_one<K>(src, p, index, static_cast<typename K::S*>(dst), scratch);
+  });
   return m;
 }
 

@@ -22,7 +22,9 @@
 
 namespace zccl::fz {
 
-enum class DType : uint8_t { Float32 = 1, Float64 = 2 };
+// Stream value types. Float16/BFloat16 are quantised in float32 and stored in 2 bytes: the
+// stream is measured against (and raw chunks hold) the 2-byte input.
+enum class DType : uint8_t { Float32 = 1, Float64 = 2, Float16 = 3, BFloat16 = 4 };
 
 size_t dtype_size(DType dt);
 const char* dtype_name(DType dt);
@@ -47,8 +49,19 @@ class ArgumentError : public std::invalid_argument {
 // The collectives use it to poll MPI progress while compressing.
 using Progress = std::function<void(uint64_t, uint64_t)>;
 
+// How an error bound of 0 (lossless) codes its chunks.
+enum class LosslessCodec : uint32_t {
+  None = 0,         // raw chunks (and constant chunks): no CPU time spent
+  ShuffleZstd = 1,  // byte planes + zstd level 1 per chunk (see fzlight_format.h)
+  Auto = 255,       // ShuffleZstd when this build has zstd, else None (never in a stream)
+};
+
+// True when this build can write and read LosslessCodec::ShuffleZstd (built with libzstd).
+bool lossless_codec_available(LosslessCodec codec);
+
 struct CompressParams {
   double error_bound = 0.0;              // absolute bound; 0 means lossless (values stored exactly)
+  LosslessCodec lossless_codec = LosslessCodec::Auto;  // used only when error_bound == 0
   uint32_t chunk_len = kDefaultChunkLen; // multiple of kBlockLen, in [kBlockLen, kMaxChunkLen]
   int threads = 0;                       // 0: OpenMP default; ignored when progress is set
   // Shape recorded in the header: nullopt means 1-D {count}; an empty vector means 0-d (count 1).
@@ -56,7 +69,9 @@ struct CompressParams {
 };
 
 struct StreamInfo {
+  uint8_t version = 0;  // format version (fzlight_format.h)
   DType dtype = DType::Float32;
+  LosslessCodec lossless_codec = LosslessCodec::None;
   uint64_t count = 0;
   double error_bound = 0.0;
   uint32_t chunk_len = 0;

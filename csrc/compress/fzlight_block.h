@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -42,6 +43,96 @@ struct Quantizer {
 };
 
 // --------------------------------------------------------------------------------------------
+// Storage kinds. A value is stored as S and quantised in the compute type C: float32 and float64
+// in themselves, float16 and bfloat16 in float32 (the widening is exact), their reconstruction
+// C(q) * bin rounded to nearest-even into S. narrow/widen are the scalar conversions; the AVX2
+// kernels below do the same operations eight lanes at a time (F16C for float16).
+
+inline uint32_t float_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+inline float bits_float(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// float -> IEEE binary16, round to nearest even (what F16C's vcvtps2ph with imm 0 and CUDA's
+// __float2half_rn compute); NaN becomes a quiet NaN keeping the top payload bits.
+inline uint16_t float_to_half_rne(float x) {
+  uint32_t f = float_bits(x);
+  const uint16_t sign = static_cast<uint16_t>((f >> 16) & 0x8000u);
+  f &= 0x7FFFFFFFu;
+  if (f > 0x7F800000u) return static_cast<uint16_t>(sign | 0x7E00u | ((f >> 13) & 0x3FFu));
+  if (f >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // >= 65520: infinity
+  if (f < 0x38800000u) {  // below 2^-14: a subnormal half (or zero), round(x * 2^24)
+    const uint32_t exp = f >> 23;
+    if (exp < 102) return sign;  // below 2^-25: rounds to zero
+    const uint32_t mant = (f & 0x7FFFFFu) | 0x800000u;
+    const uint32_t shift = 126u - exp;  // 14..24
+    uint32_t r = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    return static_cast<uint16_t>(sign | r);
+  }
+  uint32_t r = f - (112u << 23);  // rebias the exponent from 127 to 15
+  r += 0xFFFu + ((r >> 13) & 1u);
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  if (e == 0) {
+    const float v = static_cast<float>(m) * 5.9604644775390625e-8f;  // m * 2^-24, exact
+    return bits_float(float_bits(v) | sign);
+  }
+  if (e == 31) return bits_float(sign | 0x7F800000u | (m << 13));
+  return bits_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+// float -> bfloat16, round to nearest even (CUDA's __float2bfloat16_rn); NaN stays a quiet NaN.
+inline uint16_t float_to_bf16_rne(float x) {
+  const uint32_t f = float_bits(x);
+  if ((f & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((f >> 16) | 0x40u);
+  return static_cast<uint16_t>((f + 0x7FFFu + ((f >> 16) & 1u)) >> 16);
+}
+inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+struct KindF32 {
+  using S = float;
+  using C = float;
+  static constexpr DType kDType = DType::Float32;
+  static C widen(S x) { return x; }
+  static S narrow(C x) { return x; }
+};
+struct KindF64 {
+  using S = double;
+  using C = double;
+  static constexpr DType kDType = DType::Float64;
+  static C widen(S x) { return x; }
+  static S narrow(C x) { return x; }
+};
+struct KindF16 {
+  using S = uint16_t;
+  using C = float;
+  static constexpr DType kDType = DType::Float16;
+  static C widen(S x) { return half_to_float(x); }
+  static S narrow(C x) { return float_to_half_rne(x); }
+};
+struct KindBF16 {
+  using S = uint16_t;
+  using C = float;
+  static constexpr DType kDType = DType::BFloat16;
+  static C widen(S x) { return bf16_to_float(x); }
+  static S narrow(C x) { return float_to_bf16_rne(x); }
+};
+template <class K>
+inline constexpr bool kIsHalf = sizeof(typename K::S) == 2;
+
+// --------------------------------------------------------------------------------------------
 // Scalar reference kernels.
 
 template <class T>
@@ -54,12 +145,31 @@ inline bool quantize_one(T x, const Quantizer<T>& qz, int32_t& q) {
   return std::fabs(static_cast<double>(x) - static_cast<double>(recon)) <= qz.eb;
 }
 
+// The same for a half-precision value: quantised in float32, its reconstruction rounded to the
+// half type and checked in double against the half input.
+template <class K>
+inline bool quantize_one_half(uint16_t x, const Quantizer<float>& qz, int32_t& q) {
+  const float xf = K::widen(x);
+  const float scaled = xf * qz.inv_bin;
+  if (!(std::fabs(scaled) < kCodeLimit<float>)) return false;
+  q = static_cast<int32_t>(std::nearbyint(scaled));
+  const float recon = K::widen(K::narrow(materialize(static_cast<float>(q) * qz.bin)));
+  return std::fabs(static_cast<double>(xf) - static_cast<double>(recon)) <= qz.eb;
+}
+
 // Quantises 32 values into q; returns a mask of the lanes that must be stored exactly.
-template <class T>
-inline uint32_t quantize_scalar(const T* x, const Quantizer<T>& qz, int32_t* q) {
+template <class K>
+inline uint32_t quantize_scalar(const typename K::S* x, const Quantizer<typename K::C>& qz,
+                                int32_t* q) {
   uint32_t bad = 0;
   for (int i = 0; i < kLen; ++i) {
-    if (!quantize_one(x[i], qz, q[i])) bad |= 1u << i;
+    bool ok;
+    if constexpr (kIsHalf<K>) {
+      ok = quantize_one_half<K>(x[i], qz, q[i]);
+    } else {
+      ok = quantize_one(x[i], qz, q[i]);
+    }
+    if (!ok) bad |= 1u << i;
   }
   return bad;
 }
@@ -88,11 +198,13 @@ inline int pack_scalar(const int32_t* q, int32_t prev, uint32_t* words) {
 
 // Inverse of pack: reads the sign + len planes at `src`, prefix-sums from `carry`, reconstructs.
 // Integer arithmetic wraps (uint32) so a hostile stream cannot cause undefined behaviour.
-template <class T>
-inline void unpack_scalar(const uint8_t* src, int len, int32_t& carry, T bin, T* out) {
+template <class K>
+inline void unpack_scalar(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
+                          typename K::S* out) {
+  using C = typename K::C;
   uint32_t acc = static_cast<uint32_t>(carry);
   if (len == 0) {
-    const T v = static_cast<T>(carry) * bin;
+    const auto v = K::narrow(static_cast<C>(carry) * bin);
     for (int i = 0; i < kLen; ++i) out[i] = v;
     return;
   }
@@ -102,7 +214,7 @@ inline void unpack_scalar(const uint8_t* src, int len, int32_t& carry, T bin, T*
     uint32_t mag = 0;
     for (int j = 0; j < len; ++j) mag |= ((words[1 + j] >> i) & 1u) << j;
     acc += ((words[0] >> i) & 1u) ? 0u - mag : mag;
-    out[i] = static_cast<T>(static_cast<int32_t>(acc)) * bin;
+    out[i] = K::narrow(static_cast<C>(static_cast<int32_t>(acc)) * bin);
   }
   carry = static_cast<int32_t>(acc);
 }
@@ -111,9 +223,80 @@ inline void unpack_scalar(const uint8_t* src, int len, int32_t& carry, T bin, T*
 // --------------------------------------------------------------------------------------------
 // AVX2 kernels. Same arithmetic as the scalar ones, lane by lane.
 
-// 8 float lanes: returns the 8-bit mask of lanes to store exactly; writes 8 codes.
-inline uint32_t quantize8(const float* x, const Quantizer<float>& qz, int32_t* q) {
-  const __m256 v = _mm256_loadu_ps(x);
+// Eight half values widened to float32 lanes (exact), and float32 lanes rounded to nearest-even
+// into the half type and widened back (the value the decoder writes, as float32).
+template <class K>
+inline __m256 load8_widen(const typename K::S* x);
+template <class K>
+inline __m256 round_trip8(__m256 v);
+template <class K>
+inline __m128i narrow8(__m256 v);
+
+template <>
+inline __m256 load8_widen<KindF32>(const float* x) { return _mm256_loadu_ps(x); }
+template <>
+inline __m256 round_trip8<KindF32>(__m256 v) { return v; }
+
+template <>
+inline __m128i narrow8<KindBF16>(__m256 v) {
+  const __m256i b = _mm256_castps_si256(v);  // never NaN here: reconstructions are finite or Inf
+  const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+  const __m256i r = _mm256_srli_epi32(
+      _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF))), 16);
+  // Pack the eight 32-bit lanes (each < 2^16) into eight 16-bit values, in order.
+  const __m128i lo = _mm256_castsi256_si128(r), hi = _mm256_extracti128_si256(r, 1);
+  return _mm_packus_epi32(lo, hi);
+}
+template <>
+inline __m256 load8_widen<KindBF16>(const uint16_t* x) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+template <>
+inline __m256 round_trip8<KindBF16>(__m256 v) {
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(narrow8<KindBF16>(v)), 16));
+}
+
+#if defined(__F16C__)
+template <>
+inline __m128i narrow8<KindF16>(__m256 v) {
+  return _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+template <>
+inline __m256 load8_widen<KindF16>(const uint16_t* x) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+}
+template <>
+inline __m256 round_trip8<KindF16>(__m256 v) { return _mm256_cvtph_ps(narrow8<KindF16>(v)); }
+#else
+// AVX2 without F16C (rare): the scalar conversions, lane by lane.
+template <>
+inline __m128i narrow8<KindF16>(__m256 v) {
+  alignas(32) float f[8];
+  alignas(16) uint16_t h[8];
+  _mm256_store_ps(f, v);
+  for (int i = 0; i < 8; ++i) h[i] = float_to_half_rne(f[i]);
+  return _mm_load_si128(reinterpret_cast<const __m128i*>(h));
+}
+template <>
+inline __m256 load8_widen<KindF16>(const uint16_t* x) {
+  alignas(32) float f[8];
+  for (int i = 0; i < 8; ++i) f[i] = half_to_float(x[i]);
+  return _mm256_load_ps(f);
+}
+template <>
+inline __m256 round_trip8<KindF16>(__m256 v) {
+  alignas(16) uint16_t h[8];
+  _mm_store_si128(reinterpret_cast<__m128i*>(h), narrow8<KindF16>(v));
+  return load8_widen<KindF16>(h);
+}
+#endif
+
+// 8 float32-computed lanes (float32, or halves widened): returns the 8-bit mask of lanes to store
+// exactly; writes 8 codes. The reconstruction is checked as the decoder will store it.
+template <class K>
+inline uint32_t quantize8(const typename K::S* x, const Quantizer<float>& qz, int32_t* q) {
+  const __m256 v = load8_widen<K>(x);
   const __m256 scaled = _mm256_mul_ps(v, _mm256_set1_ps(qz.inv_bin));
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 in_range =
@@ -122,8 +305,8 @@ inline uint32_t quantize8(const float* x, const Quantizer<float>& qz, int32_t* q
   const __m256 safe = _mm256_and_ps(rounded, in_range);  // NaN/huge lanes become 0
   const __m256i code = _mm256_cvttps_epi32(safe);
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), code);
-  const __m256 recon =
-      materialize(_mm256_mul_ps(_mm256_cvtepi32_ps(code), _mm256_set1_ps(qz.bin)));
+  const __m256 recon = round_trip8<K>(
+      materialize(_mm256_mul_ps(_mm256_cvtepi32_ps(code), _mm256_set1_ps(qz.bin))));
   // Verify |x - x'| <= eb in double, as the contract states.
   const __m256d eb = _mm256_set1_pd(qz.eb);
   const __m256d abs_mask_d = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
@@ -155,12 +338,14 @@ inline uint32_t quantize4(const double* x, const Quantizer<double>& qz, int32_t*
   return ~static_cast<uint32_t>(_mm256_movemask_pd(ok)) & 0xFu;
 }
 
-inline uint32_t quantize(const float* x, const Quantizer<float>& qz, int32_t* q) {
+template <class K, std::enable_if_t<std::is_same_v<typename K::C, float>, int> = 0>
+inline uint32_t quantize(const typename K::S* x, const Quantizer<float>& qz, int32_t* q) {
   uint32_t bad = 0;
-  for (int k = 0; k < 4; ++k) bad |= quantize8(x + 8 * k, qz, q + 8 * k) << (8 * k);
+  for (int k = 0; k < 4; ++k) bad |= quantize8<K>(x + 8 * k, qz, q + 8 * k) << (8 * k);
   return bad;
 }
 
+template <class K, std::enable_if_t<std::is_same_v<K, KindF64>, int> = 0>
 inline uint32_t quantize(const double* x, const Quantizer<double>& qz, int32_t* q) {
   uint32_t bad = 0;
   for (int k = 0; k < 8; ++k) bad |= quantize4(x + 4 * k, qz, q + 4 * k) << (4 * k);
@@ -215,10 +400,18 @@ inline __m256i scan8(__m256i x, __m256i carry) {
   return _mm256_add_epi32(x, carry);
 }
 
+template <class K>
+inline void store_codes(__m256i codes, float bin, uint16_t* out) {
+  const __m256 v = _mm256_mul_ps(_mm256_cvtepi32_ps(codes), _mm256_set1_ps(bin));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), narrow8<K>(v));
+}
+
+template <class K>
 inline void store_codes(__m256i codes, float bin, float* out) {
   _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(codes), _mm256_set1_ps(bin)));
 }
 
+template <class K>
 inline void store_codes(__m256i codes, double bin, double* out) {
   const __m256d b = _mm256_set1_pd(bin);
   _mm256_storeu_pd(out, _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(codes)), b));
@@ -226,11 +419,12 @@ inline void store_codes(__m256i codes, double bin, double* out) {
                    _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(codes, 1)), b));
 }
 
-template <class T>
-inline void unpack(const uint8_t* src, int len, int32_t& carry, T bin, T* out) {
+template <class K>
+inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
+                   typename K::S* out) {
   __m256i acc = _mm256_set1_epi32(carry);
   if (len == 0) {
-    for (int k = 0; k < 4; ++k) store_codes(acc, bin, out + 8 * k);
+    for (int k = 0; k < 4; ++k) store_codes<K>(acc, bin, out + 8 * k);
     return;
   }
   uint32_t words[33];
@@ -250,7 +444,7 @@ inline void unpack(const uint8_t* src, int len, int32_t& carry, T bin, T* out) {
         _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(words[0])), idx), one));
     const __m256i delta = _mm256_sub_epi32(_mm256_xor_si256(mag, neg), neg);
     const __m256i codes = scan8(delta, acc);
-    store_codes(codes, bin, out + 8 * k);
+    store_codes<K>(codes, bin, out + 8 * k);
     acc = _mm256_permutevar8x32_epi32(codes, _mm256_set1_epi32(7));
   }
   carry = _mm256_cvtsi256_si32(acc);
@@ -258,14 +452,15 @@ inline void unpack(const uint8_t* src, int len, int32_t& carry, T bin, T* out) {
 
 #else
 
-template <class T>
-inline uint32_t quantize(const T* x, const Quantizer<T>& qz, int32_t* q) {
-  return quantize_scalar(x, qz, q);
+template <class K>
+inline uint32_t quantize(const typename K::S* x, const Quantizer<typename K::C>& qz, int32_t* q) {
+  return quantize_scalar<K>(x, qz, q);
 }
 inline int pack(const int32_t* q, int32_t prev, uint32_t* words) { return pack_scalar(q, prev, words); }
-template <class T>
-inline void unpack(const uint8_t* src, int len, int32_t& carry, T bin, T* out) {
-  unpack_scalar(src, len, carry, bin, out);
+template <class K>
+inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
+                   typename K::S* out) {
+  unpack_scalar<K>(src, len, carry, bin, out);
 }
 
 #endif

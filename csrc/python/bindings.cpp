@@ -22,13 +22,30 @@ namespace fz = zccl::fz;
 namespace {
 
 fz::DType dtype_from_code(int code) {
-  if (code == static_cast<int>(fz::DType::Float32)) return fz::DType::Float32;
-  if (code == static_cast<int>(fz::DType::Float64)) return fz::DType::Float64;
+  for (fz::DType dt : {fz::DType::Float32, fz::DType::Float64, fz::DType::Float16, fz::DType::BFloat16}) {
+    if (code == static_cast<int>(dt)) return dt;
+  }
   throw std::invalid_argument("zccl: unknown dtype code " + std::to_string(code));
 }
 
 torch::ScalarType scalar_type(fz::DType dt) {
-  return dt == fz::DType::Float32 ? torch::kFloat32 : torch::kFloat64;
+  switch (dt) {
+    case fz::DType::Float32: return torch::kFloat32;
+    case fz::DType::Float64: return torch::kFloat64;
+    case fz::DType::Float16: return torch::kFloat16;
+    case fz::DType::BFloat16: return torch::kBFloat16;
+  }
+  throw std::invalid_argument("zccl: unknown dtype");
+}
+
+std::optional<fz::DType> stream_dtype(torch::ScalarType st) {
+  switch (st) {
+    case torch::kFloat32: return fz::DType::Float32;
+    case torch::kFloat64: return fz::DType::Float64;
+    case torch::kFloat16: return fz::DType::Float16;
+    case torch::kBFloat16: return fz::DType::BFloat16;
+    default: return std::nullopt;
+  }
 }
 
 // Wraps an optional Python callable as a C++ progress hook that takes the GIL for each call.
@@ -48,12 +65,13 @@ void check_stream(const torch::Tensor& stream) {
 
 torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bound,
                        uint32_t chunk_len, int threads, const std::vector<int64_t>& shape,
-                       const py::object& progress) {
+                       const py::object& progress, uint32_t lossless_codec) {
   const fz::DType dt = dtype_from_code(dtype_code);
   TORCH_CHECK(src.scalar_type() == scalar_type(dt) && src.is_contiguous() && src.device().is_cpu(),
               "zccl: compress needs a contiguous CPU tensor of the declared dtype");
   fz::CompressParams params;
   params.error_bound = error_bound;
+  params.lossless_codec = static_cast<fz::LosslessCodec>(lossless_codec);
   params.chunk_len = chunk_len;
   params.threads = threads;
   params.shape = std::vector<uint64_t>(shape.begin(), shape.end());
@@ -120,7 +138,9 @@ py::dict stream_info(const torch::Tensor& stream) {
   check_stream(stream);
   const fz::StreamInfo info = fz::read_info(stream.data_ptr<uint8_t>(), stream.numel());
   py::dict d;
+  d["version"] = static_cast<int>(info.version);
   d["dtype"] = static_cast<int>(info.dtype);
+  d["lossless_codec"] = static_cast<uint32_t>(info.lossless_codec);
   d["count"] = info.count;
   d["shape"] = info.shape;
   d["error_bound"] = info.error_bound;
@@ -144,7 +164,10 @@ zb::CallOverride call_override_from(const py::dict& d) {
   };
   if (has("error_bound", F::kErrorBound)) o.values.error_bound = d["error_bound"].cast<double>();
   if (has("mode", F::kMode)) {
-    o.values.mode = d["mode"].cast<std::string>() == "abs" ? zb::BoundMode::Abs : zb::BoundMode::Rel;
+    const std::string mode = d["mode"].cast<std::string>();
+    o.values.mode = mode == "abs"        ? zb::BoundMode::Abs
+                    : mode == "lossless" ? zb::BoundMode::Lossless
+                                         : zb::BoundMode::Rel;
   }
   if (has("threads", F::kThreads)) o.values.threads = d["threads"].cast<int>();
   if (has("chunk_size", F::kChunkLen)) o.values.chunk_len = d["chunk_size"].cast<uint32_t>();
@@ -186,7 +209,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("MAX_CHUNK_LEN") = fz::kMaxChunkLen;
   m.attr("MAX_DIMS") = fz::kMaxDims;
   m.def("compress", &compress, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
-        py::arg("chunk_len"), py::arg("threads"), py::arg("shape"), py::arg("progress"));
+        py::arg("chunk_len"), py::arg("threads"), py::arg("shape"), py::arg("progress"),
+        py::arg("lossless_codec") = static_cast<uint32_t>(fz::LosslessCodec::Auto));
+  m.attr("FORMAT_VERSION") = 2;
+  m.def("lossless_codec_available", [](uint32_t codec) {
+    return fz::lossless_codec_available(static_cast<fz::LosslessCodec>(codec));
+  });
   m.def("decompress", &decompress, py::arg("stream"), py::arg("threads"), py::arg("progress"),
         py::arg("out") = py::none());
   m.def("decompress_chunk", &decompress_chunk, py::arg("stream"), py::arg("index"));
@@ -196,11 +224,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("finite_range", [](const torch::Tensor& src, int threads) {
     TORCH_CHECK(src.is_contiguous() && src.device().is_cpu(), "zccl: need a contiguous CPU tensor");
-    const fz::DType dt = src.scalar_type() == torch::kFloat64 ? fz::DType::Float64 : fz::DType::Float32;
-    TORCH_CHECK_TYPE(src.scalar_type() == torch::kFloat32 || src.scalar_type() == torch::kFloat64,
-                     "zccl: finite_range needs float32 or float64");
+    const std::optional<fz::DType> dt = stream_dtype(src.scalar_type());
+    TORCH_CHECK_TYPE(dt.has_value(), "zccl: finite_range needs float32, float64, float16 or bfloat16");
     py::gil_scoped_release nogil;
-    const fz::FiniteRange r = fz::finite_range(src.data_ptr(), dt, src.numel(), threads);
+    const fz::FiniteRange r = fz::finite_range(src.data_ptr(), *dt, src.numel(), threads);
     return std::make_tuple(r.min, r.max, r.any_finite);
   }, py::arg("src"), py::arg("threads") = 0,
      "(min, max, any_finite) over the finite values of a float tensor");
