@@ -69,8 +69,9 @@ def zstd_flags() -> tuple[list[str], list[str]]:
     """
     if os.environ.get("ZCCL_WITH_ZSTD", "1") == "0":
         return [], []
-    include_dirs = ["/usr/include", "/usr/local/include", os.environ.get("CONDA_PREFIX", "") + "/include"]
-    if not any(Path(d, "zstd.h").is_file() for d in include_dirs if d):
+    conda = os.environ.get("CONDA_PREFIX")
+    include_dirs = ["/usr/include", "/usr/local/include", *([f"{conda}/include"] if conda else [])]
+    if not any(Path(d, "zstd.h").is_file() for d in include_dirs):
         print("zccl: zstd.h not found, building without the lossless zstd codec", file=sys.stderr)
         return [], []
     return ["-DZCCL_WITH_ZSTD=1"], ["-lzstd"]

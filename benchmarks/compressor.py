@@ -18,6 +18,15 @@ Usage::
 
     python benchmarks/compressor.py               # full run -> benchmarks/results/compressor.*
     python benchmarks/compressor.py --quick       # smoke test (< 30 s), results in a temp dir
+    python benchmarks/compressor.py --szp /work/ext/SZp/build   # SZp beside us (see below)
+
+``--szp DIR`` puts the public SZp (szcompressor/SZp; build it outside this project with
+``benchmarks/szp_build.sh SRC DIR``) beside fZ-light on every float32/float64 case, one thread,
+same data, same run: its best block size by ratio (of 8, 16, 32, 64), its ratio, compress and
+decompress throughput and its max error over the bound (``benchmarks/szp_driver.py``).
+
+Also measured: half-precision inputs (the ratio against their 2-byte size), constant tensors
+(the ratio ceiling), and ``mode="lossless"`` on every field (bit-exact check, ratio, speed).
 
 Exit status 1 when any decoded value breaks its error bound.
 """
@@ -81,6 +90,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--size", type=int, default=None, help="wavefield edge in cells (default 128, --quick 48)"
+    )
+    parser.add_argument(
+        "--szp", type=Path, default=None, metavar="DIR",
+        help="directory holding SZp's libSZp.so (built with benchmarks/szp_build.sh)",
     )
     args = parser.parse_args(argv)
     args.reps = args.reps or (1 if args.quick else 7)
@@ -169,12 +182,30 @@ def make_fields(size: int) -> dict[str, torch.Tensor]:
         # An early snapshot of the same shot (front at 20 % of the depth, about half the volume
         # still quiet): RTM stores snapshots all along the run, early ones included.
         "wavefield_early_f32": datasets.acoustic_wavefield_3d(cube, reach=0.2),
+        # A quiet snapshot (front at 12 % of the depth, two thirds of the volume exactly at rest):
+        # the case where per-block overheads set the ratio.
+        "wavefield_quiet_f32": datasets.acoustic_wavefield_3d(cube, reach=0.12),
         "wavefield_f64": datasets.acoustic_wavefield_3d(cube, dtype=torch.float64),
         "smooth_random": datasets.smooth_random_field(cube, correlation_length=8.0),
         "laplace": datasets.laplace_noise(size**3, scale=1e-3),
     }
     fields.update({f"real_{name}": t for name, t in datasets.real_fields().items()})
+    # Half precision, compressed natively: the ratio is against the 2-byte input.
+    fields["wavefield_bf16"] = fields["wavefield_f32"].to(torch.bfloat16)
+    fields["wavefield_f16"] = fields["wavefield_f32"].to(torch.float16)
+    fields["laplace_bf16"] = fields["laplace"].to(torch.bfloat16)
     return fields
+
+
+def constant_fields(size: int) -> dict[str, torch.Tensor]:
+    """All-zero and constant tensors of every dtype: the ratio ceiling (target >= 1000)."""
+    n = size**3
+    out = {}
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        name = str(dtype).removeprefix("torch.")
+        out[f"zeros_{name}"] = torch.zeros(n, dtype=dtype)
+        out[f"constant_{name}"] = torch.full((n,), 0.3, dtype=dtype)
+    return out
 
 
 # ------------------------------------------------------------------------------------------------
@@ -280,7 +311,12 @@ def bound_check(orig: torch.Tensor, recon: torch.Tensor, max_err: float, eb: flo
 
 
 def measure(
-    tensor: torch.Tensor, rel: float, thread_counts: list[int], reps: int, min_time: float
+    tensor: torch.Tensor,
+    rel: float,
+    thread_counts: list[int],
+    reps: int,
+    min_time: float,
+    szp: Any = None,
 ) -> Row:
     """Compresses ``tensor`` at relative bound ``rel``: quality once, then the timings."""
     eb = zccl_torch.resolve_error_bound(tensor, rel, "rel")
@@ -303,7 +339,70 @@ def measure(
                 seconds[str(k)] = time_call(make(k), reps, min_time)
         row[f"{name}_seconds"] = seconds
         row[f"{name}_gbps"] = {k: nbytes / statistics.median(s) / GB for k, s in seconds.items()}
+    if szp is not None and tensor.dtype in (torch.float32, torch.float64) and eb > 0:
+        row["szp"] = measure_szp(tensor, eb, szp, reps, min_time)
     return row
+
+
+SZP_BLOCK_SIZES = (8, 16, 32, 64)
+
+
+def measure_szp(tensor: torch.Tensor, eb: float, szp: Any, reps: int, min_time: float) -> Row:
+    """SZp on the same data and absolute bound, one thread: its best block size by ratio."""
+    x = tensor.numpy().reshape(-1)
+    sizes = {bs: len(szp.compress(x, eb, bs)) for bs in SZP_BLOCK_SIZES}
+    bs = min(sizes, key=lambda b: (sizes[b], b))
+    stream = szp.compress(x, eb, bs)
+    recon = szp.decompress(stream, x.size, x.dtype, eb, bs)
+    err = float(np.max(np.abs(x.astype(np.float64) - recon.astype(np.float64)))) if x.size else 0.0
+    nbytes = x.size * x.itemsize
+    with torch_threads(1):
+        c = time_call(lambda: szp.compress(x, eb, bs, check=False), reps, min_time)
+        d = time_call(lambda: szp.decompress(stream, x.size, x.dtype, eb, bs, check=False),
+                      reps, min_time)
+    return {
+        "block_size": bs,
+        "ratio": nbytes / len(stream),
+        "err_over_eb": err / eb if eb > 0 else math.nan,
+        "compress_gbps": nbytes / statistics.median(c) / GB,
+        "decompress_gbps": nbytes / statistics.median(d) / GB,
+    }
+
+
+def measure_lossless(tensor: torch.Tensor, reps: int, min_time: float) -> Row:
+    """mode="lossless", one thread: ratio, speed, and a bit-exact check."""
+    stream = zccl_torch.compress(tensor, mode="lossless")
+    back = zccl_torch.decompress(stream)
+    ints = {2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()]
+    exact = bool(torch.equal(back.view(ints), tensor.view(ints)))
+    nbytes = tensor.numel() * tensor.element_size()
+    with torch_threads(1):
+        c = time_call(lambda: zccl_torch.compress(tensor, mode="lossless", threads=1), reps,
+                      min_time)
+        d = time_call(lambda: zccl_torch.decompress(stream, threads=1), reps, min_time)
+    return {
+        "ratio": nbytes / stream.numel(),
+        "bit_exact": exact,
+        "codec": zccl_torch.stream_info(stream).lossless_codec,
+        "compress_gbps": nbytes / statistics.median(c) / GB,
+        "decompress_gbps": nbytes / statistics.median(d) / GB,
+    }
+
+
+def measure_constants(size: int) -> list[Row]:
+    """Ratios of all-zero and constant tensors at REL 1e-4, ABS 1e-4 and lossless."""
+    rows = []
+    for name, t in constant_fields(size).items():
+        nbytes = t.numel() * t.element_size()
+        ratios = {}
+        for label, kwargs in (("rel", {"error_bound": 1e-4, "mode": "rel"}),
+                              ("abs", {"error_bound": 1e-4, "mode": "abs"}),
+                              ("lossless", {"mode": "lossless"})):
+            stream = zccl_torch.compress(t, **kwargs)
+            assert torch.equal(zccl_torch.decompress(stream), t), name
+            ratios[label] = nbytes / stream.numel()
+        rows.append({"field": name, "bytes": nbytes, "ratio": ratios})
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------
@@ -349,6 +448,75 @@ def markdown_table(rows: list[Row], memcpy: dict[str, dict[str, float]], n_all: 
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def szp_table(rows: list[Row]) -> str:
+    """fZ-light beside SZp, one thread, same data and bound, same run."""
+    head = (
+        "| field | REL | ratio | SZp ratio (bs) | ratio / SZp | comp 1T | SZp comp | comp x "
+        "| decomp 1T | SZp decomp | decomp x | err/eb | SZp err/eb |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        z = r.get("szp")
+        if z is None:
+            continue
+        cells = [
+            r["field"], f"{r['rel_bound']:.0e}", _fmt(r["ratio"], ".1f"),
+            f"{z['ratio']:.1f} ({z['block_size']})", _fmt(r["ratio"] / z["ratio"], ".2f"),
+            _fmt(r["compress_abs_gbps"]["1"], ".2f"), _fmt(z["compress_gbps"], ".2f"),
+            _fmt(r["compress_abs_gbps"]["1"] / z["compress_gbps"], ".1f"),
+            _fmt(r["decompress_gbps"]["1"], ".2f"), _fmt(z["decompress_gbps"], ".2f"),
+            _fmt(r["decompress_gbps"]["1"] / z["decompress_gbps"], ".1f"),
+            _fmt(r["err_over_eb"], ".6f"), _fmt(z["err_over_eb"], ".6f"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) if len(lines) > 2 else "(SZp not measured: pass --szp DIR)"
+
+
+def lossless_table(rows: list[Row]) -> str:
+    head = "| field | dtype | lossless ratio | bit-exact | codec | comp 1T GB/s | decomp 1T GB/s |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        z = r.get("lossless")
+        if z is None:
+            continue
+        lines.append("| " + " | ".join([
+            r["field"], r["dtype"], _fmt(z["ratio"], ".3f"), str(z["bit_exact"]), z["codec"],
+            _fmt(z["compress_gbps"], ".2f"), _fmt(z["decompress_gbps"], ".2f"),
+        ]) + " |")
+    return "\n".join(lines)
+
+
+def constants_table(rows: list[Row]) -> str:
+    head = "| tensor | MB | ratio REL 1e-4 | ratio ABS 1e-4 | ratio lossless |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        q = r["ratio"]
+        lines.append(f"| {r['field']} | {r['bytes'] / 1e6:.2f} | {q['rel']:.0f} | {q['abs']:.0f} "
+                     f"| {q['lossless']:.0f} |")
+    return "\n".join(lines)
+
+
+def szp_target_line(rows: list[Row], field: str = "wavefield_quiet_f32") -> str:
+    """The compressor issue's targets on the quiet field, every bound: ratio >= SZp's, compress
+    >= 1.5x and decompress >= 1x SZp's speed (one thread, same run)."""
+    parts, met = [], True
+    for r in rows:
+        z = r.get("szp")
+        if r["field"] != field or z is None:
+            continue
+        ratio = r["ratio"] / z["ratio"]
+        comp = r["compress_abs_gbps"]["1"] / z["compress_gbps"]
+        dec = r["decompress_gbps"]["1"] / z["decompress_gbps"]
+        met &= ratio >= 1.0 and comp >= 1.5 and dec >= 1.0
+        parts.append(f"REL {r['rel_bound']:.0e}: ratio x{ratio:.2f}, comp x{comp:.1f}, "
+                     f"decomp x{dec:.1f}")
+    if not parts:
+        return f"{field} vs SZp: not measured (pass --szp DIR)"
+    verdict = "met" if met else "NOT met"
+    return f"{field} vs SZp (targets ratio >= 1, comp >= 1.5, decomp >= 1; {verdict}): " + (
+        "; ".join(parts))
 
 
 def target_line(rows: list[Row]) -> str:
@@ -446,6 +614,11 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, dict[str, float]
     # process holds a core, and one thread generates even the full-size fields in seconds.
     with torch_threads(1):
         fields = make_fields(args.size)
+    szp = None
+    if args.szp is not None:
+        from szp_driver import SZp  # benchmarks/szp_driver.py; only with --szp
+
+        szp = SZp(args.szp)
     rows: list[Row] = []
     memcpy: dict[str, dict[str, float]] = {}
     with tqdm(total=len(fields) * len(REL_BOUNDS), desc="compressor", unit="case") as bar:
@@ -461,9 +634,12 @@ def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, dict[str, float]
                     "numel": tensor.numel(),
                     "bytes": nbytes,
                 }
-                row.update(measure(tensor, rel, thread_counts, args.reps, args.min_time))
+                row.update(measure(tensor, rel, thread_counts, args.reps, args.min_time, szp))
                 rows.append(row)
                 bar.update()
+    for r in rows:
+        if r["rel_bound"] == REL_BOUNDS[0]:
+            r["lossless"] = measure_lossless(fields[r["field"]], args.reps, args.min_time)
     return rows, memcpy, thread_counts
 
 
@@ -479,6 +655,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         line += "  [--quick: fields too small for the targets to be meaningful]"
     print(line)
+    constants = measure_constants(args.size)
+    print()
+    print(szp_table(rows))
+    print()
+    szp_line = szp_target_line(rows)
+    print(szp_line)
+    print()
+    print(lossless_table(rows))
+    print()
+    print(constants_table(constants))
+    ceiling_ok = all(min(r["ratio"].values()) >= 1000 for r in constants)
+    lossless_ok = all(r["lossless"]["bit_exact"] for r in rows if "lossless" in r)
 
     args.out.mkdir(parents=True, exist_ok=True)
     report = {
@@ -489,6 +677,7 @@ def main(argv: list[str] | None = None) -> int:
             "min_seconds_per_rep": args.min_time,
             "wavefield_size": args.size,
             "rel_bounds": list(REL_BOUNDS),
+            "szp": str(args.szp) if args.szp else None,
             "thread_counts": thread_counts,
             "gb": GB,
             "statistic": "median over reps",
@@ -496,6 +685,9 @@ def main(argv: list[str] | None = None) -> int:
         "memcpy_gbps": memcpy,
         "results": rows,
         "target_line": line,
+        "szp_target_line": szp_line,
+        "constants": constants,
+        "ratio_ceiling_met": ceiling_ok,
         "elapsed_seconds": time.perf_counter() - started,
     }
     json_path, png_path = args.out / "compressor.json", args.out / "compressor.png"
@@ -510,7 +702,9 @@ def main(argv: list[str] | None = None) -> int:
             f"max error / eb = {r['err_over_eb']}",
             file=sys.stderr,
         )
-    return 1 if broken else 0
+    if not lossless_ok:
+        print("LOSSLESS MODE NOT BIT-EXACT on some field", file=sys.stderr)
+    return 1 if broken or not lossless_ok else 0
 
 
 if __name__ == "__main__":

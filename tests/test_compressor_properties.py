@@ -17,6 +17,7 @@ from helpers_compress import (
     CHUNK_SIZES,
     DATA_KINDS,
     DTYPES,
+    HALF_DTYPES,
     SPECIAL_SIZES,
     assert_bitwise_equal,
     assert_within_bound,
@@ -604,3 +605,82 @@ def test_stream_info_rel_bound_matches_numpy():
     eb = 1e-4 * float(a.max() - a.min())
     s = zccl_torch.compress(x, 1e-4, "rel")
     assert zccl_torch.stream_info(s).error_bound == eb
+
+
+# --------------------------------------------------------------------------------------------
+# Half precision (native float16/bfloat16 streams), lossless mode, constant chunks and repeats
+# --------------------------------------------------------------------------------------------
+
+ALL_DTYPES = (*DTYPES, *HALF_DTYPES)
+
+
+@examples(200)
+@given(data=datasets(dtypes=HALF_DTYPES), error_bound=bounds,
+       mode=st.sampled_from(("abs", "rel")), chunk_size=st.sampled_from(CHUNK_SIZES))
+def test_half_roundtrip_within_bound(data, error_bound, mode, chunk_size):
+    """The bound holds in float64 against the half input, for the half values decoded."""
+    x, desc = data
+    roundtrip(x, error_bound, mode, chunk_size=chunk_size,
+              what=f"{desc} eb={error_bound!r} mode={mode} chunk_size={chunk_size}")
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
+@pytest.mark.parametrize("n", SPECIAL_SIZES)
+def test_half_special_sizes(dtype, n):
+    x = make_data("sin", n, dtype, seed=n, nonfinite=0.01)
+    for eb in (0.0, 1e-9, 1e-3, 1.0, 1e6):
+        roundtrip(x, eb, what=f"half n={n} {dtype} eb={eb}")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_lossless_mode_bit_exact_for_every_pattern(dtype):
+    x = make_data("random_bits", 20_000, dtype, seed=11)
+    x[:4] = torch.tensor([0.0, -0.0, float("nan"), -float("nan")], dtype=dtype)
+    smooth = make_data("sin", 20_000, dtype, seed=12)
+    for t in (x, smooth, torch.cat([smooth, x, smooth])):
+        for threads in (1, 2):
+            s = zccl_torch.compress(t, mode="lossless", threads=threads, chunk_size=1024)
+            assert_bitwise_equal(t, zccl_torch.decompress(s), f"lossless {dtype}")
+            check_stream_size(s, dtype, t.numel(), 1024, 1, f"lossless {dtype}")
+    if zccl_torch.lossless_codec() == "zstd":
+        s = zccl_torch.compress(smooth, mode="lossless")
+        assert s.numel() < smooth.numel() * smooth.element_size(), "zstd gained nothing"
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("value", [0.0, -0.0, 0.3, float("nan"), -float("inf")])
+def test_constant_tensors_compress_past_1000x(dtype, value):
+    """An all-zero or constant tensor (any value, NaN included) costs a few bytes per chunk:
+    at least 1000x in every mode, decoded bit for bit."""
+    t = torch.full((1 << 20,), value, dtype=dtype)
+    nbytes = t.numel() * t.element_size()
+    for kwargs in ({"error_bound": 1e-3}, {"error_bound": 1e-3, "mode": "rel"},
+                   {"mode": "lossless"}):
+        s = zccl_torch.compress(t, **kwargs)
+        assert_bitwise_equal(t, zccl_torch.decompress(s), f"constant {value} {kwargs}")
+        assert nbytes / s.numel() >= 1000, (dtype, value, kwargs, nbytes / s.numel())
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float64, torch.bfloat16), ids=str)
+def test_constant_runs_byte_identical_for_any_thread_count(dtype):
+    """Repeat entries are decided from the values alone: a run of constant chunks split across
+    OpenMP threads at any point gives the same bytes as one thread, and decodes exactly."""
+    cs = 64
+    smooth = make_data("sin", 5 * cs, dtype, seed=3)
+    parts = [smooth, torch.zeros(7 * cs, dtype=dtype), smooth[:cs],
+             torch.full((3 * cs,), 2.5, dtype=dtype), torch.full((2 * cs,), 2.5, dtype=dtype),
+             torch.zeros(cs // 2, dtype=dtype)]
+    x = torch.cat(parts)
+    ref = zccl_torch.compress(x, 1e-3, chunk_size=cs, threads=1)
+    for threads in (2, 3, 5, 8, 19):
+        s = zccl_torch.compress(x, 1e-3, chunk_size=cs, threads=threads)
+        assert torch.equal(s, ref), f"{threads} threads changed the stream"
+    y = zccl_torch.decompress(ref, threads=3)
+    assert_within_bound(x, y, 1e-3, "constant runs")
+    for c in range(zccl_torch.stream_info(ref).num_chunks):
+        assert_bitwise_equal(y[c * cs:(c + 1) * cs], zccl_torch.decompress_chunk(ref, c),
+                             f"chunk {c}")
+    # The zero run (7 chunks) costs its first chunk plus 8 table bytes per repeat.
+    all_zero = zccl_torch.compress(torch.zeros(7 * cs, dtype=dtype), 1e-3, chunk_size=cs)
+    info = zccl_torch.stream_info(all_zero)
+    assert all_zero.numel() == info.header_bytes + 1 + x.element_size(), all_zero.numel()

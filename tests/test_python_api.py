@@ -52,7 +52,7 @@ def test_stream_is_flat_contiguous_uint8(x32):
 # --------------------------------------------------------------------------------------------
 
 BAD_DTYPES = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool,
-              torch.complex64, torch.complex128, torch.float16, torch.bfloat16]
+              torch.complex64, torch.complex128, torch.float8_e4m3fn]
 
 
 @pytest.mark.parametrize("dtype", BAD_DTYPES, ids=str)
@@ -333,3 +333,51 @@ def test_decompress_bad_out(out, exc, words):
     s = zccl_torch.compress(make_data("noise", 777, torch.float32, seed=3), 1e-3)
     with pytest.raises(exc, match=words):
         zccl_torch.decompress(s, out=out)
+
+
+# --------------------------------------------------------------------------------------------
+# Half precision, lossless mode, format version
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_streams_are_native(dtype):
+    """A half tensor keeps its dtype in the stream: raw chunks hold 2-byte values, so a stream
+    of incompressible halves is about half the size of the same values widened to float32."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(50_000, generator=g).to(dtype)
+    s = zccl_torch.compress(x, 1e-9)  # far below the half resolution: stored exactly
+    info = zccl_torch.stream_info(s)
+    assert info.dtype == dtype and info.version == zccl_torch.FORMAT_VERSION == 2
+    assert s.numel() <= zccl_torch.max_compressed_size(dtype, x.numel())
+    assert s.numel() < 0.55 * zccl_torch.compress(x.float(), 1e-9).numel()
+    assert torch.equal(zccl_torch.decompress(s).view(torch.int16), x.view(torch.int16))
+
+
+def test_lossless_mode_arguments():
+    x = torch.randn(1000)
+    assert zccl_torch.resolve_error_bound(x, None, "lossless") == 0.0
+    assert zccl_torch.resolve_error_bound(x, 0, "lossless") == 0.0
+    with pytest.raises(ValueError, match="lossless"):
+        zccl_torch.compress(x, 1e-3, mode="lossless")
+    with pytest.raises(TypeError, match="needs an error_bound"):
+        zccl_torch.compress(x)
+    with pytest.raises(TypeError, match="needs an error_bound"):
+        zccl_torch.compress(x, mode="rel")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        zccl_torch.compress(x, 1e-3, mode="lossy")
+    s = zccl_torch.compress(x, mode="lossless")
+    info = zccl_torch.stream_info(s)
+    assert info.error_bound == 0.0 and info.lossless_codec == zccl_torch.lossless_codec()
+    assert zccl_torch.lossless_codec() in ("zstd", "none")
+
+
+def test_lossy_streams_report_no_lossless_codec():
+    s = zccl_torch.compress(torch.randn(1000), 1e-3)
+    assert zccl_torch.stream_info(s).lossless_codec == "none"
+
+
+def test_backend_options_accept_lossless_mode():
+    opts = zccl_torch.Options(mode="lossless")
+    assert opts.to_native()["mode"] == "lossless"
+    with pytest.raises(ValueError, match="mode must be one of"):
+        zccl_torch.Options(mode="exact")

@@ -515,6 +515,8 @@ def effective_error_bound(
     pol = current_policy(group, policy)
     if pol is None:
         base = current_options(group)
+        if base.mode == "lossless":
+            return 0.0
         if base.mode == "abs":
             return float(base.error_bound)
         lo, hi = _finite_range(tensor)

@@ -189,6 +189,11 @@ size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename
   s.outlier_value.clear();
   size_t planes = 0;
   uint32_t nonzero = 0;
+  // Planes go straight to the destination, after room for every block's length byte (on busy
+  // data every block is nonzero, and nothing moves later); if that provisional spot would run
+  // past the chunk's raw size, they continue in the scratch buffer instead.
+  uint8_t* provisional = dst + fixed + nblocks;
+  bool spilled = fixed + nblocks > raw_bytes;
   alignas(32) int32_t q[kBlockLen];
   alignas(32) S padded[kBlockLen];
   uint32_t words[kBlockLen + 1];
@@ -221,9 +226,13 @@ size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename
     if (len == 0) continue;  // a zero block: one clear bit, nothing else
     const size_t need = 4u * static_cast<size_t>(len + 1);
     if (nonzero + 1 + planes + need > room) return write_raw(x, m, dst);
+    if (!spilled && nblocks + planes + need > room) {
+      if (planes > 0) std::memcpy(s.planes.data(), provisional, planes);
+      spilled = true;
+    }
     bitmap[b / 8] = static_cast<uint8_t>(bitmap[b / 8] | (1u << (b % 8)));
     s.lengths[nonzero++] = static_cast<uint8_t>(len);
-    std::memcpy(s.planes.data() + planes, words, need);
+    std::memcpy((spilled ? s.planes.data() : provisional) + planes, words, need);
     planes += need;
   }
   const size_t n_out = s.outlier_index.size();
@@ -231,10 +240,13 @@ size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename
   if (total > raw_bytes) return write_raw(x, m, dst);
   dst[0] = fmt::kChunkEncoded;
   fmt::store<uint32_t>(dst + 5, static_cast<uint32_t>(n_out));
-  uint8_t* at = dst + fixed;
-  if (nonzero > 0) std::memcpy(at, s.lengths.data(), nonzero);
-  at += nonzero;
-  if (planes > 0) std::memcpy(at, s.planes.data(), planes);
+  uint8_t* at = dst + fixed + nonzero;  // the planes' final place, right after the lengths
+  if (planes > 0 && spilled) {
+    std::memcpy(at, s.planes.data(), planes);
+  } else if (planes > 0 && at != provisional) {
+    std::memmove(at, provisional, planes);
+  }
+  if (nonzero > 0) std::memcpy(dst + fixed, s.lengths.data(), nonzero);
   at += planes;
   if (n_out > 0) {  // memcpy from an empty vector's null data() is undefined even for 0 bytes
     std::memcpy(at, s.outlier_index.data(), n_out * 2);
@@ -316,12 +328,21 @@ EncodedLayout check_encoded(const uint8_t* src, size_t size, uint32_t m, size_t 
     }
     if (size < header + nonzero) corrupt(where + ": shorter than its code lengths");
     const uint8_t* lens = src + header;
-    uint32_t k = 0;
-    for (uint32_t b = 0; b < nblocks; ++b) {
-      const bool set = (bitmap[b / 8] >> (b % 8)) & 1u;
-      lens_out[b] = set ? lens[k++] : 0;
-      if (set && (lens_out[b] == 0 || lens_out[b] > 31)) corrupt(where + ": code length out of range");
+    bool bad = false;
+    if (nonzero == nblocks) {  // busy data: every block nonzero, the lengths in block order
+      std::memcpy(lens_out, lens, nblocks);
+      for (uint32_t b = 0; b < nblocks; ++b) bad |= lens[b] == 0 || lens[b] > 31;
+    } else {
+      uint32_t k = 0;
+      for (uint32_t b = 0; b < nblocks; ++b) {
+        const bool set = (bitmap[b / 8] >> (b % 8)) & 1u;
+        const uint8_t len = set ? lens[k] : 0;
+        k += set;
+        lens_out[b] = len;
+        bad |= set && (len == 0 || len > 31);
+      }
     }
+    if (bad) corrupt(where + ": code length out of range");
     header += nonzero;
   }
   if (lay.n_out > m) corrupt(where + ": more outliers than values");
@@ -787,7 +808,11 @@ FiniteRange finite_range_half(const uint16_t* x, uint64_t count, int threads) {
     float wide[4096];
     for (uint64_t i = begin; i < end; i += 4096) {
       const uint64_t n = std::min<uint64_t>(4096, end - i);
-      for (uint64_t k = 0; k < n; ++k) wide[k] = K::widen(x[i + k]);
+      uint64_t k = 0;
+#if defined(__AVX2__)
+      for (; k + 8 <= n; k += 8) _mm256_storeu_ps(wide + k, block::load8_widen<K>(x + i + k));
+#endif
+      for (; k < n; ++k) wide[k] = K::widen(x[i + k]);
       float bl, bh;
       finite_minmax(wide, n, bl, bh);
       l = std::min(l, bl);
