@@ -13,8 +13,10 @@
   harness.
 * ``test_host_model``: tests/cuda/host_model_test.cpp, built with g++ (no CUDA needed) and run:
   the ``__host__ __device__`` CRC-32C combine helpers against crc32c.cpp, the warp bit transpose,
-  the GPU quantiser against fzlight_block.h, and host models of the encode/decode kernels'
-  decomposition against the CPU codec, byte for byte.
+  the GPU quantiser of every dtype (float32/float64/float16/bfloat16) against fzlight_block.h,
+  host models of the encode kernel (stream format version 2: constant chunks, repeats, block
+  bitmaps) against fz::compress byte for byte, and of the parse + decode kernels (versions 1
+  and 2) against fz::decompress on valid and on thousands of mutated streams.
 
 nvcc runs under ``nice -n 19`` (the compile test is background work; ``ZCCL_NVCC_NICE`` changes
 the niceness, ``0`` disables it; ``ZCCL_NVCC_JOBS`` how many run at once, default 2).
@@ -38,6 +40,7 @@ from cpp_build import (
     assert_ok,
     build_or_fail,
     compile_objects,
+    headers,
     link,
     needs_cxx,
     object_job,
@@ -305,7 +308,9 @@ def build_host_model(variant: str) -> Path:
         CSRC / "compress" / "crc32c.cpp",
         CSRC / "compress" / "fzlight.cpp",
     ]
-    jobs = [object_job(src, HOST_MODEL_FLAGS, variant) for src in sources]
+    # The object key covers tests/cuda's shared headers (stream_tools.h) besides csrc's.
+    deps = [*headers(), *sorted(CUDA_TESTS.glob("*.h"))]
+    jobs = [object_job(src, HOST_MODEL_FLAGS, variant, deps) for src in sources]
     compile_objects(jobs)
     return link(BIN_DIR / "host_model_test", [j.out for j in jobs], ["-fopenmp"])
 
@@ -314,6 +319,9 @@ def build_host_model(variant: str) -> Path:
 def test_host_model() -> None:
     assert CXX is not None
     exe = build_or_fail(build_host_model, "hostmodel")
-    proc = run([str(exe)], timeout=600, env={"OMP_WAIT_POLICY": "passive"})
+    # Real version-1 streams (written by the version-1 encoder), when the checkout has them.
+    fixtures = ROOT / "tests" / "data" / "format_v1"
+    args = [str(fixtures)] if fixtures.is_dir() else []
+    proc = run([str(exe), *args], timeout=600, env={"OMP_WAIT_POLICY": "passive"})
     assert_ok(proc, str(exe))
     assert "ok:" in proc.stdout

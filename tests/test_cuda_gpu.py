@@ -112,6 +112,7 @@ def build() -> Path:
     ]
     h = hashlib.sha256(" ".join([NVCC or "", *flags]).encode())
     headers = sorted((CSRC / "compress").glob("*.h")) + sorted((CSRC / "compress").glob("*.cuh"))
+    headers += sorted(CUDA_TESTS.glob("*.h"))  # stream_tools.h
     for f in [*SOURCES, *headers]:
         h.update(f.read_bytes())
     exe = BIN_DIR / f"test_cuszp-{h.hexdigest()[:16]}"

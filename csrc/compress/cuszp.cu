@@ -51,6 +51,29 @@ void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
 
 [[noreturn]] void bad_arg(const std::string& what) { throw fz::ArgumentError("zccl gpu: " + what); }
 
+// Calls f(K{}) with the storage kind of dt (cuszp_lane.h): float, double, lane::Half,
+// lane::BFloat16.
+template <class F>
+void with_kind(DType dt, F&& f) {
+  switch (dt) {
+    case DType::Float32: return f(float{});
+    case DType::Float64: return f(double{});
+    case DType::Float16: return f(lane::Half{});
+    case DType::BFloat16: return f(lane::BFloat16{});
+  }
+  bad_arg("unknown dtype code " + std::to_string(static_cast<int>(dt)));
+}
+
+bool is_half(DType dt) { return dt == DType::Float16 || dt == DType::BFloat16; }
+
+// The elementwise reduce paths (reduce, divide, decompress_reduce) are float32/float64 only.
+void require_not_half(DType dt, const char* what) {
+  if (is_half(dt)) {
+    bad_arg(std::string(what) + " takes float32 or float64, not " + fz::dtype_name(dt) +
+            " (widen to float32 first)");
+  }
+}
+
 // Result pointers must be pinned (or managed): a pageable target would make cudaMemcpyAsync
 // synchronous, which the hot path promises never to be.
 void require_pinned(const void* p, const char* what) {
@@ -147,6 +170,15 @@ CompressPlan check_compress(const void* src, DType dt, uint64_t count, const fz:
   if (!std::isfinite(p.error_bound) || p.error_bound < 0) {
     bad_arg("error bound must be finite and >= 0, got " + std::to_string(p.error_bound));
   }
+  // Lossless streams: Auto and None give codec 0 (raw and constant chunks); the GPU has no zstd.
+  if (p.lossless_codec != fz::LosslessCodec::None && p.lossless_codec != fz::LosslessCodec::Auto &&
+      p.lossless_codec != fz::LosslessCodec::ShuffleZstd) {
+    bad_arg("unknown lossless codec " + std::to_string(static_cast<uint32_t>(p.lossless_codec)));
+  }
+  if (p.error_bound == 0.0 && p.lossless_codec == fz::LosslessCodec::ShuffleZstd) {
+    bad_arg("the GPU encoder has no zstd lossless codec: use LosslessCodec::None or Auto (raw and "
+            "constant chunks), or compress on the host with fz::compress");
+  }
   CompressPlan plan;
   plan.shape = p.shape ? *p.shape : std::vector<uint64_t>{count};
   if (plan.shape.size() > fz::kMaxDims) bad_arg("at most 64 dimensions");
@@ -172,12 +204,14 @@ CompressPlan check_compress(const void* src, DType dt, uint64_t count, const fz:
   return plan;
 }
 
-template <class T>
+template <class K>
 void launch_compress(const void* src, uint64_t count, const fz::CompressParams& p,
                      const std::vector<uint64_t>& shape, uint8_t* dst, void* ws, cudaStream_t s,
                      size_t* size_pinned) {
-  T bin = 0, inv_bin = 0;
-  const bool lossy = make_quantizer<T>(p.error_bound, bin, inv_bin);
+  using S = typename lane::Kind<K>::S;
+  using C = typename lane::Kind<K>::C;  // halves are quantised in float32, as on the CPU
+  C bin = 0, inv_bin = 0;
+  const bool lossy = make_quantizer<C>(p.error_bound, bin, inv_bin);
   const uint32_t cl = p.chunk_len;
   const uint64_t chunks = fmt::num_chunks(count, cl);
   const uint64_t table_off = fmt::kFixedHeaderBytes + 8 * shape.size();
@@ -186,15 +220,15 @@ void launch_compress(const void* src, uint64_t count, const fz::CompressParams& 
   check(cudaMemsetAsync(ws, 0, kControlBytes + 8 * chunks, s), "cudaMemsetAsync");
 
   if (chunks > 0) {
-    kern::EncodeArgs<T> a{};
-    a.src = static_cast<const typename kern::Bits<T>::type*>(src);
+    kern::EncodeArgs<K> a{};
+    a.src = static_cast<const S*>(src);
     a.dst = dst;
     a.count = count;
     a.num_chunks = chunks;
     a.data_base = header_bytes;
     a.table_off = table_off;
     a.chunk_len = cl;
-    const size_t cache_bytes = static_cast<size_t>(cl) * sizeof(T);
+    const size_t cache_bytes = static_cast<size_t>(cl) * sizeof(S);
     a.cache_values = cache_bytes <= kCacheBudget ? cl : 0;
     a.bin = bin;
     a.inv_bin = inv_bin;
@@ -203,8 +237,8 @@ void launch_compress(const void* src, uint64_t count, const fz::CompressParams& 
     a.ctl = ctl;
     a.status = words(ws);
     const size_t dyn = a.cache_values != 0 ? cache_bytes : 0;
-    const void* fn = reinterpret_cast<const void*>(&kern::encode_kernel<T>);
-    kern::encode_kernel<T><<<grid_for(fn, dyn, chunks), kThreads, dyn, s>>>(a);
+    const void* fn = reinterpret_cast<const void*>(&kern::encode_kernel<K>);
+    kern::encode_kernel<K><<<grid_for(fn, dyn, chunks), kThreads, dyn, s>>>(a);
     check_launch("encode_kernel");
   }
 
@@ -216,14 +250,14 @@ void launch_compress(const void* src, uint64_t count, const fz::CompressParams& 
   f.fixed_len = static_cast<uint32_t>(table_off);
   std::copy(fmt::kMagic, fmt::kMagic + 4, f.fixed);
   f.fixed[4] = fmt::kVersion;
-  f.fixed[5] = static_cast<uint8_t>(std::is_same_v<T, float> ? DType::Float32 : DType::Float64);
+  f.fixed[5] = lane::Kind<K>::kDType;
   f.fixed[6] = static_cast<uint8_t>(fz::kBlockLen);
   f.fixed[7] = static_cast<uint8_t>(shape.size());
   fmt::store<uint64_t>(f.fixed + 8, count);
   fmt::store<double>(f.fixed + 16, p.error_bound);
   fmt::store<double>(f.fixed + 24, lossy ? static_cast<double>(bin) : 0.0);
   fmt::store<uint32_t>(f.fixed + 32, cl);
-  fmt::store<uint32_t>(f.fixed + 36, 0);
+  fmt::store<uint32_t>(f.fixed + 36, fmt::kCodecNone);
   for (size_t d = 0; d < shape.size(); ++d) fmt::store<uint64_t>(f.fixed + 48 + 8 * d, shape[d]);
   f.ctl = ctl;
   f.status = words(ws);
@@ -234,11 +268,10 @@ void launch_compress(const void* src, uint64_t count, const fz::CompressParams& 
 }
 
 void run_compress(const CompressJob& j, const CompressPlan& plan, cudaStream_t s) {
-  if (j.dtype == DType::Float32) {
-    launch_compress<float>(j.src, j.count, j.params, plan.shape, j.dst, j.workspace, s, j.size_pinned);
-  } else {
-    launch_compress<double>(j.src, j.count, j.params, plan.shape, j.dst, j.workspace, s, j.size_pinned);
-  }
+  with_kind(j.dtype, [&](auto kind) {
+    launch_compress<decltype(kind)>(j.src, j.count, j.params, plan.shape, j.dst, j.workspace, s,
+                                    j.size_pinned);
+  });
 }
 
 // ------------------------------------------------------------------------------------------
@@ -250,6 +283,7 @@ void check_decompress(const DecompressJob& j) {
   if (j.dst == nullptr && j.count > 0) bad_arg("null destination pointer");
   if (j.reduce && j.a == nullptr && j.count > 0) bad_arg("null reduce operand");
   if (j.reduce && static_cast<int>(j.op) > static_cast<int>(ReduceOp::Max)) bad_arg("unknown reduce op");
+  if (j.reduce) require_not_half(j.dtype, "decompress_reduce");
   workspace_chunks(j.workspace, j.ws_bytes);
   require_pinned(j.err_pinned, "err_pinned");
 }
@@ -271,10 +305,10 @@ void launch_parse(const uint8_t* src, size_t len_bound, int want_dtype, int coun
   check_launch("parse_kernel");
 }
 
-template <class T, kern::Mode kMode>
+template <class K, kern::Mode kMode>
 void launch_decode(const DecompressJob& j, cudaStream_t s) {
-  using B = typename kern::Bits<T>::type;
-  kern::DecodeArgs<T> a{};
+  using B = typename lane::Kind<K>::S;
+  kern::DecodeArgs<K> a{};
   a.src = j.src;
   a.a = static_cast<const B*>(j.a);
   a.out = static_cast<B*>(j.dst);
@@ -286,30 +320,30 @@ void launch_decode(const DecompressJob& j, cudaStream_t s) {
       std::min(workspace_chunks(j.workspace, j.ws_bytes), (j.count + fz::kBlockLen - 1) / fz::kBlockLen);
   a.stage_bytes = kStageBudget;
   const size_t dyn = kStageBudget + 16;
-  const void* fn = reinterpret_cast<const void*>(&kern::decode_kernel<T, kMode>);
-  kern::decode_kernel<T, kMode><<<grid_for(fn, dyn, bound), kThreads, dyn, s>>>(a);
+  const void* fn = reinterpret_cast<const void*>(&kern::decode_kernel<K, kMode>);
+  kern::decode_kernel<K, kMode><<<grid_for(fn, dyn, bound), kThreads, dyn, s>>>(a);
   check_launch("decode_kernel");
 }
 
-template <class T>
+template <class K>
 void launch_decode_typed(const DecompressJob& j, cudaStream_t s) {
-  if (!j.reduce) return launch_decode<T, kern::Mode::Store>(j, s);
-  switch (j.op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg: return launch_decode<T, kern::Mode::Sum>(j, s);
-    case ReduceOp::Min: return launch_decode<T, kern::Mode::Min>(j, s);
-    case ReduceOp::Max: return launch_decode<T, kern::Mode::Max>(j, s);
+  if constexpr (lane::kIsHalf<K>) {
+    launch_decode<K, kern::Mode::Store>(j, s);  // check_decompress refused a half reduce
+  } else {
+    if (!j.reduce) return launch_decode<K, kern::Mode::Store>(j, s);
+    switch (j.op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg: return launch_decode<K, kern::Mode::Sum>(j, s);
+      case ReduceOp::Min: return launch_decode<K, kern::Mode::Min>(j, s);
+      case ReduceOp::Max: return launch_decode<K, kern::Mode::Max>(j, s);
+    }
   }
 }
 
 void run_decompress(const DecompressJob& j, cudaStream_t s) {
   launch_parse(j.src, j.len_bound, static_cast<int>(j.dtype), j.reduce ? 2 : 1, j.count, j.workspace,
                j.ws_bytes, s);
-  if (j.dtype == DType::Float32) {
-    launch_decode_typed<float>(j, s);
-  } else {
-    launch_decode_typed<double>(j, s);
-  }
+  with_kind(j.dtype, [&](auto kind) { launch_decode_typed<decltype(kind)>(j, s); });
   Control* ctl = control(j.workspace);
   check(cudaMemcpyAsync(j.err_pinned, &ctl->err, sizeof(int32_t), cudaMemcpyDeviceToHost, s),
         "cudaMemcpyAsync(err)");
@@ -367,6 +401,13 @@ const char* error_string(int32_t code) {
     case Error::BadCodeLength: return "code length out of range";
     case Error::ChunkSizeMismatch: return "sizes inside a chunk do not add up";
     case Error::BadOutlierIndex: return "outlier index out of order or out of range";
+    case Error::BadCodec: return "unknown lossless codec";
+    case Error::LosslessCodecInLossyStream: return "lossless codec in a lossy stream";
+    case Error::LosslessCodecOnHost:
+      return "stream uses the zstd lossless codec, which decodes on the host only (fz::decompress)";
+    case Error::BadConstantSize: return "constant chunk has the wrong size";
+    case Error::RepeatNotConstant: return "a chunk repeats a chunk that is not constant";
+    case Error::BadBitmapPadding: return "block bitmap has bits past the last block";
   }
   return "unknown error code";
 }
@@ -470,11 +511,11 @@ void finite_range(const void* src, DType dt, uint64_t count, void* workspace, si
   auto* partial = reinterpret_cast<double*>(words(workspace));
   const int blocks = static_cast<int>(
       std::max<uint64_t>(1, std::min<uint64_t>(kern::kRangeMaxBlocks, (count + 4 * kThreads - 1) / (4 * kThreads))));
-  if (dt == DType::Float32) {
-    kern::range_partial_kernel<float><<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(src), count, partial);
-  } else {
-    kern::range_partial_kernel<double><<<blocks, kThreads, 0, stream>>>(static_cast<const double*>(src), count, partial);
-  }
+  with_kind(dt, [&](auto kind) {
+    using K = decltype(kind);
+    kern::range_partial_kernel<K><<<blocks, kThreads, 0, stream>>>(
+        static_cast<const typename lane::Kind<K>::S*>(src), count, partial);
+  });
   check_launch("range_partial_kernel");
   kern::range_final_kernel<<<1, 32, 0, stream>>>(partial, blocks, control(workspace));
   check_launch("range_final_kernel");
@@ -486,6 +527,7 @@ void finite_range(const void* src, DType dt, uint64_t count, void* workspace, si
 void reduce(void* out, const void* a, const void* b, DType dt, uint64_t count, ReduceOp op,
             GpuStream stream) {
   fz::dtype_size(dt);
+  require_not_half(dt, "reduce");
   if (count == 0) return;
   if (out == nullptr || a == nullptr || b == nullptr) bad_arg("null pointer");
   if (static_cast<int>(op) > static_cast<int>(ReduceOp::Max)) bad_arg("unknown reduce op");
@@ -498,6 +540,7 @@ void reduce(void* out, const void* a, const void* b, DType dt, uint64_t count, R
 
 void divide(void* x, DType dt, uint64_t count, int divisor, GpuStream stream) {
   fz::dtype_size(dt);
+  require_not_half(dt, "divide");
   if (count == 0) return;
   if (x == nullptr) bad_arg("null pointer");
   if (divisor <= 0) bad_arg("divisor must be positive");

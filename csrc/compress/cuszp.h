@@ -1,4 +1,5 @@
-// cuSZp-style GPU compressor for float32/float64, writing and reading the fZ-light stream format.
+// cuSZp-style GPU compressor for float32/float64/float16/bfloat16, writing and reading the
+// fZ-light stream format.
 //
 // Design (after cuSZp, Huang et al., "cuSZp: An Ultra-fast GPU Error-bounded Lossy Compression
 // Framework with Optimized End-to-End Performance", SC'23; written from the paper, no code taken):
@@ -9,21 +10,37 @@
 // the look-back always waits on blocks that are already running); inside a chunk one warp per
 // 32-value block: ballots give the sign plane and outlier masks, a warp OR gives the block's code
 // length, a 32x32 bit transpose across the warp turns magnitudes into bit planes (and back).
-// The chunk is encoded twice, once to size it (for the look-back) and once to write it, reading
-// the input from a shared-memory copy loaded in one burst of 16-byte loads when the chunk fits
-// (<= 40 KiB, e.g. 5120 float64), else from global memory/L2; the compressed chunk is thus never
-// staged anywhere. Each chunk's CRC-32C is computed by its block (slices per thread folded with
-// the CRC combine operator, crc32c_combine.h). A small kernel then writes the header and its CRC.
+// A chunk is first checked for constancy (one barrier per 256 values, so varied data stops after
+// the first 256; a constant chunk also checks the previous chunk, for a repeat). Otherwise it is
+// encoded twice, once to size it (for the look-back) and once to write it, reading the input from
+// a shared-memory copy loaded in one burst of 16-byte loads when the chunk fits (<= 40 KiB, e.g.
+// 5120 float64), else from global memory/L2; the compressed chunk is thus never staged anywhere.
+// The version-2 block bitmap is one byte per thread (8 blocks each), its code-length bytes placed
+// by a block-wide scan of the bytes' popcounts. Each chunk's CRC-32C is computed by its block
+// (slices per thread folded with the CRC combine operator, crc32c_combine.h); a repeat's is that
+// of the constant chunk it repeats. A small kernel then writes the header and its CRC.
 // The decoder validates the header and table in one block (offsets by a block-wide scan), then
 // one block per chunk (persistent grid) stages the compressed chunk in shared memory (<= 24 KiB),
 // checks its CRC and structure, and decodes it a tile of 8 blocks at a time.
 //
-// Format compatibility: the output is the CPU's ZCCL fZ-light stream, version 1
+// Format compatibility: the output is the CPU's ZCCL fZ-light stream, version 2
 // (fzlight_format.h), byte for byte: the same quantiser (bin and 1/bin derived on the host exactly
 // as fzlight.cpp does, products rounded to nearest without FMA contraction, codes rounded
 // ties-to-even), the same strict check |x - x'| <= eb in double, the same outlier rules (NaN, Inf,
 // |x/bin| >= 2^30 - 64, or a reconstruction that would miss eb: stored exactly, bit for bit), the
-// same raw-chunk fallback, the same CRC-32C per chunk and over the header. A GPU stream decodes
+// same per-chunk choice (a repeat when the chunk and the previous one are constant with the same
+// bits, else a constant chunk when all values have the same bits, in lossy and lossless streams
+// alike, else encoded when not larger than raw, else raw), the same block bitmap layout, the same
+// CRC-32C per chunk and over the header. The decoder reads versions 1 and 2 (v1: one code-length
+// byte per block, no constant chunks or repeats, codec field 0). Float16/bfloat16 (dtypes 3, 4)
+// are quantised in float32 like the CPU's: q = rint(float(x) * inv_bin), reconstruction
+// narrow(float(q) * bin) rounded to nearest-even into the half type (__float2half_rn; bfloat16 by
+// the CPU's integer rounding, which equals __float2bfloat16_rn on every non-NaN value), verified
+// against eb in double. Lossless streams (eb below the compute type's smallest normal, or 0):
+// the GPU writes codec 0 (raw and constant chunks) for LosslessCodec::None and ::Auto, and
+// refuses ::ShuffleZstd (ArgumentError: the GPU has no zstd), so its lossless streams equal a
+// CPU's made with codec None. A CPU stream of codec 1 (zstd chunks) is valid but decodes on the
+// host only: the decoder and inspect() report Error::LosslessCodecOnHost. A GPU stream decodes
 // with fz::decompress and a CPU stream with gpu::decompress; fz::read_info parses the header of a
 // GPU stream on the host when the caller has its bytes. The only deliberate difference is in
 // what a decoder is told: the GPU decoder gets a buffer bound `len_bound` instead of the exact
@@ -52,6 +69,9 @@
 // wins; Error below) that is copied to the caller's pinned int32, and leaves the output partly
 // written. A chunk that fails its checks is not written at all.
 //
+// Half types: compress, decompress, inspect and finite_range take them; decompress_reduce,
+// reduce and divide are float32/float64 only (ArgumentError for halves: widen to float32 first).
+//
 // This header is torch-free, MPI-free and includable without CUDA headers.
 #pragma once
 
@@ -74,17 +94,20 @@ class CudaError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Device-side decode errors, in the order the checks run (the CPU decoder's order).
+// Device-side decode errors, in the order the checks run (the CPU decoder's order). The codes
+// added with version 2 sit at the end of the enum but run at their places: BadCodec beside
+// BadReserved, LosslessCodecInLossyStream and LosslessCodecOnHost after BadBin, RepeatNotConstant
+// before ChunkCrc, BadConstantSize after BadRawSize, BadBitmapPadding before BadCodeLength.
 enum class Error : int32_t {
   Ok = 0,
   Truncated,          // len_bound shorter than the fixed header, or the header/table beyond it
   BadMagic,
-  BadVersion,
+  BadVersion,         // neither 1 nor 2
   BadDType,
   DTypeMismatch,      // a valid dtype, but not the one the caller asked for
   BadBlockLen,
   BadNdim,
-  BadReserved,
+  BadReserved,        // version 1: the field at offset 36 is not zero
   BadChunkLen,
   TableTooLarge,      // more chunks than len_bound could hold table entries for
   HeaderCrc,
@@ -94,7 +117,7 @@ enum class Error : int32_t {
   ShapeMismatch,      // shape overflows or its product is not the count
   CountMismatch,      // more values than the destination holds (reduce: count differs)
   WorkspaceTooSmall,  // more chunks than the workspace was sized for
-  BadChunkSize,       // a table entry of 0 or above the chunk's raw size
+  BadChunkSize,       // a table entry above the chunk's raw size, or 0 where no repeat may be
   ChunkSizesSum,      // table sizes do not add up to the recorded total
   ChunkCrc,
   BadChunkMode,
@@ -105,6 +128,13 @@ enum class Error : int32_t {
   BadCodeLength,
   ChunkSizeMismatch,  // sizes inside an encoded chunk do not add up to its table size
   BadOutlierIndex,
+  // Version 2 (appended: the codes above keep their values).
+  BadCodec,                    // lossless codec field (header offset 36) above 1
+  LosslessCodecInLossyStream,  // a lossless codec named by a stream with a quantisation bin
+  LosslessCodecOnHost,         // codec 1 (zstd chunks): a valid stream the GPU cannot decode
+  BadConstantSize,             // a constant chunk (mode 2) of other than 1 + sizeof(value) bytes
+  RepeatNotConstant,           // a repeat entry (size 0) whose preceding bytes are no constant chunk
+  BadBitmapPadding,            // block bitmap bits set past the chunk's last block
 };
 const char* error_string(int32_t code);
 
@@ -146,14 +176,17 @@ void decompress_reduce(const uint8_t* src, size_t len_bound, const void* a, void
                        GpuStream stream, int32_t* err_pinned);
 
 // What a device-resident stream's header says, validated on the device (the same checks as the
-// decoder, minus the dtype/count/capacity ones). `error` is 0 when the header and table are valid.
+// decoder, minus the dtype/count/capacity ones). `error` is 0 when the header and table are valid
+// and the GPU can decode the stream; a codec-1 (zstd) stream reports LosslessCodecOnHost with its
+// header fields filled in (decode it with fz::decompress after copying it to the host).
 struct DeviceStreamInfo {  // plain aggregate (no initialisers: it lives in shared memory too)
   int32_t error;
-  uint8_t dtype;
+  uint8_t dtype;    // DType code: 1 float32, 2 float64, 3 float16, 4 bfloat16
   uint8_t ndim;
-  uint16_t reserved;
+  uint8_t version;  // stream format version (1 or 2)
+  uint8_t reserved;
   uint32_t chunk_len;
-  uint32_t reserved2;
+  uint32_t codec;   // lossless codec (header offset 36): 0 none, 1 zstd (host only)
   uint64_t count;
   uint64_t num_chunks;
   uint64_t header_bytes;

@@ -4,10 +4,12 @@
 // sum) with the single-pass decoupled look-back scan of Merrill & Garland (NVIDIA TR, 2016);
 // written from the papers, no code taken.
 //
-// Kernels, in the order a call runs them:
-//   compress:    encode_kernel   (fused quantise + Lorenzo + bit planes + look-back + chunk CRC)
+// Kernels, templated on the storage kind K (float, double, lane::Half, lane::BFloat16; see
+// cuszp_lane.h), in the order a call runs them:
+//   compress:    encode_kernel   (constant/repeat detection, fused quantise + Lorenzo + bit planes,
+//                                 look-back, chunk CRC; stream format version 2)
 //                finalize_kernel (header fields, total size, header CRC)
-//   decompress:  parse_kernel    (header + table validation, chunk offsets)
+//   decompress:  parse_kernel    (header + table validation, chunk offsets; versions 1 and 2)
 //                decode_kernel   (chunk CRC + structure checks + decode [+ reduce])
 //   also:        range_partial_kernel / range_final_kernel, reduce_kernel, divide_kernel
 //
@@ -41,6 +43,9 @@ inline constexpr size_t kFixedHeaderMax = 48 + 8 * fz::kMaxDims;
 inline constexpr size_t kEncodedFixed = 9;  // mode, q_start, n_outliers
 
 static_assert((kWarps & (kWarps - 1)) == 0 && kWarps <= 32, "kWarps must be a power of two <= 32");
+// One thread per byte of a chunk's version-2 block bitmap (encoder and decoder).
+static_assert(lane::bitmap_bytes(kMaxBlocksPerChunk) <= static_cast<uint32_t>(kThreads),
+              "a chunk's block bitmap must fit one byte per thread");
 
 // Look-back status words (Merrill & Garland): flag in the top two bits, byte count below.
 inline constexpr unsigned long long kFlagAggregate = 1ull << 62;
@@ -107,8 +112,10 @@ __device__ inline void st_u64(uint8_t* p, uint64_t v) {
   st_u32(p, static_cast<uint32_t>(v));
   st_u32(p + 4, static_cast<uint32_t>(v >> 32));
 }
+__device__ inline uint16_t ld_bits(const uint8_t* p, uint16_t) { return ld_u16(p); }
 __device__ inline uint32_t ld_bits(const uint8_t* p, uint32_t) { return ld_u32(p); }
 __device__ inline uint64_t ld_bits(const uint8_t* p, uint64_t) { return ld_u64(p); }
+__device__ inline void st_bits(uint8_t* p, uint16_t v) { st_u16(p, v); }
 __device__ inline void st_bits(uint8_t* p, uint32_t v) { st_u32(p, v); }
 __device__ inline void st_bits(uint8_t* p, uint64_t v) { st_u64(p, v); }
 
@@ -301,9 +308,10 @@ __device__ inline const uint8_t* cta_stage_bytes(uint8_t* stage, const uint8_t* 
 // ------------------------------------------------------------------------------------------
 // Encoder.
 
-template <class T>
+template <class K>
 struct EncodeArgs {
-  const typename Bits<T>::type* src;
+  using C = typename lane::Kind<K>::C;
+  const typename lane::Kind<K>::S* src;
   uint8_t* dst;
   uint64_t count;
   uint64_t num_chunks;
@@ -311,8 +319,8 @@ struct EncodeArgs {
   uint64_t table_off;   // chunk table offset
   uint32_t chunk_len;
   uint32_t cache_values;  // chunk input staged in dynamic shared memory (0: read global memory)
-  T bin;
-  T inv_bin;
+  C bin;
+  C inv_bin;
   double eb;
   int lossy;
   Control* ctl;
@@ -335,29 +343,42 @@ struct EncodeShared {
   unsigned long long chunk;
   unsigned long long offset;          // the chunk's exclusive prefix in bytes
   int32_t q_start;
+  alignas(16) uint8_t const_bytes[16];  // a constant chunk's bytes (mode 2 + value), for its CRC
 };
+
+// True when all n values at x have the bits v (uniform over the block). A tile of kThreads values
+// per barrier, so varied data stops after its first tile.
+template <class B>
+__device__ inline bool cta_all_equal(const B* x, uint32_t n, B v) {
+  for (uint32_t base = 0; base < n; base += kThreads) {
+    const uint32_t i = base + threadIdx.x;
+    if (__syncthreads_or(i < n && x[i] != v) != 0) return false;
+  }
+  return true;
+}
 
 // One pass over a chunk's blocks, a tile of kWarps blocks at a time (warp w: block t*kWarps+w).
 // kWrite = false sizes the chunk (code lengths into sm.lens, q_start, returns the outlier count);
-// kWrite = true writes the encoded chunk at `out`. `x` is the chunk's input, in shared memory
-// when it was staged there, else in global memory.
+// kWrite = true writes the chunk's planes at out + planes_at and its outliers after them (the
+// header, bitmap and code lengths are written by the caller). `x` is the chunk's input, in
+// shared memory when it was staged there, else in global memory.
 //
 // Codes: a value's effective code e_i is its own code if it quantises, else the effective code of
 // the value before it (0 before the chunk's first value): fzlight's "outliers take the
 // prediction". q_start = e_0, deltas are e_i - e_(i-1), and padding lanes past the chunk's end
 // repeat the last code, exactly as fzlight.cpp's encode_chunk.
-template <class T, bool kWrite>
-__device__ uint32_t encode_pass(const EncodeArgs<T>& a, EncodeShared& sm,
-                                const typename Bits<T>::type* x, uint32_t m, uint32_t nb,
-                                uint8_t* out, uint32_t payload_total, uint32_t n_out_total) {
-  using B = typename Bits<T>::type;
+template <class K, bool kWrite>
+__device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
+                                const typename lane::Kind<K>::S* x, uint32_t m, uint32_t nb,
+                                uint8_t* out, size_t planes_at, uint32_t payload_total,
+                                uint32_t n_out_total) {
+  using B = typename lane::Kind<K>::S;
   const unsigned lane = lane_id();
   const unsigned warp = warp_id();
   int32_t carry_code = 0;       // effective code of the value before the tile
   uint32_t carry_out = 0;       // outliers before the tile
   uint32_t carry_payload = 0;   // payload bytes before the tile (write pass)
-  // Where the write pass puts planes, outlier indices and outlier values (unused when sizing).
-  const size_t planes_at = kEncodedFixed + nb;
+  // Where the write pass puts outlier indices and outlier values (unused when sizing).
   const size_t idx_at = planes_at + payload_total;
   const size_t val_at = idx_at + 2 * static_cast<size_t>(n_out_total);
   const uint32_t tiles = (nb + kWarps - 1) / kWarps;
@@ -369,7 +390,7 @@ __device__ uint32_t encode_pass(const EncodeArgs<T>& a, EncodeShared& sm,
     const bool valid = active && i < m;
     const B bits = valid ? x[i] : B{0};
     int32_t q = 0;
-    const bool good = valid && lane::quantize<T>(Bits<T>::value(bits), a.inv_bin, a.bin, a.eb, q);
+    const bool good = valid && lane::quantize_bits<K>(bits, a.inv_bin, a.bin, a.eb, q);
     const bool bad = valid && !good;
     const uint32_t gmask = __ballot_sync(kFull, good);
     const uint32_t omask = __ballot_sync(kFull, bad);
@@ -409,7 +430,6 @@ __device__ uint32_t encode_pass(const EncodeArgs<T>& a, EncodeShared& sm,
         if (lane == 0) sm.lens[b] = static_cast<uint8_t>(len);
         if (b == 0 && lane == 0) sm.q_start = e;
       } else {
-        if (lane == 0) out[kEncodedFixed + b] = static_cast<uint8_t>(len);
         const uint32_t sign = __ballot_sync(kFull, d < 0);
         const uint32_t plane = warp_transpose(mag);  // lane j: bit j of every magnitude
         if (len != 0) {
@@ -420,7 +440,7 @@ __device__ uint32_t encode_pass(const EncodeArgs<T>& a, EncodeShared& sm,
         if (bad) {
           const uint32_t k = out_before + static_cast<uint32_t>(__popc(omask & lanes_below(lane)));
           st_u16(out + idx_at + 2 * static_cast<size_t>(k), static_cast<uint16_t>(i));
-          st_bits(out + val_at + static_cast<size_t>(k) * sizeof(T), bits);
+          st_bits(out + val_at + static_cast<size_t>(k) * sizeof(B), bits);
         }
       }
     }
@@ -462,15 +482,18 @@ __device__ inline uint64_t lookback(unsigned long long* status, uint64_t c, uint
   return exclusive;
 }
 
-// Persistent blocks; each takes chunks by ticket until none is left.
-template <class T>
-__global__ void __launch_bounds__(kThreads) encode_kernel(EncodeArgs<T> a) {
-  using B = typename Bits<T>::type;
+// Persistent blocks; each takes chunks by ticket until none is left. Per chunk, fzlight.cpp's
+// code_chunk: a repeat (table size 0) when the chunk and the previous one are constant with the
+// same bits, else a constant chunk when all values have the same bits, else encoded (lossy
+// streams) when that is not larger than raw, else raw. Version-2 layout (fzlight_format.h).
+template <class K>
+__global__ void __launch_bounds__(kThreads) encode_kernel(EncodeArgs<K> a) {
+  using B = typename lane::Kind<K>::S;
+  constexpr uint32_t elem = sizeof(B);
   __shared__ EncodeShared sm;
   extern __shared__ uint4 dyn_smem[];  // 16-byte aligned
   B* const cache = a.cache_values != 0 ? reinterpret_cast<B*>(dyn_smem) : nullptr;
   init_crc_tables(sm.crc_tab);
-  const size_t raw_elem = sizeof(T);
   for (;;) {
     if (threadIdx.x == 0) sm.chunk = atomicAdd(&a.ctl->ticket, 1ull);
     __syncthreads();
@@ -479,26 +502,50 @@ __global__ void __launch_bounds__(kThreads) encode_kernel(EncodeArgs<T> a) {
     const uint64_t first = c * a.chunk_len;
     const uint32_t m = static_cast<uint32_t>(min(static_cast<uint64_t>(a.chunk_len), a.count - first));
     const uint32_t nb = (m + 31) / 32;
+    const uint32_t bm = lane::bitmap_bytes(nb);
     const B* const x = a.src + first;
-    const uint64_t raw_bytes = 1 + static_cast<uint64_t>(m) * raw_elem;
+    const uint64_t raw_bytes = 1 + static_cast<uint64_t>(m) * elem;
+
+    // The encoded path reads the chunk twice (size, write): stage it once when it fits.
+    const B* xin = x;
+    if (a.lossy != 0 && cache != nullptr) {
+      cta_stage_values(cache, x, m);
+      xin = cache;
+    }
+    // Constant chunk, and a repeat when the previous chunk (always a full one) is constant with
+    // the same bits. Both flags are uniform over the block.
+    const B v0 = xin[0];
+    const bool constant = cta_all_equal(xin, m, v0);
+    const bool repeat = constant && c > 0 && cta_all_equal(x - a.chunk_len, a.chunk_len, v0);
 
     // Size: fzlight's rule is "encoded unless lossless, or the fixed part alone is not smaller
     // than raw, or the encoded chunk would be larger than raw".
-    bool encode = a.lossy != 0 && kEncodedFixed + nb < raw_bytes;
-    uint64_t size = raw_bytes;
-    uint32_t payload = 0, n_out = 0;
-    const B* xin = x;
+    bool encode = !constant && a.lossy != 0 && kEncodedFixed + bm < raw_bytes;
+    uint64_t size = repeat ? 0 : constant ? 1 + elem : raw_bytes;
+    uint32_t payload = 0, n_out = 0, nonzero = 0;
+    uint32_t my_byte = 0, my_rank = 0;  // bitmap byte threadIdx.x, rank of its first set bit
     if (encode) {
-      if (cache != nullptr) {
-        cta_stage_values(cache, x, m);
-        xin = cache;
-      }
-      n_out = encode_pass<T, false>(a, sm, xin, m, nb, nullptr, 0, 0);
+      n_out = encode_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0);
       __syncthreads();  // sm.lens and sm.q_start complete
+      // Thread j owns bitmap byte j (blocks 8j..8j+7; bm <= kThreads). One exclusive scan ranks
+      // its nonzero blocks' code-length bytes (high half) and sums the payload (low half).
       uint64_t mine = 0;
-      for (uint32_t b = threadIdx.x; b < nb; b += kThreads) mine += lane::block_bytes(sm.lens[b]);
-      payload = static_cast<uint32_t>(cta_sum(mine, sm.scratch));
-      const uint64_t enc = kEncodedFixed + nb + payload + static_cast<uint64_t>(n_out) * (2 + raw_elem);
+      if (threadIdx.x < bm) {
+        for (uint32_t k = 0; k < 8; ++k) {
+          const uint32_t b = 8 * threadIdx.x + k;
+          if (b < nb && sm.lens[b] != 0) {
+            my_byte |= 1u << k;
+            mine += lane::block_bytes(sm.lens[b]);
+          }
+        }
+        mine |= static_cast<uint64_t>(__popc(my_byte)) << 32;
+      }
+      uint64_t total = 0;
+      my_rank = static_cast<uint32_t>(cta_exclusive_scan(mine, sm.scratch, &total) >> 32);
+      nonzero = static_cast<uint32_t>(total >> 32);
+      payload = static_cast<uint32_t>(total);
+      const uint64_t enc =
+          kEncodedFixed + bm + nonzero + payload + static_cast<uint64_t>(n_out) * (2 + elem);
       if (enc <= raw_bytes) {
         size = enc;
       } else {
@@ -520,14 +567,32 @@ __global__ void __launch_bounds__(kThreads) encode_kernel(EncodeArgs<T> a) {
         st_u32(out + 1, static_cast<uint32_t>(sm.q_start));
         st_u32(out + 5, n_out);
       }
-      encode_pass<T, true>(a, sm, xin, m, nb, out, payload, n_out);
+      if (threadIdx.x < bm) {
+        out[kEncodedFixed + threadIdx.x] = static_cast<uint8_t>(my_byte);
+        uint8_t* lens_out = out + kEncodedFixed + bm + my_rank;
+        for (uint32_t k = 0; k < 8; ++k) {
+          if ((my_byte >> k) & 1u) *lens_out++ = sm.lens[8 * threadIdx.x + k];
+        }
+      }
+      encode_pass<K, true>(a, sm, xin, m, nb, out, kEncodedFixed + bm + nonzero, payload, n_out);
+    } else if (constant) {
+      // A repeat writes nothing; its CRC is that of the constant chunk it repeats (same bytes).
+      if (threadIdx.x == 0) {
+        sm.const_bytes[0] = fz::format::kChunkConstant;
+        st_bits(sm.const_bytes + 1, v0);
+        if (!repeat) {
+          out[0] = fz::format::kChunkConstant;
+          st_bits(out + 1, v0);
+        }
+      }
     } else {
       if (threadIdx.x == 0) out[0] = fz::format::kChunkRaw;
-      for (uint32_t i = threadIdx.x; i < m; i += kThreads) st_bits(out + 1 + i * raw_elem, xin[i]);
+      for (uint32_t i = threadIdx.x; i < m; i += kThreads) st_bits(out + 1 + i * elem, xin[i]);
     }
     __syncthreads();  // the chunk's bytes are visible to the whole block
 
-    const uint32_t crc = cta_crc32c(out, size, sm.crc_tab, sm.crc_scratch);
+    const uint32_t crc = constant ? cta_crc32c(sm.const_bytes, 1 + elem, sm.crc_tab, sm.crc_scratch)
+                                  : cta_crc32c(out, size, sm.crc_tab, sm.crc_scratch);
     if (threadIdx.x == 0) {
       uint8_t* entry = a.dst + a.table_off + 8 * c;
       st_u32(entry, static_cast<uint32_t>(size));
@@ -536,6 +601,7 @@ __global__ void __launch_bounds__(kThreads) encode_kernel(EncodeArgs<T> a) {
   }
 }
 
+// ------------------------------------------------------------------------------------------
 // The header as fzlight.cpp's write_header lays it out, except the total (offset 40), which only
 // the device knows; then the header CRC. One block.
 struct FinalizeArgs {
@@ -591,13 +657,18 @@ __device__ inline uint64_t chunk_values(uint64_t count, uint32_t chunk_len, uint
   return min(static_cast<uint64_t>(chunk_len), count - c * chunk_len);
 }
 
+// Bytes per value of a stream dtype code (1 float32, 2 float64, 3 float16, 4 bfloat16).
+__device__ inline uint32_t dtype_bytes(uint8_t dtype) { return dtype == 2 ? 8u : dtype == 1 ? 4u : 2u; }
+
 // Fixed fields (thread 0): everything up to the header CRC.
 __device__ inline Error parse_fixed(const ParseArgs& a, DeviceStreamInfo& info) {
   const uint8_t* s = a.src;
   if (a.len_bound < fz::format::kFixedHeaderBytes + fz::format::kHeaderCrcBytes) return Error::Truncated;
   if (s[0] != 'Z' || s[1] != 'C' || s[2] != 'F' || s[3] != 'Z') return Error::BadMagic;
-  if (s[4] != fz::format::kVersion) return Error::BadVersion;
-  if (s[5] != 1 && s[5] != 2) return Error::BadDType;
+  if (s[4] != fz::format::kVersion1 && s[4] != fz::format::kVersion) return Error::BadVersion;
+  info.version = s[4];
+  // Version 1 knows float32/float64; version 2 adds float16 (3) and bfloat16 (4).
+  if (s[5] < 1 || s[5] > (info.version == fz::format::kVersion1 ? 2 : 4)) return Error::BadDType;
   info.dtype = s[5];
   if (a.want_dtype != 0 && s[5] != a.want_dtype) return Error::DTypeMismatch;
   if (s[6] != fz::kBlockLen) return Error::BadBlockLen;
@@ -607,7 +678,9 @@ __device__ inline Error parse_fixed(const ParseArgs& a, DeviceStreamInfo& info) 
   info.error_bound = __longlong_as_double(static_cast<long long>(ld_u64(s + 16)));
   info.bin = __longlong_as_double(static_cast<long long>(ld_u64(s + 24)));
   info.chunk_len = ld_u32(s + 32);
-  if (ld_u32(s + 36) != 0) return Error::BadReserved;
+  info.codec = ld_u32(s + 36);
+  if (info.version == fz::format::kVersion1 && info.codec != 0) return Error::BadReserved;
+  if (info.codec > fz::format::kCodecShuffleZstd) return Error::BadCodec;
   info.total_bytes = ld_u64(s + 40);
   const uint32_t cl = info.chunk_len;
   if (cl < fz::kBlockLen || cl > fz::kMaxChunkLen || cl % fz::kBlockLen != 0) return Error::BadChunkLen;
@@ -626,7 +699,10 @@ __device__ inline Error parse_checked(const ParseArgs& a, const DeviceStreamInfo
   if (!isfinite(eb) || eb < 0) return Error::BadErrorBound;
   if (!isfinite(bin) || bin < 0) return Error::BadBin;
   if (bin > 2.0 * eb) return Error::BadBin;
-  if (info.dtype == 1 && static_cast<double>(__double2float_rn(bin)) != bin) return Error::BadBin;
+  if (info.dtype != 2 && static_cast<double>(__double2float_rn(bin)) != bin) return Error::BadBin;
+  if (info.codec != 0 && bin != 0.0) return Error::LosslessCodecInLossyStream;
+  // Codec 1 chunks are zstd frames: the CPU decodes them (fz::decompress), the GPU cannot.
+  if (info.codec == fz::format::kCodecShuffleZstd) return Error::LosslessCodecOnHost;
   uint64_t product = 1;
   for (uint32_t d = 0; d < info.ndim; ++d) {
     const uint64_t dim = ld_u64(a.src + 48 + 8 * d);
@@ -663,7 +739,7 @@ __global__ void __launch_bounds__(kThreads) parse_kernel(ParseArgs a) {
   if (sm.err == 0) {
     // Chunk sizes -> offsets (block-wide scan, kThreads entries at a time).
     const DeviceStreamInfo info = sm.info;
-    const size_t elem = info.dtype == 1 ? 4 : 8;
+    const uint64_t elem = dtype_bytes(info.dtype);
     const uint8_t* table = a.src + fz::format::kFixedHeaderBytes + 8 * static_cast<uint64_t>(info.ndim);
     uint64_t run = info.header_bytes;
     bool bad = false;
@@ -672,7 +748,13 @@ __global__ void __launch_bounds__(kThreads) parse_kernel(ParseArgs a) {
       uint64_t bytes = 0;
       if (c < info.num_chunks) {
         bytes = ld_u32(table + 8 * c);
-        if (bytes == 0 || bytes > 1 + chunk_values(info.count, info.chunk_len, c) * elem) bad = true;
+        // Size 0 is a repeat (version 2): it follows a constant chunk (1 + elem bytes) or another
+        // repeat, so the constant chunk's bytes end where it starts.
+        const uint64_t prev = c > 0 ? ld_u32(table + 8 * (c - 1)) : 0;
+        const bool repeat_ok = info.version >= 2 && c > 0 && (prev == 0 || prev == 1 + elem);
+        if ((bytes == 0 && !repeat_ok) || bytes > 1 + chunk_values(info.count, info.chunk_len, c) * elem) {
+          bad = true;
+        }
       }
       uint64_t tile = 0;
       const uint64_t excl = cta_exclusive_scan(bytes, sm.scratch, &tile);
@@ -701,11 +783,11 @@ __global__ void __launch_bounds__(kThreads) parse_kernel(ParseArgs a) {
 
 enum class Mode : int { Store, Sum, Min, Max };
 
-template <class T>
+template <class K>
 struct DecodeArgs {
   const uint8_t* src;
-  const typename Bits<T>::type* a;  // reduce: first operand
-  typename Bits<T>::type* out;
+  const typename lane::Kind<K>::S* a;  // reduce: first operand
+  typename lane::Kind<K>::S* out;
   Control* ctl;
   const unsigned long long* offsets;
   uint32_t stage_bytes;  // chunks up to this size are staged in dynamic shared memory first
@@ -726,14 +808,15 @@ struct DecodeShared {
 };
 
 // out[at] = v, or op(ab, v) with ab = a[at] loaded by the caller (early, to hide its latency).
-template <class T, Mode kMode>
-__device__ inline void emit(const DecodeArgs<T>& a, uint64_t at, typename Bits<T>::type ab,
-                            typename Bits<T>::type v) {
-  using BT = Bits<T>;
+// The reduce modes exist for float and double only (the host refuses halves).
+template <class K, Mode kMode>
+__device__ inline void emit(const DecodeArgs<K>& a, uint64_t at, typename lane::Kind<K>::S ab,
+                            typename lane::Kind<K>::S v) {
   if constexpr (kMode == Mode::Store) {
     a.out[at] = v;
   } else {
-    const T x = BT::value(ab), y = BT::value(v);
+    using BT = Bits<K>;
+    const K x = BT::value(ab), y = BT::value(v);
     if constexpr (kMode == Mode::Sum) {
       a.out[at] = BT::of(BT::add(x, y));
     } else if constexpr (kMode == Mode::Min) {
@@ -744,9 +827,11 @@ __device__ inline void emit(const DecodeArgs<T>& a, uint64_t at, typename Bits<T
   }
 }
 
-template <class T, Mode kMode>
-__global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<T> a) {
-  using B = typename Bits<T>::type;
+template <class K, Mode kMode>
+__global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<K> a) {
+  using B = typename lane::Kind<K>::S;
+  using C = typename lane::Kind<K>::C;
+  namespace fmt = fz::format;
   __shared__ DecodeShared sm;
   extern __shared__ uint4 stage[];  // a.stage_bytes + 16 bytes
   init_crc_tables(sm.crc_tab);
@@ -754,16 +839,24 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<T> a) {
   // Only parse_kernel's verdict: ctl->err may change while this kernel runs (another block's
   // chunk failing), and a block must not split on it at its barriers.
   if (info.error != 0) return;
-  const T bin = static_cast<T>(info.bin);
-  const size_t elem = sizeof(T);
-  const uint8_t* table = a.src + fz::format::kFixedHeaderBytes + 8 * static_cast<uint64_t>(info.ndim);
+  const C bin = static_cast<C>(info.bin);
+  constexpr uint32_t elem = sizeof(B);
+  const bool v1 = info.version == fmt::kVersion1;
+  const uint8_t* table = a.src + fmt::kFixedHeaderBytes + 8 * static_cast<uint64_t>(info.ndim);
   const unsigned lane = lane_id();
   const unsigned warp = warp_id();
   Control* const ctl = a.ctl;
 
   for (uint64_t c = blockIdx.x; c < info.num_chunks; c += gridDim.x) {
-    const uint64_t off = a.offsets[c];
-    const uint64_t size = a.offsets[c + 1] - off;
+    uint64_t off = a.offsets[c];
+    uint64_t size = a.offsets[c + 1] - off;
+    // A repeat (table size 0): the constant chunk whose bytes end here. parse_kernel checked
+    // that it follows a chunk of 1 + elem bytes or another repeat, so those bytes exist.
+    const bool repeat = size == 0;
+    if (repeat) {
+      size = 1 + elem;
+      off -= size;
+    }
     // The chunk's bytes, staged in shared memory when they fit (one burst of wide loads).
     const uint8_t* p = a.src + off;
     if (size <= a.stage_bytes) p = cta_stage_bytes(reinterpret_cast<uint8_t*>(stage), p, size);
@@ -771,32 +864,50 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<T> a) {
     const uint32_t nb = (m + 31) / 32;
     const uint64_t first = c * info.chunk_len;
 
-    // fzlight.cpp's decode_one + decode_chunk checks, in its order. Every branch below is
-    // uniform over the block (the values come from shared memory or the same global bytes).
+    // fzlight.cpp's decode_one + decode_chunk + check_encoded checks, in its order. Every branch
+    // below is uniform over the block (the values come from shared memory or the same global
+    // bytes, read once by thread 0).
     const uint32_t crc = cta_crc32c(p, size, sm.crc_tab, sm.crc_scratch);
     if (threadIdx.x == 0) {
       sm.want_crc = ld_u32(table + 8 * c + 4);
-      sm.mode = p[0];                                                 // size >= 1 (parse)
-      sm.n_out = size >= kEncodedFixed + nb ? ld_u32(p + 5) : 0u;  // read only when present
+      sm.mode = p[0];                                                // size >= 1 (parse)
+      sm.n_out = size >= kEncodedFixed ? ld_u32(p + 5) : 0u;       // read only when present
     }
     __syncthreads();
+    const uint32_t mode = sm.mode;
+    if (repeat && mode != fmt::kChunkConstant) {
+      if (threadIdx.x == 0) fail(ctl, Error::RepeatNotConstant);
+      continue;
+    }
     if (crc != sm.want_crc) {
       if (threadIdx.x == 0) fail(ctl, Error::ChunkCrc);
       continue;
     }
-    const uint32_t mode = sm.mode;
-    if (mode == fz::format::kChunkRaw) {
+    if (mode == fmt::kChunkRaw) {
       if (size != 1 + static_cast<uint64_t>(m) * elem) {
         if (threadIdx.x == 0) fail(ctl, Error::BadRawSize);
         continue;
       }
       for (uint32_t i = threadIdx.x; i < m; i += kThreads) {
         const B ab = kMode == Mode::Store ? B{0} : a.a[first + i];
-        emit<T, kMode>(a, first + i, ab, ld_bits(p + 1 + i * elem, B{}));
+        emit<K, kMode>(a, first + i, ab, ld_bits(p + 1 + static_cast<size_t>(i) * elem, B{}));
       }
       continue;
     }
-    if (mode != fz::format::kChunkEncoded) {
+    if (mode == fmt::kChunkConstant && !v1) {
+      if (size != 1 + elem) {
+        if (threadIdx.x == 0) fail(ctl, Error::BadConstantSize);
+        continue;
+      }
+      const B v = ld_bits(p + 1, B{});
+      for (uint32_t i = threadIdx.x; i < m; i += kThreads) {
+        const B ab = kMode == Mode::Store ? B{0} : a.a[first + i];
+        emit<K, kMode>(a, first + i, ab, v);
+      }
+      continue;
+    }
+    // Mode 3 (zstd frames) exists only in codec-1 streams, which parse_kernel refused.
+    if (mode != fmt::kChunkEncoded) {
       if (threadIdx.x == 0) fail(ctl, Error::BadChunkMode);
       continue;
     }
@@ -804,8 +915,51 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<T> a) {
       if (threadIdx.x == 0) fail(ctl, Error::LosslessEncoded);
       continue;
     }
-    if (size < kEncodedFixed + nb) {
+    // Code lengths into sm.lens (0 for a zero block). Version 1: one byte per block. Version 2:
+    // a bitmap, then one byte per set bit; thread j owns bitmap byte j (blocks 8j..8j+7, and
+    // bm <= kThreads), whose exclusive popcount scan is the rank of its first length byte.
+    const uint32_t bm = lane::bitmap_bytes(nb);
+    uint64_t header = kEncodedFixed + (v1 ? nb : bm);
+    if (size < header) {
       if (threadIdx.x == 0) fail(ctl, Error::ChunkTooShort);
+      continue;
+    }
+    bool bad = false;
+    if (v1) {
+      for (uint32_t b = threadIdx.x; b < nb; b += kThreads) {
+        const uint8_t len = p[kEncodedFixed + b];
+        sm.lens[b] = len;
+        sm.outlier_bits[b] = 0;
+        bad = bad || len > 31;
+      }
+    } else {
+      const uint32_t j = threadIdx.x;
+      const uint32_t byte = j < bm ? p[kEncodedFixed + j] : 0u;
+      const bool padding = j + 1 == bm && nb % 8 != 0 && (byte >> (nb % 8)) != 0;
+      uint64_t nonzero = 0;
+      const uint64_t pop = static_cast<uint64_t>(__popc(byte));
+      uint32_t rank = static_cast<uint32_t>(cta_exclusive_scan(pop, sm.scratch, &nonzero));
+      if (__syncthreads_or(padding) != 0) {
+        if (threadIdx.x == 0) fail(ctl, Error::BadBitmapPadding);
+        continue;
+      }
+      if (size < header + nonzero) {
+        if (threadIdx.x == 0) fail(ctl, Error::ChunkTooShort);
+        continue;
+      }
+      for (uint32_t k = 0; k < 8; ++k) {
+        const uint32_t b = 8 * j + k;
+        if (b >= nb) break;
+        const bool set = (byte >> k) & 1u;
+        const uint8_t len = set ? p[header + rank++] : 0;
+        sm.lens[b] = len;
+        sm.outlier_bits[b] = 0;
+        bad = bad || (set && (len == 0 || len > 31));
+      }
+      header += nonzero;
+    }
+    if (__syncthreads_or(bad) != 0) {
+      if (threadIdx.x == 0) fail(ctl, Error::BadCodeLength);
       continue;
     }
     const uint32_t n_out = sm.n_out;
@@ -813,26 +967,14 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<T> a) {
       if (threadIdx.x == 0) fail(ctl, Error::TooManyOutliers);
       continue;
     }
-    bool bad = false;
     uint64_t mine = 0;
-    for (uint32_t b = threadIdx.x; b < nb; b += kThreads) {
-      const uint8_t len = p[kEncodedFixed + b];
-      sm.lens[b] = len;
-      sm.outlier_bits[b] = 0;
-      bad = bad || len > 31;
-      mine += lane::block_bytes(len);
-    }
-    bad = __syncthreads_or(bad) != 0;
+    for (uint32_t b = threadIdx.x; b < nb; b += kThreads) mine += lane::block_bytes(sm.lens[b]);
     const uint64_t payload = cta_sum(mine, sm.scratch);
-    if (bad) {
-      if (threadIdx.x == 0) fail(ctl, Error::BadCodeLength);
-      continue;
-    }
-    if (kEncodedFixed + nb + payload + static_cast<uint64_t>(n_out) * (2 + elem) != size) {
+    if (header + payload + static_cast<uint64_t>(n_out) * (2 + elem) != size) {
       if (threadIdx.x == 0) fail(ctl, Error::ChunkSizeMismatch);
       continue;
     }
-    const uint8_t* const idx = p + kEncodedFixed + nb + payload;
+    const uint8_t* const idx = p + header + payload;
     const uint8_t* const vals = idx + 2 * static_cast<size_t>(n_out);
     for (uint32_t k = threadIdx.x; k < n_out; k += kThreads) {
       const uint32_t i = ld_u16(idx + 2 * static_cast<size_t>(k));
@@ -848,8 +990,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<T> a) {
     }
 
     // Decode: bit planes -> magnitudes (warp transpose), signed deltas, prefix sums carried
-    // across blocks (uint32 wrap, like the CPU), x' = T(code) * bin, outliers patched in.
-    const uint8_t* const planes = p + kEncodedFixed + nb;
+    // across blocks (uint32 wrap, like the CPU), x' = narrow(C(code) * bin), outliers patched in.
+    const uint8_t* const planes = p + header;
     uint32_t carry = ld_u32(p + 1);  // q_start
     uint32_t out_run = 0, pay_run = 0;
     const uint32_t tiles = (nb + kWarps - 1) / kWarps;
@@ -902,9 +1044,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<T> a) {
             const uint32_t k = out_before + static_cast<uint32_t>(__popc(obits & lanes_below(lane)));
             v = ld_bits(vals + static_cast<size_t>(k) * elem, B{});
           } else {
-            v = Bits<T>::of(lane::reconstruct<T>(static_cast<int32_t>(before + incl), bin));
+            v = lane::reconstruct_bits<K>(static_cast<int32_t>(before + incl), bin);
           }
-          emit<T, kMode>(a, first + i, ab, v);
+          emit<K, kMode>(a, first + i, ab, v);
         }
       }
       carry += tile_total;
@@ -917,14 +1059,17 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<T> a) {
 // ------------------------------------------------------------------------------------------
 // finite_range: per-block partial min/max over finite values, then one block folds them.
 
-template <class T>
-__global__ void __launch_bounds__(kThreads) range_partial_kernel(const T* x, uint64_t n, double* partial) {
-  __shared__ T lo_w[kWarps], hi_w[kWarps];
-  T lo = Bits<T>::inf(), hi = -Bits<T>::inf();
+// Half kinds are widened to float32 (exact), as fz::finite_range does.
+template <class K>
+__global__ void __launch_bounds__(kThreads) range_partial_kernel(const typename lane::Kind<K>::S* x,
+                                                                uint64_t n, double* partial) {
+  using C = typename lane::Kind<K>::C;
+  __shared__ C lo_w[kWarps], hi_w[kWarps];
+  C lo = Bits<C>::inf(), hi = -Bits<C>::inf();
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * kThreads;
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(kThreads) + threadIdx.x; i < n; i += stride) {
-    const T v = x[i];
-    if (Bits<T>::finite(v)) {
+    const C v = lane::Kind<K>::widen(x[i]);
+    if (Bits<C>::finite(v)) {
       lo = min(lo, v);
       hi = max(hi, v);
     }

@@ -1,6 +1,6 @@
 // Per-value and per-warp arithmetic of the GPU codec (cuszp_kernels.cuh), as __host__ __device__
 // functions so the CPU tests (tests/cuda/) can check the exact operations the kernels run
-// against the CPU encoder: the quantiser, the warp bit transpose, the reduce ops.
+// against the CPU encoder: the storage kinds, the quantiser, the warp bit transpose, the reduce ops.
 //
 // Rounding is explicit: on the device every product is a round-to-nearest multiply that is never
 // contracted into an FMA (which would verify a value the decoder never reconstructs), codes are
@@ -12,8 +12,15 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "crc32c_combine.h"  // ZCCL_HD
+#include "fzlight_block.h"   // the host's half conversions (float_to_half_rne, ...)
+#include "fzlight_format.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
 
 namespace zccl::gpu::lane {
 
@@ -117,27 +124,161 @@ struct Arith<double> {
   }
 };
 
-// fzlight_block.h's quantize_one: code q = rint(x * inv_bin) when |x * inv_bin| < kCodeLimit and
-// the reconstruction q * bin is within eb of x (checked in double). Returns false for a value to
-// store exactly (NaN, Inf, code overflow, or a reconstruction that would miss eb); q is then 0.
-template <class T>
-ZCCL_HD inline bool quantize(T x, T inv_bin, T bin, double eb, int32_t& q) {
-  using A = Arith<T>;
-  const T scaled = A::mul(x, inv_bin);
+// ------------------------------------------------------------------------------------------
+// Storage kinds (fzlight_block.h's KindF32/KindF64/KindF16/KindBF16). A kind K names how a value
+// is stored (S: its bits, sizeof(S) bytes in the stream) and computed (C): float32 and float64 in
+// themselves, float16 and bfloat16 in float32 (widening is exact). The decoder writes
+// narrow(C(q) * bin), rounded to nearest-even into the half type; the encoder verifies exactly
+// that value against eb. Values travel as bits, so NaN payloads and signed zeros survive.
+struct Half {};      // IEEE binary16 (stream dtype 3)
+struct BFloat16 {};  // bfloat16 (stream dtype 4)
+
+ZCCL_HD inline float f32_of_bits(uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(b);
+#else
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+#endif
+}
+ZCCL_HD inline uint32_t bits_of_f32(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+#endif
+}
+
+// float32 -> bfloat16 bits, round to nearest even, for any non-NaN input (subnormals, infinities
+// and overflow to infinity included): integer arithmetic, so the device gives the CPU's bits
+// (fz::block::float_to_bf16_rne) on every architecture. Equal to __float2bfloat16_rn except for
+// NaN inputs, which the codec never narrows (reconstructions are finite or infinite).
+ZCCL_HD constexpr uint16_t bf16_round_bits(uint32_t f) {
+  return static_cast<uint16_t>((f + 0x7FFFu + ((f >> 16) & 1u)) >> 16);
+}
+
+template <class K>
+struct Kind;
+
+template <>
+struct Kind<float> {
+  using S = uint32_t;
+  using C = float;
+  static constexpr uint8_t kDType = 1;
+  static ZCCL_HD C widen(S b) { return f32_of_bits(b); }
+  static ZCCL_HD S narrow(C v) { return bits_of_f32(v); }
+};
+
+template <>
+struct Kind<double> {
+  using S = uint64_t;
+  using C = double;
+  static constexpr uint8_t kDType = 2;
+  static ZCCL_HD C widen(S b) {
+#if defined(__CUDA_ARCH__)
+    return __longlong_as_double(static_cast<long long>(b));
+#else
+    double d;
+    std::memcpy(&d, &b, 8);
+    return d;
+#endif
+  }
+  static ZCCL_HD S narrow(C v) {
+#if defined(__CUDA_ARCH__)
+    return static_cast<uint64_t>(__double_as_longlong(v));
+#else
+    uint64_t b;
+    std::memcpy(&b, &v, 8);
+    return b;
+#endif
+  }
+};
+
+template <>
+struct Kind<Half> {
+  using S = uint16_t;
+  using C = float;
+  static constexpr uint8_t kDType = 3;
+  static ZCCL_HD C widen(S b) {
+#if defined(__CUDA_ARCH__)
+    return __half2float(__ushort_as_half(b));  // exact
+#else
+    return fz::block::half_to_float(b);
+#endif
+  }
+  static ZCCL_HD S narrow(C v) {
+#if defined(__CUDA_ARCH__)
+    return __half_as_ushort(__float2half_rn(v));  // cvt.rn.f16.f32: IEEE round to nearest even
+#else
+    return fz::block::float_to_half_rne(v);
+#endif
+  }
+};
+
+template <>
+struct Kind<BFloat16> {
+  using S = uint16_t;
+  using C = float;
+  static constexpr uint8_t kDType = 4;
+  static ZCCL_HD C widen(S b) { return f32_of_bits(static_cast<uint32_t>(b) << 16); }  // exact
+  static ZCCL_HD S narrow(C v) {
+#if defined(__CUDA_ARCH__)
+    return bf16_round_bits(bits_of_f32(v));
+#else
+    return fz::block::float_to_bf16_rne(v);
+#endif
+  }
+};
+
+template <class K>
+inline constexpr bool kIsHalf = sizeof(typename Kind<K>::S) == 2;
+
+// The quantiser on stored bits: fzlight_block.h's quantize_one (float32/float64) and
+// quantize_one_half (float16/bfloat16, whose reconstruction is narrowed before the check).
+// Returns false for a value to store exactly (NaN, Inf, code overflow, or a reconstruction that
+// would miss eb); q is then 0.
+template <class K>
+ZCCL_HD inline bool quantize_bits(typename Kind<K>::S x, typename Kind<K>::C inv_bin,
+                                  typename Kind<K>::C bin, double eb, int32_t& q) {
+  using C = typename Kind<K>::C;
+  using A = Arith<C>;
+  const C xv = Kind<K>::widen(x);
+  const C scaled = A::mul(xv, inv_bin);
   q = 0;
   if (!(A::abs(scaled) < A::kCodeLimit)) return false;
   const int32_t code = A::round_to_code(scaled);
-  const T recon = A::mul(A::from_code(code), bin);
-  if (!(A::err(x, recon) <= eb)) return false;
+  C recon = A::mul(A::from_code(code), bin);
+  if constexpr (kIsHalf<K>) recon = Kind<K>::widen(Kind<K>::narrow(recon));
+  if (!(A::err(xv, recon) <= eb)) return false;
   q = code;
   return true;
 }
 
-// The decoder's reconstruction of a code: T(q) * bin.
+// The decoder's value for a code: narrow(C(q) * bin), as stored bits.
+template <class K>
+ZCCL_HD inline typename Kind<K>::S reconstruct_bits(int32_t q, typename Kind<K>::C bin) {
+  using A = Arith<typename Kind<K>::C>;
+  return Kind<K>::narrow(A::mul(A::from_code(q), bin));
+}
+
+// The same on values, for float and double (the host tests call it with values).
+template <class T>
+ZCCL_HD inline bool quantize(T x, T inv_bin, T bin, double eb, int32_t& q) {
+  return quantize_bits<T>(Kind<T>::narrow(x), inv_bin, bin, eb, q);
+}
+
+// The decoder's reconstruction of a code as a value: T(q) * bin.
 template <class T>
 ZCCL_HD inline T reconstruct(int32_t q, T bin) {
-  return Arith<T>::mul(Arith<T>::from_code(q), bin);
+  return Kind<T>::widen(reconstruct_bits<T>(q, bin));
 }
+
+// Bytes of a chunk's version-2 block bitmap (fzlight_format.h's bitmap_bytes, for the device).
+ZCCL_HD constexpr uint32_t bitmap_bytes(uint32_t nblocks) { return (nblocks + 7) / 8; }
+static_assert(bitmap_bytes(161) == fz::format::bitmap_bytes(161), "bitmap size as in fzlight_format.h");
 
 // Bytes a 32-value block with code length L occupies in the payload (sign plane + L planes).
 ZCCL_HD constexpr uint32_t block_bytes(uint32_t len) { return len == 0 ? 0u : 4u * (len + 1u); }

@@ -3,14 +3,22 @@
 //   1. crc32c_combine.h: tables, slicing-by-4 update, x^(8n), combine, against crc32c.cpp;
 //      and an emulation of the thread-block CRC (slice plan + the warp/cross-warp fold tree of
 //      cuszp_kernels.cuh's cta_crc32c) over many lengths and alignments.
-//   2. cuszp_lane.h: the warp bit transpose (emulated lane by lane) and the quantiser against
-//      fzlight_block.h's scalar quantiser.
-//   3. A host model of encode_kernel's decomposition (tiles of kWarps warps, one 32-value block
-//      per warp, warp summaries carried across tiles, effective codes, bit planes from the
-//      transpose, outliers ranked by popcount) that must reproduce fz::compress's chunks byte
-//      for byte, and whose chunk CRCs (by the emulated block CRC) must match the stream's table.
-//   4. A host model of decode_kernel's decomposition (per-tile block totals, planes -> magnitudes
-//      by the transpose, outlier bitmap ranks) that must decode every chunk as fz::decompress.
+//   2. cuszp_lane.h: the warp bit transpose (emulated lane by lane), the quantiser of every
+//      storage kind against fzlight_block.h's scalar quantisers (quantize_one, quantize_one_half),
+//      and the device's integer bfloat16 rounding against float_to_bf16_rne.
+//   3. A host model of encode_kernel's decomposition (constant/repeat detection by tiles; tiles
+//      of kWarps warps, one 32-value block per warp, warp summaries carried across tiles,
+//      effective codes, bit planes from the transpose, outliers ranked by popcount; the v2 block
+//      bitmap one byte per thread, length bytes placed by an exclusive popcount scan) that must
+//      reproduce fz::compress's chunks byte for byte (float32, float64, float16, bfloat16; smooth,
+//      random, constant, zero-run, step, special fields), and whose chunk CRCs (by the emulated
+//      block CRC; a repeat's is its constant chunk's) must match the stream's table.
+//   4. A host model of parse_kernel + decode_kernel (every check in the kernels' order with their
+//      error codes, the v1 and v2 code-length layouts, constant chunks, repeats, per-tile block
+//      totals, planes -> magnitudes by the transpose, outlier bitmap ranks) that must decode every
+//      stream as fz::decompress, version-1 copies (stream_tools.h's to_v1) included; and, on
+//      thousands of mutated v1/v2 streams of every dtype, reject exactly when fz::decompress
+//      throws and otherwise decode the same bits. Codec-1 streams: LosslessCodecOnHost.
 //
 // Exit status 0 when everything holds; prints the first failures otherwise.
 #include <cmath>
@@ -20,14 +28,17 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "crc32c.h"
 #include "crc32c_combine.h"
+#include "cuszp.h"  // the Error codes (declarations only: nothing of cuszp.cu is linked)
 #include "cuszp_lane.h"
 #include "fzlight.h"
 #include "fzlight_block.h"
 #include "fzlight_format.h"
+#include "stream_tools.h"
 
 namespace crc = zccl::fz::crc;
 namespace lane = zccl::gpu::lane;
@@ -200,26 +211,66 @@ void test_quantize(std::mt19937_64& rng) {
   }
 }
 
+// The half kinds' quantiser against fzlight_block.h's quantize_one_half, and the device's
+// bfloat16 rounding (integer) against the CPU's.
+template <class K, class CpuKind>
+void test_quantize_half(std::mt19937_64& rng) {
+  using zccl::fz::block::Quantizer;
+  for (double eb : {1.2e-38, 1e-6, 1e-3, 0.37, 1.0, 1e3, 1e30}) {
+    const double b = std::min(2.0 * eb * (1.0 - 1.0 / 1024.0), static_cast<double>(std::numeric_limits<float>::max()));
+    Quantizer<float> qz{static_cast<float>(b), 0, eb};
+    qz.inv_bin = static_cast<float>(1.0 / static_cast<double>(qz.bin));
+    for (int it = 0; it < 20000; ++it) {
+      uint16_t x = static_cast<uint16_t>(rng());
+      if (it % 3 == 0) x = CpuKind::narrow(static_cast<float>(std::ldexp(static_cast<double>(rng() % 2001) - 1000.0, -7)));
+      int32_t q_cpu = 0, q_gpu = 0;
+      const bool ok_cpu = zccl::fz::block::quantize_one_half<CpuKind>(x, qz, q_cpu);
+      const bool ok_gpu = lane::quantize_bits<K>(x, qz.inv_bin, qz.bin, eb, q_gpu);
+      expect(ok_cpu == ok_gpu && (!ok_cpu || q_cpu == q_gpu), "half quantize eb=" + std::to_string(eb));
+      if (ok_gpu) {
+        expect(lane::reconstruct_bits<K>(q_gpu, qz.bin) == CpuKind::narrow(static_cast<float>(q_cpu) * qz.bin),
+               "half reconstruction");
+      }
+    }
+  }
+  for (int it = 0; it < 200000; ++it) {
+    uint32_t f = static_cast<uint32_t>(rng());
+    if (it % 4 == 0) f &= 0x807FFFFFu;  // subnormals
+    if ((f & 0x7FFFFFFFu) > 0x7F800000u) continue;  // NaN: never narrowed by the codec
+    float v;
+    std::memcpy(&v, &f, 4);
+    expect(lane::bf16_round_bits(f) == zccl::fz::block::float_to_bf16_rne(v), "bf16 rounding");
+  }
+}
+
 // ------------------------------------------------------------------------------------------
-// Host model of encode_kernel (see cuszp_kernels.cuh): the same decomposition, lane by lane.
+// Host model of encode_kernel (see cuszp_kernels.cuh): the same decomposition, lane by lane and
+// thread by thread, for every storage kind K (float, double, lane::Half, lane::BFloat16).
 
 constexpr int kWarps = 8;
+constexpr unsigned kThreads = 32 * kWarps;
+using Err = zccl::gpu::Error;
 
-template <class T>
+template <class K>
+using S_of = typename lane::Kind<K>::S;
+template <class K>
+using C_of = typename lane::Kind<K>::C;
+
+template <class C>
 struct ModelQuantizer {
-  T bin = 0, inv_bin = 0;
+  C bin = 0, inv_bin = 0;
   double eb = 0;
   bool lossy = false;
 };
 
-template <class T>
-ModelQuantizer<T> model_quantizer(double eb) {
-  ModelQuantizer<T> m;
+template <class C>
+ModelQuantizer<C> model_quantizer(double eb) {
+  ModelQuantizer<C> m;
   m.eb = eb;
-  if (!(eb >= static_cast<double>(std::numeric_limits<T>::min()))) return m;
-  const double b = std::min(2.0 * eb * (1.0 - 1.0 / 1024.0), static_cast<double>(std::numeric_limits<T>::max()));
-  m.bin = static_cast<T>(b);
-  m.inv_bin = static_cast<T>(1.0 / static_cast<double>(m.bin));
+  if (!(eb >= static_cast<double>(std::numeric_limits<C>::min()))) return m;
+  const double b = std::min(2.0 * eb * (1.0 - 1.0 / 1024.0), static_cast<double>(std::numeric_limits<C>::max()));
+  m.bin = static_cast<C>(b);
+  m.inv_bin = static_cast<C>(1.0 / static_cast<double>(m.bin));
   m.lossy = true;
   return m;
 }
@@ -230,14 +281,17 @@ struct Summary {
   uint32_t outliers = 0;
 };
 
-// One pass; returns the outlier count. kWrite: writes at out (sizes from lens / totals).
-template <class T, bool kWrite>
-uint32_t model_pass(const T* x, uint32_t m, const ModelQuantizer<T>& qz, std::vector<uint8_t>& lens,
-                    int32_t& q_start, uint8_t* out, uint32_t payload_total, uint32_t n_out_total) {
+// One pass; returns the outlier count. kWrite: writes planes at out + planes_at and the
+// outliers after them (sizes from lens / totals).
+template <class K, bool kWrite>
+uint32_t model_pass(const S_of<K>* x, uint32_t m, const ModelQuantizer<C_of<K>>& qz, std::vector<uint8_t>& lens,
+                    int32_t& q_start, uint8_t* out, size_t planes_at, uint32_t payload_total,
+                    uint32_t n_out_total) {
+  using S = S_of<K>;
   const uint32_t nb = (m + 31) / 32;
   int32_t carry_code = 0;
   uint32_t carry_out = 0, carry_payload = 0;
-  const size_t planes_at = 9 + nb, idx_at = planes_at + payload_total, val_at = idx_at + 2 * size_t{n_out_total};
+  const size_t idx_at = planes_at + payload_total, val_at = idx_at + 2 * size_t{n_out_total};
   for (uint32_t t = 0; t < (nb + kWarps - 1) / kWarps; ++t) {
     int32_t q[kWarps][32] = {};
     bool good[kWarps][32] = {}, bad[kWarps][32] = {};
@@ -248,7 +302,7 @@ uint32_t model_pass(const T* x, uint32_t m, const ModelQuantizer<T>& qz, std::ve
       for (unsigned l = 0; l < 32; ++l) {
         const uint32_t i = b * 32 + l;
         const bool valid = b < nb && i < m;
-        good[w][l] = valid && lane::quantize<T>(x[i], qz.inv_bin, qz.bin, qz.eb, q[w][l]);
+        good[w][l] = valid && lane::quantize_bits<K>(x[i], qz.inv_bin, qz.bin, qz.eb, q[w][l]);
         bad[w][l] = valid && !good[w][l];
         gmask[w] |= uint32_t{good[w][l]} << l;
         omask[w] |= uint32_t{bad[w][l]} << l;
@@ -287,7 +341,6 @@ uint32_t model_pass(const T* x, uint32_t m, const ModelQuantizer<T>& qz, std::ve
         lens[b] = static_cast<uint8_t>(len);
         if (b == 0) q_start = e[0];
       } else {
-        out[9 + b] = static_cast<uint8_t>(len);
         const std::vector<uint32_t> planes = emulated_transpose(std::vector<uint32_t>(mag, mag + 32));
         if (len != 0) {
           uint8_t* wp = out + planes_at + pay_before;
@@ -298,7 +351,7 @@ uint32_t model_pass(const T* x, uint32_t m, const ModelQuantizer<T>& qz, std::ve
           if (!bad[w][l]) continue;
           const uint32_t k = out_before + __builtin_popcount(omask[w] & ((1u << l) - 1u));
           fmt::store<uint16_t>(out + idx_at + 2 * size_t{k}, static_cast<uint16_t>(b * 32 + l));
-          std::memcpy(out + val_at + size_t{k} * sizeof(T), &x[b * 32 + l], sizeof(T));
+          std::memcpy(out + val_at + size_t{k} * sizeof(S), &x[b * 32 + l], sizeof(S));
         }
       }
     }
@@ -311,54 +364,274 @@ uint32_t model_pass(const T* x, uint32_t m, const ModelQuantizer<T>& qz, std::ve
   return carry_out;
 }
 
-template <class T>
-std::vector<uint8_t> model_chunk(const T* x, uint32_t m, const ModelQuantizer<T>& qz) {
+// cta_all_equal: tiles of kThreads values, stop at the first tile with a difference.
+template <class S>
+bool model_all_equal(const S* x, uint32_t n, S v) {
+  for (uint32_t base = 0; base < n; base += kThreads) {
+    bool any = false;
+    for (unsigned t = 0; t < kThreads; ++t) any = any || (base + t < n && std::memcmp(&x[base + t], &v, sizeof(S)) != 0);
+    if (any) return false;
+  }
+  return true;
+}
+
+// Exclusive scan over kThreads thread values (cta_exclusive_scan); *total gets the sum.
+std::vector<uint64_t> model_exclusive_scan(const std::vector<uint64_t>& v, uint64_t* total) {
+  std::vector<uint64_t> out(v.size());
+  uint64_t run = 0;
+  for (size_t t = 0; t < v.size(); ++t) {
+    out[t] = run;
+    run += v[t];
+  }
+  *total = run;
+  return out;
+}
+
+struct ModelChunk {
+  std::vector<uint8_t> bytes;  // what the kernel writes at the chunk's offset (empty: a repeat)
+  uint32_t size = 0;           // its table size
+  uint32_t crc = 0;            // its table CRC (a repeat: the repeated constant chunk's)
+};
+
+// encode_kernel for chunk c: `prev` is the previous (full, cl-value) chunk, nullptr for c == 0.
+template <class K>
+ModelChunk model_chunk(const S_of<K>* x, uint32_t m, const S_of<K>* prev, uint32_t cl,
+                       const ModelQuantizer<C_of<K>>& qz) {
+  using S = S_of<K>;
+  constexpr uint32_t elem = sizeof(S);
   const uint32_t nb = (m + 31) / 32;
-  const uint64_t raw_bytes = 1 + uint64_t{m} * sizeof(T);
-  bool encode = qz.lossy && 9 + nb < raw_bytes;
+  const uint32_t bm = lane::bitmap_bytes(nb);
+  const uint64_t raw_bytes = 1 + uint64_t{m} * elem;
+  const S v0 = x[0];
+  const bool constant = model_all_equal(x, m, v0);
+  const bool repeat = constant && prev != nullptr && model_all_equal(prev, cl, v0);
+  bool encode = !constant && qz.lossy && 9 + bm < raw_bytes;
+  uint64_t size = repeat ? 0 : constant ? 1 + elem : raw_bytes;
   std::vector<uint8_t> lens(nb);
   int32_t q_start = 0;
-  uint32_t n_out = 0, payload = 0;
-  uint64_t size = raw_bytes;
+  uint32_t n_out = 0, payload = 0, nonzero = 0;
+  std::vector<uint32_t> my_byte(kThreads, 0), my_rank(kThreads, 0);
   if (encode) {
-    n_out = model_pass<T, false>(x, m, qz, lens, q_start, nullptr, 0, 0);
-    for (uint8_t l : lens) payload += lane::block_bytes(l);
-    const uint64_t enc = 9 + nb + payload + uint64_t{n_out} * (2 + sizeof(T));
+    n_out = model_pass<K, false>(x, m, qz, lens, q_start, nullptr, 0, 0, 0);
+    std::vector<uint64_t> mine(kThreads, 0);
+    for (unsigned j = 0; j < kThreads; ++j) {
+      if (j >= bm) continue;
+      for (uint32_t k = 0; k < 8; ++k) {
+        const uint32_t b = 8 * j + k;
+        if (b < nb && lens[b] != 0) {
+          my_byte[j] |= 1u << k;
+          mine[j] += lane::block_bytes(lens[b]);
+        }
+      }
+      mine[j] |= static_cast<uint64_t>(__builtin_popcount(my_byte[j])) << 32;
+    }
+    uint64_t total = 0;
+    const std::vector<uint64_t> excl = model_exclusive_scan(mine, &total);
+    for (unsigned j = 0; j < kThreads; ++j) my_rank[j] = static_cast<uint32_t>(excl[j] >> 32);
+    nonzero = static_cast<uint32_t>(total >> 32);
+    payload = static_cast<uint32_t>(total);
+    const uint64_t enc = 9 + bm + nonzero + payload + uint64_t{n_out} * (2 + elem);
     if (enc <= raw_bytes) {
       size = enc;
     } else {
       encode = false;
     }
   }
-  std::vector<uint8_t> out(size, 0xEE);  // poison: every byte must be written
-  if (encode) {
-    out[0] = 0;
-    fmt::store<int32_t>(out.data() + 1, q_start);
-    fmt::store<uint32_t>(out.data() + 5, n_out);
-    model_pass<T, true>(x, m, qz, lens, q_start, out.data(), payload, n_out);
-  } else {
-    out[0] = 1;
-    std::memcpy(out.data() + 1, x, size_t{m} * sizeof(T));
+  ModelChunk r;
+  r.size = static_cast<uint32_t>(size);
+  if (constant) {
+    uint8_t cb[1 + sizeof(S)];
+    cb[0] = fmt::kChunkConstant;
+    std::memcpy(cb + 1, &v0, sizeof(S));
+    r.crc = emulated_block_crc(cb, 1 + elem, kThreads, 5);
+    if (!repeat) r.bytes.assign(cb, cb + 1 + elem);
+    return r;
   }
-  return out;
+  r.bytes.assign(size, 0xEE);  // poison: every byte must be written
+  uint8_t* out = r.bytes.data();
+  if (encode) {
+    out[0] = fmt::kChunkEncoded;
+    fmt::store<int32_t>(out + 1, q_start);
+    fmt::store<uint32_t>(out + 5, n_out);
+    for (unsigned j = 0; j < bm; ++j) {
+      out[9 + j] = static_cast<uint8_t>(my_byte[j]);
+      uint8_t* lens_out = out + 9 + bm + my_rank[j];
+      for (uint32_t k = 0; k < 8; ++k) {
+        if ((my_byte[j] >> k) & 1u) *lens_out++ = lens[8 * j + k];
+      }
+    }
+    model_pass<K, true>(x, m, qz, lens, q_start, out, 9 + bm + nonzero, payload, n_out);
+  } else {
+    out[0] = fmt::kChunkRaw;
+    std::memcpy(out + 1, x, size_t{m} * elem);
+  }
+  r.crc = emulated_block_crc(out, size, kThreads, 5);
+  return r;
 }
 
-// Host model of decode_kernel's tile loop for one encoded chunk (already validated).
-template <class T>
-void model_decode_chunk(const uint8_t* p, uint32_t m, T bin, T* out) {
-  const uint32_t nb = (m + 31) / 32;
-  const uint32_t n_out = fmt::load<uint32_t>(p + 5);
-  std::vector<uint8_t> lens(p + 9, p + 9 + nb);
-  uint32_t payload = 0;
-  for (uint8_t l : lens) payload += lane::block_bytes(l);
-  const uint8_t* idx = p + 9 + nb + payload;
-  const uint8_t* vals = idx + 2 * size_t{n_out};
-  std::vector<uint32_t> obits(nb, 0);
-  for (uint32_t k = 0; k < n_out; ++k) {
-    const uint16_t i = fmt::load<uint16_t>(idx + 2 * k);
-    obits[i >> 5] |= 1u << (i & 31);
+// ------------------------------------------------------------------------------------------
+// Host model of parse_kernel + decode_kernel (store mode): every check in the kernels' order, the
+// same error codes, and the decode by tiles. Returns the first error in chunk order (the device
+// reports whichever failing chunk gets there first); out holds the decoded values.
+
+struct ModelInfo {
+  uint8_t version = 0, dtype = 0, ndim = 0;
+  uint32_t chunk_len = 0, codec = 0;
+  uint64_t count = 0, num_chunks = 0, header_bytes = 0, total_bytes = 0;
+  double eb = 0, bin = 0;
+};
+
+template <class K>
+int model_parse(const uint8_t* s, size_t len, uint64_t dst_count, ModelInfo& info, std::vector<uint64_t>& offsets) {
+  if (len < 52) return static_cast<int>(Err::Truncated);
+  if (std::memcmp(s, "ZCFZ", 4) != 0) return static_cast<int>(Err::BadMagic);
+  if (s[4] != 1 && s[4] != 2) return static_cast<int>(Err::BadVersion);
+  info.version = s[4];
+  if (s[5] < 1 || s[5] > (info.version == 1 ? 2 : 4)) return static_cast<int>(Err::BadDType);
+  info.dtype = s[5];
+  if (s[5] != lane::Kind<K>::kDType) return static_cast<int>(Err::DTypeMismatch);
+  if (s[6] != 32) return static_cast<int>(Err::BadBlockLen);
+  info.ndim = s[7];
+  if (info.ndim > 64) return static_cast<int>(Err::BadNdim);
+  info.count = fmt::load<uint64_t>(s + 8);
+  info.eb = fmt::load<double>(s + 16);
+  info.bin = fmt::load<double>(s + 24);
+  info.chunk_len = fmt::load<uint32_t>(s + 32);
+  info.codec = fmt::load<uint32_t>(s + 36);
+  if (info.version == 1 && info.codec != 0) return static_cast<int>(Err::BadReserved);
+  if (info.codec > 1) return static_cast<int>(Err::BadCodec);
+  info.total_bytes = fmt::load<uint64_t>(s + 40);
+  const uint32_t cl = info.chunk_len;
+  if (cl < 32 || cl > 65536 || cl % 32 != 0) return static_cast<int>(Err::BadChunkLen);
+  info.num_chunks = info.count == 0 ? 0 : (info.count - 1) / cl + 1;
+  if (info.num_chunks > len / 8) return static_cast<int>(Err::TableTooLarge);
+  info.header_bytes = 48 + 8 * uint64_t{info.ndim} + 8 * info.num_chunks + 4;
+  if (info.header_bytes > len) return static_cast<int>(Err::Truncated);
+  if (emulated_block_crc(s, info.header_bytes - 4, kThreads, 5) != fmt::load<uint32_t>(s + info.header_bytes - 4)) {
+    return static_cast<int>(Err::HeaderCrc);
   }
-  const uint8_t* planes = p + 9 + nb;
+  if (info.total_bytes > len) return static_cast<int>(Err::BadTotalBytes);
+  const double eb = info.eb, bin = info.bin;
+  if (!std::isfinite(eb) || eb < 0) return static_cast<int>(Err::BadErrorBound);
+  if (!std::isfinite(bin) || bin < 0) return static_cast<int>(Err::BadBin);
+  if (bin > 2.0 * eb) return static_cast<int>(Err::BadBin);
+  if (info.dtype != 2 && static_cast<double>(static_cast<float>(bin)) != bin) return static_cast<int>(Err::BadBin);
+  if (info.codec != 0 && bin != 0.0) return static_cast<int>(Err::LosslessCodecInLossyStream);
+  if (info.codec == 1) return static_cast<int>(Err::LosslessCodecOnHost);
+  uint64_t product = 1;
+  for (uint32_t d = 0; d < info.ndim; ++d) {
+    const uint64_t dim = fmt::load<uint64_t>(s + 48 + 8 * d);
+    if (dim != 0 && product > ~0ull / dim) return static_cast<int>(Err::ShapeMismatch);
+    product *= dim;
+  }
+  if (product != info.count) return static_cast<int>(Err::ShapeMismatch);
+  if (info.count > dst_count) return static_cast<int>(Err::CountMismatch);
+  const uint64_t elem = sizeof(S_of<K>);
+  const uint8_t* table = s + 48 + 8 * uint64_t{info.ndim};
+  offsets.assign(info.num_chunks + 1, 0);
+  uint64_t run = info.header_bytes;
+  bool bad = false;
+  for (uint64_t c = 0; c < info.num_chunks; ++c) {
+    const uint64_t bytes = fmt::load<uint32_t>(table + 8 * c);
+    const uint64_t prev = c > 0 ? fmt::load<uint32_t>(table + 8 * (c - 1)) : 0;
+    const bool repeat_ok = info.version >= 2 && c > 0 && (prev == 0 || prev == 1 + elem);
+    const uint64_t m = std::min<uint64_t>(cl, info.count - c * cl);
+    if ((bytes == 0 && !repeat_ok) || bytes > 1 + m * elem) bad = true;
+    offsets[c] = run;
+    run += bytes;
+  }
+  offsets[info.num_chunks] = run;
+  if (bad) return static_cast<int>(Err::BadChunkSize);
+  if (run != info.total_bytes) return static_cast<int>(Err::ChunkSizesSum);
+  return 0;
+}
+
+// decode_kernel's checks and decode of chunk c (p: its size bytes; repeat: a size-0 entry).
+template <class K>
+int model_decode_chunk(const uint8_t* p, uint64_t size, bool repeat, uint32_t want_crc, uint32_t m,
+                       const ModelInfo& info, S_of<K>* out) {
+  using S = S_of<K>;
+  using C = C_of<K>;
+  constexpr uint32_t elem = sizeof(S);
+  const uint32_t nb = (m + 31) / 32;
+  const bool v1 = info.version == 1;
+  const uint32_t crc = emulated_block_crc(p, size, kThreads, 5);
+  const uint32_t mode = p[0];
+  const uint32_t n_out_field = size >= 9 ? fmt::load<uint32_t>(p + 5) : 0u;
+  if (repeat && mode != fmt::kChunkConstant) return static_cast<int>(Err::RepeatNotConstant);
+  if (crc != want_crc) return static_cast<int>(Err::ChunkCrc);
+  if (mode == fmt::kChunkRaw) {
+    if (size != 1 + uint64_t{m} * elem) return static_cast<int>(Err::BadRawSize);
+    std::memcpy(out, p + 1, size_t{m} * elem);
+    return 0;
+  }
+  if (mode == fmt::kChunkConstant && !v1) {
+    if (size != 1 + elem) return static_cast<int>(Err::BadConstantSize);
+    S v;
+    std::memcpy(&v, p + 1, elem);
+    for (uint32_t i = 0; i < m; ++i) out[i] = v;
+    return 0;
+  }
+  if (mode != fmt::kChunkEncoded) return static_cast<int>(Err::BadChunkMode);
+  if (info.bin == 0.0) return static_cast<int>(Err::LosslessEncoded);
+  const uint32_t bm = lane::bitmap_bytes(nb);
+  uint64_t header = 9 + (v1 ? nb : bm);
+  if (size < header) return static_cast<int>(Err::ChunkTooShort);
+  std::vector<uint8_t> lens(nb);
+  std::vector<uint32_t> obits(nb, 0);
+  bool bad = false;
+  if (v1) {
+    for (uint32_t b = 0; b < nb; ++b) {
+      lens[b] = p[9 + b];
+      bad = bad || lens[b] > 31;
+    }
+  } else {
+    // Thread j: bitmap byte j, the exclusive popcount scan ranks its length bytes.
+    std::vector<uint64_t> pop(kThreads, 0);
+    std::vector<uint32_t> byte(kThreads, 0);
+    bool padding = false;
+    for (unsigned j = 0; j < kThreads; ++j) {
+      byte[j] = j < bm ? p[9 + j] : 0u;
+      pop[j] = static_cast<uint64_t>(__builtin_popcount(byte[j]));
+      padding = padding || (j + 1 == bm && nb % 8 != 0 && (byte[j] >> (nb % 8)) != 0);
+    }
+    uint64_t nonzero = 0;
+    const std::vector<uint64_t> rank = model_exclusive_scan(pop, &nonzero);
+    if (padding) return static_cast<int>(Err::BadBitmapPadding);
+    if (size < header + nonzero) return static_cast<int>(Err::ChunkTooShort);
+    for (unsigned j = 0; j < kThreads; ++j) {
+      uint32_t r = static_cast<uint32_t>(rank[j]);
+      for (uint32_t k = 0; k < 8; ++k) {
+        const uint32_t b = 8 * j + k;
+        if (b >= nb) break;
+        const bool set = (byte[j] >> k) & 1u;
+        lens[b] = set ? p[header + r++] : 0;
+        bad = bad || (set && (lens[b] == 0 || lens[b] > 31));
+      }
+    }
+    header += nonzero;
+  }
+  if (bad) return static_cast<int>(Err::BadCodeLength);
+  const uint32_t n_out = n_out_field;
+  if (n_out > m) return static_cast<int>(Err::TooManyOutliers);
+  uint64_t payload = 0;
+  for (uint8_t l : lens) payload += lane::block_bytes(l);
+  if (header + payload + uint64_t{n_out} * (2 + elem) != size) return static_cast<int>(Err::ChunkSizeMismatch);
+  const uint8_t* idx = p + header + payload;
+  const uint8_t* vals = idx + 2 * size_t{n_out};
+  for (uint32_t k = 0; k < n_out; ++k) {
+    const uint32_t i = fmt::load<uint16_t>(idx + 2 * k);
+    if (i >= m || (k > 0 && i <= fmt::load<uint16_t>(idx + 2 * (k - 1)))) {
+      bad = true;
+    } else {
+      obits[i >> 5] |= 1u << (i & 31);
+    }
+  }
+  if (bad) return static_cast<int>(Err::BadOutlierIndex);
+
+  // The tile loop: per-tile block totals, planes -> magnitudes by the transpose, outlier ranks.
+  const C bin = static_cast<C>(info.bin);
+  const uint8_t* planes = p + header;
   uint32_t carry = fmt::load<uint32_t>(p + 1), out_run = 0, pay_run = 0;
   for (uint32_t t = 0; t < (nb + kWarps - 1) / kWarps; ++t) {
     uint32_t incl[kWarps][32] = {}, total[kWarps] = {};
@@ -411,9 +684,9 @@ void model_decode_chunk(const uint8_t* p, uint32_t m, T bin, T* out) {
         if (i >= m) continue;
         if ((obits[b] >> l) & 1u) {
           const uint32_t k = out_before[w] + __builtin_popcount(obits[b] & ((1u << l) - 1u));
-          std::memcpy(&out[i], vals + size_t{k} * sizeof(T), sizeof(T));
+          std::memcpy(&out[i], vals + size_t{k} * elem, elem);
         } else {
-          out[i] = lane::reconstruct<T>(static_cast<int32_t>(before + incl[w][l]), bin);
+          out[i] = lane::reconstruct_bits<K>(static_cast<int32_t>(before + incl[w][l]), bin);
         }
       }
     }
@@ -421,99 +694,369 @@ void model_decode_chunk(const uint8_t* p, uint32_t m, T bin, T* out) {
     pay_run += pay_tile;
     out_run += out_tile;
   }
+  return 0;
 }
 
-template <class T>
-void check_model(const std::vector<T>& x, double eb, uint32_t chunk_len, const std::string& name) {
+template <class K>
+int model_decompress(const uint8_t* s, size_t len, uint64_t dst_count, std::vector<S_of<K>>& out) {
+  ModelInfo info;
+  std::vector<uint64_t> offsets;
+  const int err = model_parse<K>(s, len, dst_count, info, offsets);
+  if (err != 0) return err;
+  out.assign(info.count, S_of<K>{});
+  const uint8_t* table = s + 48 + 8 * uint64_t{info.ndim};
+  for (uint64_t c = 0; c < info.num_chunks; ++c) {
+    uint64_t off = offsets[c], size = offsets[c + 1] - off;
+    const bool repeat = size == 0;
+    if (repeat) {
+      size = 1 + sizeof(S_of<K>);
+      off -= size;
+    }
+    const uint32_t m = static_cast<uint32_t>(std::min<uint64_t>(info.chunk_len, info.count - c * info.chunk_len));
+    const int e = model_decode_chunk<K>(s + off, size, repeat, fmt::load<uint32_t>(table + 8 * c + 4), m, info,
+                                        out.data() + c * info.chunk_len);
+    if (e != 0) return e;
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// The models against the CPU codec.
+
+template <class K>
+constexpr zccl::fz::DType dtype_of() {
+  return static_cast<zccl::fz::DType>(lane::Kind<K>::kDType);
+}
+
+template <class K>
+std::vector<uint8_t> cpu_stream(const std::vector<S_of<K>>& x, double eb, uint32_t chunk_len, int threads = 1) {
   zccl::fz::CompressParams p;
   p.error_bound = eb;
   p.chunk_len = chunk_len;
-  p.threads = 1;
-  const zccl::fz::DType dt = sizeof(T) == 4 ? zccl::fz::DType::Float32 : zccl::fz::DType::Float64;
-  std::vector<uint8_t> stream(zccl::fz::max_compressed_size(dt, x.size(), chunk_len));
-  const size_t len = zccl::fz::compress(x.data(), dt, x.size(), p, stream.data(), stream.size());
-  const zccl::fz::StreamInfo info = zccl::fz::read_info(stream.data(), len);
-  const ModelQuantizer<T> qz = model_quantizer<T>(eb);
+  p.threads = threads;
+  p.lossless_codec = zccl::fz::LosslessCodec::None;  // what the GPU writes for lossless streams
+  std::vector<uint8_t> stream(zccl::fz::max_compressed_size(dtype_of<K>(), x.size(), chunk_len));
+  stream.resize(zccl::fz::compress(x.data(), dtype_of<K>(), x.size(), p, stream.data(), stream.size()));
+  return stream;
+}
+
+// The decoder model on a valid stream: no error, fz::decompress's bits.
+template <class K>
+void check_decode_model(const std::vector<uint8_t>& stream, uint64_t count, const std::string& name) {
+  using S = S_of<K>;
+  std::vector<S> want(count), got;
+  zccl::fz::decompress(stream.data(), stream.size(), want.data(), count, 1);
+  const int err = model_decompress<K>(stream.data(), stream.size(), count, got);
+  expect(err == 0, "decoder model error " + std::to_string(err) + " on " + name);
+  if (err == 0) {
+    expect(got.size() == count && std::memcmp(want.data(), got.data(), count * sizeof(S)) == 0,
+           "decoder model values of " + name);
+  }
+}
+
+template <class K>
+void check_model(const std::vector<S_of<K>>& x, double eb, uint32_t chunk_len, const std::string& name) {
+  using S = S_of<K>;
+  const std::vector<uint8_t> stream = cpu_stream<K>(x, eb, chunk_len);
+  const zccl::fz::StreamInfo info = zccl::fz::read_info(stream.data(), stream.size());
+  const std::string what = name + " eb=" + std::to_string(eb) + " cl=" + std::to_string(chunk_len);
+  expect(info.version == 2, "CPU writes version 2: " + what);
+  const ModelQuantizer<C_of<K>> qz = model_quantizer<C_of<K>>(eb);
   const uint8_t* table = stream.data() + 48 + 8 * info.shape.size();
   size_t at = info.header_bytes;
   for (uint64_t c = 0; c < info.num_chunks; ++c) {
     const uint32_t m = static_cast<uint32_t>(std::min<uint64_t>(chunk_len, x.size() - c * chunk_len));
-    const std::vector<uint8_t> mine = model_chunk<T>(x.data() + c * chunk_len, m, qz);
+    const S* xc = x.data() + c * chunk_len;
+    const ModelChunk mine = model_chunk<K>(xc, m, c > 0 ? xc - chunk_len : nullptr, chunk_len, qz);
     const uint32_t size = fmt::load<uint32_t>(table + 8 * c);
-    const bool same = mine.size() == size && std::memcmp(mine.data(), stream.data() + at, size) == 0;
-    expect(same, "model chunk " + std::to_string(c) + " of " + name + " eb=" + std::to_string(eb) +
-                     " cl=" + std::to_string(chunk_len) + " (sizes " + std::to_string(mine.size()) +
+    const bool same = mine.size == size && mine.bytes.size() == size &&
+                      (size == 0 || std::memcmp(mine.bytes.data(), stream.data() + at, size) == 0);
+    expect(same, "model chunk " + std::to_string(c) + " of " + what + " (sizes " + std::to_string(mine.size) +
                      " vs " + std::to_string(size) + ")");
-    expect(emulated_block_crc(mine.data(), mine.size(), 256, 5) == fmt::load<uint32_t>(table + 8 * c + 4),
-           "model chunk crc " + std::to_string(c) + " of " + name);
-    // Decoder model against fz::decompress_chunk.
-    if (stream[at] == fmt::kChunkEncoded) {
-      std::vector<T> want(chunk_len), got(m);
-      zccl::fz::decompress_chunk(stream.data(), len, c, want.data(), want.size());
-      model_decode_chunk<T>(stream.data() + at, m, static_cast<T>(fmt::load<double>(stream.data() + 24)), got.data());
-      expect(std::memcmp(want.data(), got.data(), size_t{m} * sizeof(T)) == 0,
-             "decoder model chunk " + std::to_string(c) + " of " + name);
-    }
+    expect(mine.crc == fmt::load<uint32_t>(table + 8 * c + 4), "model chunk crc " + std::to_string(c) + " of " + what);
     at += size;
   }
-  expect(emulated_block_crc(stream.data(), info.header_bytes - 4, 256, 5) ==
+  expect(emulated_block_crc(stream.data(), info.header_bytes - 4, kThreads, 5) ==
              fmt::load<uint32_t>(stream.data() + info.header_bytes - 4),
-         "header crc of " + name);
+         "header crc of " + what);
+  // The CPU's stream does not depend on its thread count (the GPU's chunks are independent).
+  expect(cpu_stream<K>(x, eb, chunk_len, 3) == stream, "CPU stream with 3 threads differs: " + what);
+  check_decode_model<K>(stream, x.size(), what);
+  if constexpr (!lane::kIsHalf<K>) {
+    // The same values as a version-1 stream through both decoders.
+    const std::vector<uint8_t> v1 = zccl::testing::to_v1(stream);
+    expect(zccl::fz::read_info(v1.data(), v1.size()).version == 1, "to_v1 writes version 1");
+    check_decode_model<K>(v1, x.size(), what + " (v1)");
+  }
 }
 
-template <class T>
-std::vector<T> field(const std::string& kind, size_t n, std::mt19937_64& rng) {
-  std::vector<T> x(n);
+// Test fields as stored bits: float and double directly, halves by rounding the float field.
+template <class K>
+std::vector<S_of<K>> field(const std::string& kind, size_t n, std::mt19937_64& rng) {
+  using S = S_of<K>;
+  using V = std::conditional_t<std::is_same_v<K, double>, double, float>;
+  std::vector<V> v(n);
   std::normal_distribution<double> g(0.0, 1.0);
   for (size_t i = 0; i < n; ++i) {
     const double s = std::sin(0.001 * static_cast<double>(i)) * 100.0 + std::cos(0.037 * static_cast<double>(i));
-    if (kind == "smooth") x[i] = static_cast<T>(s);
-    else if (kind == "random") x[i] = static_cast<T>(g(rng) * 1e3);
-    else if (kind == "constant") x[i] = static_cast<T>(3.25);
-    else x[i] = static_cast<T>(s + g(rng));
+    if (kind == "smooth") v[i] = static_cast<V>(s);
+    else if (kind == "random") v[i] = static_cast<V>(g(rng) * 1e3);
+    else if (kind == "bignoise") v[i] = static_cast<V>(g(rng) * 1e9);  // codes overflow: outliers
+    else if (kind == "constant") v[i] = static_cast<V>(3.25);
+    else if (kind == "zero") v[i] = static_cast<V>(i < n / 3 || i > n - n / 4 ? 0.0 : s);  // zero runs
+    else if (kind == "steps") v[i] = static_cast<V>(std::floor(static_cast<double>(i) / 700.0));  // constant runs
+    else v[i] = static_cast<V>(s + g(rng));
   }
   if (kind == "special") {
     for (size_t i = 0; i < n; i += 1 + rng() % 97) {
-      switch (rng() % 6) {
-        case 0: x[i] = std::numeric_limits<T>::quiet_NaN(); break;
-        case 1: x[i] = std::numeric_limits<T>::infinity(); break;
-        case 2: x[i] = -std::numeric_limits<T>::infinity(); break;
-        case 3: x[i] = std::numeric_limits<T>::max(); break;
-        case 4: x[i] = std::numeric_limits<T>::denorm_min(); break;
-        default: x[i] = static_cast<T>(1e30); break;
+      switch (rng() % 7) {
+        case 0: v[i] = std::numeric_limits<V>::quiet_NaN(); break;
+        case 1: v[i] = std::numeric_limits<V>::infinity(); break;
+        case 2: v[i] = -std::numeric_limits<V>::infinity(); break;
+        case 3: v[i] = std::numeric_limits<V>::max(); break;
+        case 4: v[i] = std::numeric_limits<V>::denorm_min(); break;
+        case 5: v[i] = static_cast<V>(-0.0); break;
+        default: v[i] = static_cast<V>(1e30); break;
       }
     }
-    if (n > 0) x[0] = std::numeric_limits<T>::quiet_NaN();  // first value an outlier: q_start 0
+    if (n > 0) v[0] = std::numeric_limits<V>::quiet_NaN();  // first value an outlier: q_start 0
+  }
+  std::vector<S> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    if constexpr (lane::kIsHalf<K>) {
+      x[i] = lane::Kind<K>::narrow(v[i]);
+    } else {
+      std::memcpy(&x[i], &v[i], sizeof(S));
+    }
+  }
+  if constexpr (lane::kIsHalf<K>) {
+    if (kind == "special") {  // half specials: max, smallest subnormal, NaN with a payload
+      for (size_t i = 5; i < n; i += 131) x[i] = static_cast<S>(i % 3 == 0 ? 0x0001 : i % 3 == 1 ? 0x7E05 : 0xFBFF);
+      if (std::is_same_v<K, lane::BFloat16>) {
+        for (size_t i = 7; i < n; i += 173) x[i] = 0x7F7F;  // bfloat16 max
+      }
+    }
   }
   return x;
 }
 
-template <class T>
+template <class K>
 void test_model(std::mt19937_64& rng) {
-  const char* kinds[] = {"smooth", "random", "constant", "noisy", "special"};
+  const char* kinds[] = {"smooth", "random", "constant", "noisy", "special", "zero", "steps"};
   for (const char* kind : kinds) {
-    for (size_t n : {size_t{1}, size_t{2}, size_t{3}, size_t{31}, size_t{32}, size_t{33}, size_t{255},
+    for (size_t n : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{31}, size_t{32}, size_t{33}, size_t{255},
                      size_t{256}, size_t{257}, size_t{5119}, size_t{5121}, size_t{40000}}) {
-      const std::vector<T> x = field<T>(kind, n, rng);
+      const std::vector<S_of<K>> x = field<K>(kind, n, rng);
       for (double eb : {0.0, 1e-40, 1e-6, 1e-2, 1.0, 1e3}) {
-        for (uint32_t cl : {32u, 96u, 5120u}) check_model<T>(x, eb, cl, std::string(kind) + " n=" + std::to_string(n));
+        for (uint32_t cl : {32u, 96u, 5120u}) {
+          check_model<K>(x, eb, cl, std::string(kind) + " n=" + std::to_string(n));
+        }
       }
     }
   }
-  const std::vector<T> big = field<T>("noisy", 300000, rng);
-  check_model<T>(big, 1e-3, 65536, "noisy 300000");
+  const std::vector<S_of<K>> big = field<K>("noisy", 300000, rng);
+  check_model<K>(big, 1e-3, 65536, "noisy 300000");
+  const std::vector<S_of<K>> zeros(1000000, S_of<K>{0});
+  check_model<K>(zeros, 1e-3, 5120, "zeros 1e6");
+  check_model<K>(zeros, 0.0, 5120, "zeros 1e6 lossless");
+}
+
+// Mutated streams through the decoder model and fz::decompress: the model rejects exactly when
+// the CPU throws and decodes the same bits when neither does.
+std::vector<int> g_error_hist(64, 0);  // model error codes seen in the corruption tests
+
+template <class K>
+void model_differential(const std::vector<uint8_t>& s, size_t len, const std::string& what, int& rejected) {
+  const uint8_t code = len > 5 ? s[5] : 0;
+  if (code != lane::Kind<K>::kDType && code >= 1 && code <= 4) {
+    switch (code) {
+      case 1: return model_differential<float>(s, len, what, rejected);
+      case 2: return model_differential<double>(s, len, what, rejected);
+      case 3: return model_differential<lane::Half>(s, len, what, rejected);
+      default: return model_differential<lane::BFloat16>(s, len, what, rejected);
+    }
+  }
+  using S = S_of<K>;
+  uint64_t count = 4017;
+  try {
+    count = zccl::fz::read_info(s.data(), len).count;
+  } catch (const std::exception&) {
+  }
+  if (count > (uint64_t{1} << 24)) return;
+  std::vector<S> cpu_out(count), model_out;
+  bool cpu_ok = true;
+  std::string cpu_msg;
+  try {
+    zccl::fz::decompress(s.data(), len, cpu_out.data(), count, 1);
+  } catch (const std::exception& e) {
+    cpu_ok = false;
+    cpu_msg = e.what();
+  }
+  const int err = model_decompress<K>(s.data(), len, count, model_out);
+  rejected += err != 0;
+  ++g_error_hist[static_cast<size_t>(err) % g_error_hist.size()];
+  // A codec-1 stream is valid; a CPU built with zstd decodes it, the GPU never does.
+  if (err == static_cast<int>(Err::LosslessCodecOnHost)) return;
+  expect((err == 0) == cpu_ok, what + ": model says " + std::to_string(err) + ", cpu says '" +
+                                   (cpu_ok ? std::string("ok") : cpu_msg) + "'");
+  if (err == 0 && cpu_ok) {
+    expect(model_out.size() == count && std::memcmp(model_out.data(), cpu_out.data(), count * sizeof(S)) == 0,
+           what + ": both decoders accept but disagree on values");
+  }
+}
+
+// The corruption base: encoded, raw, constant and repeat chunks, outliers, a partial last block,
+// a 2-D shape (as tests/cuda/test_cuszp.cu's).
+template <class K>
+std::vector<uint8_t> corruption_base(std::mt19937_64& rng) {
+  std::vector<S_of<K>> x = field<K>("special", 4000 + 17, rng);
+  std::vector<S_of<K>> noise = field<K>("bignoise", 700, rng);  // raw chunks
+  std::copy(noise.begin(), noise.end(), x.begin() + 1300);
+  std::fill(x.begin() + 2048, x.begin() + 3584, S_of<K>{0});  // chunks 4..6: constant, repeats
+  zccl::fz::CompressParams p;
+  p.error_bound = lane::kIsHalf<K> ? 1e-2 : std::is_same_v<K, float> ? 1e-3 : 1e-6;
+  p.chunk_len = 512;
+  p.shape = std::vector<uint64_t>{4017, 1};
+  p.threads = 1;
+  std::vector<uint8_t> s(zccl::fz::max_compressed_size(dtype_of<K>(), x.size(), p.chunk_len, 2));
+  s.resize(zccl::fz::compress(x.data(), dtype_of<K>(), x.size(), p, s.data(), s.size()));
+  return s;
+}
+
+template <class K>
+void test_model_corruption(std::mt19937_64& rng, bool v1) {
+  std::vector<uint8_t> base = corruption_base<K>(rng);
+  if (v1) base = zccl::testing::to_v1(base);
+  bool modes[4] = {false, false, false, false};
+  bool have_repeat = false;
+  for (const auto& ch : zccl::testing::chunks_of(base)) {
+    if (ch.size == 0) have_repeat = true;
+    else modes[base[ch.at] & 3] = true;
+  }
+  expect(modes[0] && modes[1] && (v1 || (modes[2] && have_repeat)),
+         "corruption base has encoded, raw, constant and repeat chunks");
+  int rejected = 0, total = 0;
+  zccl::testing::for_each_mutation(base, 3000, 300, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string& what) {
+    ++total;
+    model_differential<K>(s, len, what, rejected);
+  });
+  std::printf("  decoder model vs CPU on mutated %s v%d streams: %d/%d rejected\n", zccl::fz::dtype_name(dtype_of<K>()),
+              v1 ? 1 : 2, rejected, total);
+  expect(rejected > total / 2 && rejected < total, "mutations mostly but not all rejected");
+}
+
+// Errors the mutation fuzz cannot reach first. A codec-1 stream (crafted: a lossless stream with
+// the codec field set) is refused with LosslessCodecOnHost; a version-1 stream may not use the
+// field at all; a repeat of bytes that are no constant chunk; a dtype other than the caller's.
+void test_targeted_errors() {
+  const std::vector<uint32_t> x(3000, 0x3FC00000u);  // 1.5f
+  std::vector<uint8_t> s = cpu_stream<float>(x, 0.0, 1024);
+  std::vector<uint32_t> out;
+  expect(model_decompress<float>(s.data(), s.size(), x.size(), out) == 0, "lossless stream decodes");
+  fmt::store<uint32_t>(s.data() + 36, 1);
+  zccl::testing::reseal(s);
+  expect(model_decompress<float>(s.data(), s.size(), x.size(), out) == static_cast<int>(Err::LosslessCodecOnHost),
+         "codec 1 refused as host-only");
+  s[4] = 1;
+  zccl::testing::reseal(s);
+  expect(model_decompress<float>(s.data(), s.size(), x.size(), out) == static_cast<int>(Err::BadReserved),
+         "codec field in a version-1 stream");
+  std::vector<uint8_t> lossy = cpu_stream<float>(x, 1e-3, 1024);
+  fmt::store<uint32_t>(lossy.data() + 36, 1);
+  zccl::testing::reseal(lossy);
+  expect(model_decompress<float>(lossy.data(), lossy.size(), x.size(), out) ==
+             static_cast<int>(Err::LosslessCodecInLossyStream),
+         "codec 1 in a lossy stream");
+  std::vector<uint64_t> dout;
+  expect(model_decompress<double>(lossy.data(), lossy.size(), x.size(), dout) == static_cast<int>(Err::DTypeMismatch),
+         "float32 stream decoded as float64");
+  // Chunk 0 of a varied stream is encoded or raw, never constant: as the bytes of a repeat.
+  std::vector<uint32_t> varied(3000);
+  for (size_t i = 0; i < varied.size(); ++i) varied[i] = 0x3F800000u + static_cast<uint32_t>(i * 977);
+  const std::vector<uint8_t> v = cpu_stream<float>(varied, 1e-3, 1024);
+  ModelInfo info;
+  std::vector<uint64_t> offsets;
+  expect(model_parse<float>(v.data(), v.size(), varied.size(), info, offsets) == 0, "varied stream parses");
+  const uint8_t* table = v.data() + 56;
+  std::vector<uint32_t> chunk(1024);
+  expect(model_decode_chunk<float>(v.data() + offsets[0], offsets[1] - offsets[0], true, fmt::load<uint32_t>(table + 4),
+                                   1024, info, chunk.data()) == static_cast<int>(Err::RepeatNotConstant),
+         "repeat of a chunk that is not constant");
+}
+
+// Real version-1 streams (tests/data/format_v1, made by the version-1 encoder): the decoder
+// model reproduces the version-1 decoder's output bit for bit, as fz::decompress does, and the
+// streams stay valid corruption bases.
+template <class K>
+void check_v1_fixture(const zccl::testing::V1Fixture& f, std::mt19937_64& rng) {
+  using S = S_of<K>;
+  const zccl::fz::StreamInfo info = zccl::fz::read_info(f.stream.data(), f.stream.size());
+  expect(info.version == 1, f.name + " is a version-1 stream");
+  std::vector<S> got;
+  const int err = model_decompress<K>(f.stream.data(), f.stream.size(), info.count, got);
+  expect(err == 0, f.name + ": decoder model error " + std::to_string(err));
+  expect(err != 0 || (f.decoded.size() == info.count * sizeof(S) &&
+                      std::memcmp(got.data(), f.decoded.data(), f.decoded.size()) == 0),
+         f.name + ": decoder model == the version-1 decoder's output");
+  int rejected = 0;
+  zccl::testing::for_each_mutation(f.stream, 300, 0, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string& what) {
+    model_differential<K>(s, len, f.name + " " + what, rejected);
+  });
+}
+
+void test_v1_fixtures(const char* dir, std::mt19937_64& rng) {
+  const std::vector<zccl::testing::V1Fixture> fixtures = zccl::testing::v1_fixtures(dir);
+  expect(!fixtures.empty(), std::string("no version-1 fixtures in ") + dir);
+  for (const auto& f : fixtures) {
+    if (f.stream.size() > 5 && f.stream[5] == 1) {
+      check_v1_fixture<float>(f, rng);
+    } else {
+      check_v1_fixture<double>(f, rng);
+    }
+  }
+  std::printf("  %zu version-1 fixtures from %s\n", fixtures.size(), dir);
 }
 
 }  // namespace
 
-int main() {
+// Usage: host_model_test [DIR]   DIR: tests/data/format_v1 (real version-1 streams), optional.
+int main(int argc, char** argv) {
   std::mt19937_64 rng(20240611);
   test_crc(rng);
   test_transpose(rng);
   test_quantize<float>(rng);
   test_quantize<double>(rng);
+  test_quantize_half<lane::Half, zccl::fz::block::KindF16>(rng);
+  test_quantize_half<lane::BFloat16, zccl::fz::block::KindBF16>(rng);
   test_model<float>(rng);
   test_model<double>(rng);
+  test_model<lane::Half>(rng);
+  test_model<lane::BFloat16>(rng);
+  test_targeted_errors();
+  if (argc > 1) test_v1_fixtures(argv[1], rng);
+  test_model_corruption<float>(rng, false);
+  test_model_corruption<float>(rng, true);
+  test_model_corruption<double>(rng, false);
+  test_model_corruption<double>(rng, true);
+  test_model_corruption<lane::Half>(rng, false);
+  test_model_corruption<lane::BFloat16>(rng, false);
+  std::printf("  error codes the decoder model reported (code: count):");
+  for (size_t e = 0; e < g_error_hist.size(); ++e) {
+    if (g_error_hist[e] != 0) std::printf(" %zu:%d", e, g_error_hist[e]);
+  }
+  std::printf("\n");
+  // Every check of the decoder is reached by some mutation, except those test_targeted_errors
+  // reaches directly: DTypeMismatch (the differential decodes as the stream's dtype),
+  // LosslessCodecOnHost (the bases are lossy), RepeatNotConstant (in a mutated stream some
+  // earlier chunk always fails first), and CountMismatch and WorkspaceTooSmall (caller sizes).
+  for (int e = 0; e <= static_cast<int>(Err::BadBitmapPadding); ++e) {
+    if (e == static_cast<int>(Err::DTypeMismatch) || e == static_cast<int>(Err::LosslessCodecOnHost) ||
+        e == static_cast<int>(Err::RepeatNotConstant) || e == static_cast<int>(Err::CountMismatch) ||
+        e == static_cast<int>(Err::WorkspaceTooSmall)) {
+      continue;
+    }
+    expect(g_error_hist[static_cast<size_t>(e)] > 0, "no mutation reached error code " + std::to_string(e));
+  }
   if (failures != 0) {
     std::printf("%d failure(s)\n", failures);
     return 1;

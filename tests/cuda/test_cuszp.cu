@@ -6,19 +6,29 @@
 //   test_cuszp --quick    smaller sizes and fewer fuzz cases (for compute-sanitizer runs)
 //   test_cuszp --bench    also prints throughput on a 256 MB float32 wavefield
 //   test_cuszp --host-only   checks the test harness itself on the CPU (no device needed)
-//   test_cuszp --only A,B    runs only these test groups (bytes, decode, corrupt, reduce, batch,
-//                            range, async, args, bench)
+//   test_cuszp --only A,B    runs only these test groups (bytes, decode, v2, corrupt, reduce,
+//                            batch, range, async, args, bench)
 //
 // What is checked:
 //   bytes    GPU streams are byte-identical to fz::compress (float32/float64; smooth, random,
-//            constant, NaN/Inf/huge/denormal fields; counts 0, 1, 31..33, chunk_len +- 1, 2^24;
+//            constant, NaN/Inf/huge/denormal, zero-run and step fields (constant chunks and
+//            repeats); counts 0, 1, 31..33, chunk_len +- 1, 2^24;
 //            error bounds 0 (lossless), below the dtype's min normal, 1e-7 .. 1e6; chunk lengths
 //            32, 96, 5120, 65536; 1-D, 3-D and 0-d shapes)
 //   decode   GPU decoding of GPU and CPU streams: |x - x'| <= eb in double, non-finite values
 //            bit-identical, output identical to fz::decompress; CPU decoding of GPU streams;
 //            len_bound larger than the stream; inspect() against fz::read_info
-//   corrupt  flipped bits, resealed structural mutations (header fields, table sizes, modes,
-//            code lengths, outlier counts/indices, shapes), truncations, garbage: the GPU
+//   v2       version-1 streams (tests/data/format_v1's real ones, and to_v1 of CPU streams)
+//            decoded as the version-1 decoder / the CPU does; all-zero tensors
+//            (float32 ratio >= 1000, one constant chunk then repeats, lossy and lossless),
+//            -0.0/NaN constants, constant runs; a codec-1 stream gives LosslessCodecOnHost
+//            (decompress and inspect), Auto lossless == CPU codec None, an explicit zstd request
+//            throws; float16/bfloat16 byte identity, decode, bound, finite_range, and the reduce
+//            paths refusing halves
+//   corrupt  flipped bits, resealed structural mutations (stream_tools.h: header fields, table
+//            sizes and repeats, modes, code lengths and block bitmaps, outlier counts/indices,
+//            shapes, the version, codec and dtype fields), truncations, garbage, on v2 and v1
+//            streams of float32/float64 and v2 streams of float16/bfloat16: the GPU
 //            reports an error exactly when fz::decompress throws, decodes the same values when
 //            it does not, never writes past the destination (guard bytes), never faults (run
 //            under compute-sanitizer to check reads too); workspace too small for the stream
@@ -35,7 +45,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -46,12 +58,20 @@
 
 #include "crc32c.h"
 #include "cuszp.h"
+#include "cuszp_lane.h"
 #include "fzlight.h"
 #include "fzlight_format.h"
+#include "stream_tools.h"
 
 namespace fz = zccl::fz;
 namespace gpu = zccl::gpu;
 namespace fmt = zccl::fz::format;
+namespace lane = zccl::gpu::lane;
+using zccl::testing::ChunkRef;
+using zccl::testing::chunks_of;
+using zccl::testing::for_each_mutation;
+using zccl::testing::reseal;
+using zccl::testing::to_v1;
 
 #define CUDA_OK(call)                                                                      \
   do {                                                                                     \
@@ -159,7 +179,7 @@ constexpr fz::DType dtype_of() {
 }
 
 template <class T>
-using BitsOf = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+using BitsOf = std::conditional_t<sizeof(T) == 2, uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
 
 template <class T>
 BitsOf<T> bits(T v) {
@@ -189,6 +209,10 @@ std::vector<T> make_field(const std::string& kind, size_t n, std::mt19937_64& rn
       x[i] = static_cast<T>(g(rng) * 1e3);
     } else if (kind == "constant") {
       x[i] = static_cast<T>(-7.125);
+    } else if (kind == "zero") {  // zero runs at both ends: constant chunks and repeats
+      x[i] = static_cast<T>(i < n / 3 || i >= n - n / 4 ? 0.0 : smooth);
+    } else if (kind == "steps") {  // runs of 700 equal values
+      x[i] = static_cast<T>(std::floor(t / 700.0));
     } else {  // special: smooth with NaN, Inf, huge, denormal, signed zero sprinkled in
       x[i] = static_cast<T>(smooth);
     }
@@ -224,7 +248,11 @@ struct Ctx {
   Pinned<int32_t> err;
 };
 
-std::vector<uint8_t> cpu_compress(const void* x, fz::DType dt, uint64_t n, const fz::CompressParams& p) {
+// The CPU's stream as the GPU writes it: LosslessCodec::Auto means codec None on the GPU (no zstd
+// there), so the CPU is asked for None too.
+std::vector<uint8_t> cpu_compress(const void* x, fz::DType dt, uint64_t n, const fz::CompressParams& params) {
+  fz::CompressParams p = params;
+  if (p.lossless_codec == fz::LosslessCodec::Auto) p.lossless_codec = fz::LosslessCodec::None;
   const size_t ndim = p.shape ? p.shape->size() : 1;
   std::vector<uint8_t> s(fz::max_compressed_size(dt, n, p.chunk_len, ndim));
   s.resize(fz::compress(x, dt, n, p, s.data(), s.size()));
@@ -232,9 +260,10 @@ std::vector<uint8_t> cpu_compress(const void* x, fz::DType dt, uint64_t n, const
 }
 
 // GPU compression of host data; returns the stream bytes.
+// T is the storage type; dt defaults to T's (pass it for float16/bfloat16, stored as uint16_t).
 template <class T>
-std::vector<uint8_t> gpu_compress(Ctx& ctx, const std::vector<T>& x, const fz::CompressParams& p) {
-  const fz::DType dt = dtype_of<T>();
+std::vector<uint8_t> gpu_compress(Ctx& ctx, const std::vector<T>& x, const fz::CompressParams& p,
+                                  fz::DType dt = dtype_of<T>()) {
   const size_t ndim = p.shape ? p.shape->size() : 1;
   DeviceBuffer<T> src(x.size());
   if (!x.empty()) src.upload(x.data(), x.size());
@@ -263,7 +292,7 @@ int32_t gpu_decompress(Ctx& ctx, const std::vector<uint8_t>& stream, size_t len_
   constexpr size_t kGuard = 64;
   DeviceBuffer<T> dst(dst_count + kGuard);
   std::vector<T> guard(dst_count + kGuard);
-  for (size_t i = 0; i < guard.size(); ++i) guard[i] = static_cast<T>(12345.0 + static_cast<double>(i));
+  for (size_t i = 0; i < guard.size(); ++i) guard[i] = static_cast<T>(12345.0 + static_cast<double>(i % 4096));
   dst.upload(guard.data(), guard.size());
   const uint64_t ws_values = ws_chunks_for != 0 ? ws_chunks_for * ws_chunk_len : std::max<uint64_t>(dst_count, 1);
   const size_t wsb = gpu::workspace_bytes(dt, ws_values, ws_chunk_len);
@@ -374,7 +403,7 @@ void roundtrip(Ctx& ctx, const std::vector<T>& x, double eb, uint32_t cl, const 
 
 template <class T>
 void test_bytes(Ctx& ctx, std::mt19937_64& rng) {
-  const char* kinds[] = {"smooth", "random", "constant", "special"};
+  const char* kinds[] = {"smooth", "random", "constant", "special", "zero", "steps"};
   const double tiny = static_cast<double>(std::numeric_limits<T>::min()) / 4;  // lossless
   std::vector<uint32_t> cls = {32, 96, fz::kDefaultChunkLen, 65536};
   std::vector<double> ebs = {0.0, tiny, 1e-7, 1e-4, 1e-2, 1.0, 1e6};
@@ -433,7 +462,8 @@ void test_decode_extras(Ctx& ctx, std::mt19937_64& rng) {
   expect((*info).error == 0 && (*info).count == ci.count && (*info).num_chunks == ci.num_chunks &&
              (*info).chunk_len == ci.chunk_len && (*info).header_bytes == ci.header_bytes &&
              (*info).total_bytes == ci.total_bytes && (*info).error_bound == ci.error_bound &&
-             (*info).dtype == static_cast<uint8_t>(ci.dtype) && (*info).ndim == ci.shape.size(),
+             (*info).dtype == static_cast<uint8_t>(ci.dtype) && (*info).ndim == ci.shape.size() &&
+             (*info).version == ci.version && (*info).version == 2 && (*info).codec == 0,
          "inspect matches read_info");
 
   // Wrong dtype requested, destination too small, workspace too small for the stream's chunks.
@@ -458,62 +488,30 @@ void test_decode_extras(Ctx& ctx, std::mt19937_64& rng) {
 }
 
 // ------------------------------------------------------------------------------------------
-// corrupt: differential against the CPU decoder.
+// corrupt: differential against the CPU decoder (reseal and the mutations: stream_tools.h).
 
-// Recomputes chunk CRCs (as far as the table's sizes fit) and the header CRC, so a mutation
-// reaches the structural checks instead of stopping at a checksum.
-void reseal(std::vector<uint8_t>& s) {
-  if (s.size() < 52) return;
-  const size_t ndim = s[7];
-  const uint64_t count = fmt::load<uint64_t>(s.data() + 8);
-  const uint32_t cl = fmt::load<uint32_t>(s.data() + 32);
-  if (cl == 0 || ndim > 64) return;
-  const uint64_t chunks = fmt::num_chunks(count, cl);
-  if (chunks > s.size() / 8) return;
-  const size_t hb = fmt::header_bytes(ndim, chunks);
-  if (hb > s.size()) return;
-  uint8_t* table = s.data() + 48 + 8 * ndim;
-  size_t at = hb;
-  for (uint64_t c = 0; c < chunks; ++c) {
-    const uint32_t sz = fmt::load<uint32_t>(table + 8 * c);
-    if (at + sz > s.size()) break;
-    fmt::store<uint32_t>(table + 8 * c + 4, fz::crc32c(s.data() + at, sz));
-    at += sz;
-  }
-  fmt::store<uint32_t>(s.data() + hb - 4, fz::crc32c(s.data(), hb - 4));
+template <class K>
+using StoreOf = typename lane::Kind<K>::S;
+
+template <class K>
+constexpr fz::DType kind_dtype() {
+  return static_cast<fz::DType>(lane::Kind<K>::kDType);
 }
 
-struct ChunkRef {
-  size_t at = 0, size = 0;
-  uint32_t m = 0;
-};
-
-std::vector<ChunkRef> chunks_of(const std::vector<uint8_t>& s) {
-  std::vector<ChunkRef> out;
-  const fz::StreamInfo info = fz::read_info(s.data(), s.size());
-  const uint8_t* table = s.data() + 48 + 8 * info.shape.size();
-  size_t at = info.header_bytes;
-  for (uint64_t c = 0; c < info.num_chunks; ++c) {
-    ChunkRef r;
-    r.at = at;
-    r.size = fmt::load<uint32_t>(table + 8 * c);
-    r.m = static_cast<uint32_t>(std::min<uint64_t>(info.chunk_len, info.count - c * info.chunk_len));
-    out.push_back(r);
-    at += r.size;
-  }
-  return out;
-}
-
-// One mutated stream through both decoders.
-template <class T>
+// One mutated stream through both decoders, as the stream's own dtype when it names a valid one
+// (as the CPU does). K: float, double, lane::Half, lane::BFloat16.
+template <class K>
 void differential(Ctx& ctx, const std::vector<uint8_t>& s, size_t len, uint64_t fallback_count,
                   const std::string& what, int& gpu_errors) {
-  // Decode as the stream's own dtype when it names a valid one (as the CPU does).
+  using S = StoreOf<K>;
   const uint8_t code = len > 5 ? s[5] : 0;
-  const fz::DType want = code == 1 ? fz::DType::Float32 : code == 2 ? fz::DType::Float64 : dtype_of<T>();
-  if (want != dtype_of<T>()) {
-    if (want == fz::DType::Float32) return differential<float>(ctx, s, len, fallback_count, what, gpu_errors);
-    return differential<double>(ctx, s, len, fallback_count, what, gpu_errors);
+  if (code >= 1 && code <= 4 && code != lane::Kind<K>::kDType) {
+    switch (code) {
+      case 1: return differential<float>(ctx, s, len, fallback_count, what, gpu_errors);
+      case 2: return differential<double>(ctx, s, len, fallback_count, what, gpu_errors);
+      case 3: return differential<lane::Half>(ctx, s, len, fallback_count, what, gpu_errors);
+      default: return differential<lane::BFloat16>(ctx, s, len, fallback_count, what, gpu_errors);
+    }
   }
   uint64_t count = fallback_count;
   try {
@@ -521,7 +519,7 @@ void differential(Ctx& ctx, const std::vector<uint8_t>& s, size_t len, uint64_t 
   } catch (const std::exception&) {
   }
   if (count > (uint64_t{1} << 24)) return;  // a hostile count too large to allocate: skip
-  std::vector<T> cpu_out(count);
+  std::vector<S> cpu_out(count);
   bool cpu_ok = true;
   std::string cpu_msg;
   try {
@@ -531,192 +529,101 @@ void differential(Ctx& ctx, const std::vector<uint8_t>& s, size_t len, uint64_t 
     cpu_msg = e.what();
   }
   std::vector<uint8_t> head(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(len));
-  std::vector<T> gpu_out;
+  std::vector<S> gpu_out;
   // Workspace for the most chunks `count` values can make (chunks of 32).
-  const int32_t err = gpu_decompress<T>(ctx, head, len, count, gpu_out, want,
+  const int32_t err = gpu_decompress<S>(ctx, head, len, count, gpu_out, kind_dtype<K>(),
                                         std::max<uint64_t>(count, 1) / fz::kBlockLen + 2);
   gpu_errors += err != 0;
+  // A codec-1 stream is valid but host-only: a CPU built with zstd decodes it, the GPU never.
+  if (err == static_cast<int32_t>(gpu::Error::LosslessCodecOnHost)) return;
   expect((err == 0) == cpu_ok, what + ": gpu says '" + gpu::error_string(err) + "', cpu says '" +
                                    (cpu_ok ? std::string("ok") : cpu_msg) + "'");
   if (err == 0 && cpu_ok) {
     bool same = true;
-    for (size_t i = 0; i < count; ++i) same = same && bits(gpu_out[i]) == bits(cpu_out[i]);
+    for (size_t i = 0; i < count; ++i) same = same && gpu_out[i] == cpu_out[i];
     expect(same, what + ": both decoders accept but disagree on values");
   }
 }
 
-// The corruption base: encoded and raw chunks, outliers, a partial last block, a 2-D shape.
-template <class T>
+// The corruption base: encoded, raw (values whose codes overflow), constant and repeat chunks
+// (a zero run over chunks 4..6), outliers, a partial last block, a 2-D shape. Halves: the
+// float32 field rounded to the half type.
+template <class K>
 std::vector<uint8_t> corruption_base(std::mt19937_64& rng) {
-  std::vector<T> x = make_field<T>("special", 4000 + 17, rng);
-  std::vector<T> noise = make_field<T>("random", 700, rng);
-  for (T& v : noise) v *= static_cast<T>(1000);  // codes overflow at eb 1e-6: raw chunks
-  std::copy(noise.begin(), noise.end(), x.begin() + 1300);
+  using V = std::conditional_t<std::is_same_v<K, double>, double, float>;
+  std::vector<V> v = make_field<V>("special", 4000 + 17, rng);
+  std::vector<V> noise = make_field<V>("random", 700, rng);
+  for (V& e : noise) e *= static_cast<V>(1e6);  // codes overflow: outliers, so raw chunks
+  std::copy(noise.begin(), noise.end(), v.begin() + 1300);
+  std::fill(v.begin() + 2048, v.begin() + 3584, V(0));
+  std::vector<StoreOf<K>> x(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    if constexpr (lane::kIsHalf<K>) {
+      x[i] = lane::Kind<K>::narrow(v[i]);
+    } else {
+      std::memcpy(&x[i], &v[i], sizeof(V));
+    }
+  }
   fz::CompressParams p;
-  p.error_bound = 1e-6;
+  p.error_bound = lane::kIsHalf<K> ? 1e-2 : std::is_same_v<K, float> ? 1e-3 : 1e-6;
   p.chunk_len = 512;
   p.shape = std::vector<uint64_t>{4017, 1};
-  return cpu_compress(x.data(), dtype_of<T>(), x.size(), p);
+  return cpu_compress(x.data(), kind_dtype<K>(), x.size(), p);
 }
 
-// Calls fn(stream, len, description) for `iters` mutations of `base` (see the cases), then for
-// random streams of random lengths. Resealed mutations get valid CRCs, so they reach the
-// structural checks.
-template <class T, class F>
-void for_each_mutation(const std::vector<uint8_t>& base, int iters, int random_iters, std::mt19937_64& rng,
-                       const F& fn) {
-  const std::vector<ChunkRef> chunks = chunks_of(base);
-  const fz::StreamInfo info = fz::read_info(base.data(), base.size());
-  const size_t table = 48 + 8 * info.shape.size();
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (int it = 0; it < iters; ++it) {
-    std::vector<uint8_t> s = base;
-    size_t len = s.size();
-    std::string what;
-    const ChunkRef& ch = chunks[rng() % chunks.size()];
-    bool do_reseal = true;
-    switch (it % 12) {
-      case 0: {  // any bit, no reseal
-        const size_t i = rng() % s.size();
-        s[i] ^= static_cast<uint8_t>(1u << (rng() % 8));
-        do_reseal = false;
-        what = "bit flip at " + std::to_string(i);
-        break;
-      }
-      case 1: {  // any byte of the fixed header or shape
-        const size_t i = rng() % table;
-        s[i] = static_cast<uint8_t>(byte(rng));
-        what = "header byte " + std::to_string(i);
-        break;
-      }
-      case 2: {  // a table size
-        const size_t c = rng() % info.num_chunks;
-        const uint32_t old = fmt::load<uint32_t>(s.data() + table + 8 * c);
-        const uint32_t v[] = {0u, 1u, old - 1, old + 1, old + 8, 0xFFFFFFFFu, static_cast<uint32_t>(rng())};
-        fmt::store<uint32_t>(s.data() + table + 8 * c, v[rng() % 7]);
-        what = "table size of chunk " + std::to_string(c);
-        break;
-      }
-      case 3: {  // a chunk's mode byte
-        s[ch.at] = static_cast<uint8_t>(rng() % 4);
-        what = "chunk mode";
-        break;
-      }
-      case 4: {  // a code length
-        if (s[ch.at] != 0) continue;
-        const uint32_t nb = (ch.m + 31) / 32;
-        s[ch.at + 9 + rng() % nb] = static_cast<uint8_t>(rng() % 2 ? byte(rng) : rng() % 33);
-        what = "code length";
-        break;
-      }
-      case 5: {  // outlier count
-        if (s[ch.at] != 0) continue;
-        const uint32_t old = fmt::load<uint32_t>(s.data() + ch.at + 5);
-        const uint32_t v[] = {old + 1, old - 1, ch.m + 1, 0xFFFFFFFFu, 0u};
-        fmt::store<uint32_t>(s.data() + ch.at + 5, v[rng() % 5]);
-        what = "outlier count";
-        break;
-      }
-      case 6: {  // an outlier index (the index list sits before the values, after the payload)
-        if (s[ch.at] != 0) continue;
-        const uint32_t n_out = fmt::load<uint32_t>(s.data() + ch.at + 5);
-        if (n_out == 0) continue;
-        const size_t idx_at = ch.at + ch.size - n_out * (2 + sizeof(T));
-        const size_t k = rng() % n_out;
-        const uint16_t v[] = {0, static_cast<uint16_t>(ch.m), 0xFFFF, static_cast<uint16_t>(rng())};
-        fmt::store<uint16_t>(s.data() + idx_at + 2 * k, v[rng() % 4]);
-        what = "outlier index";
-        break;
-      }
-      case 7: {  // payload bytes (values change, structure stays): both must still agree
-        const size_t i = ch.at + 1 + rng() % (ch.size - 1);
-        s[i] = static_cast<uint8_t>(byte(rng));
-        what = "payload byte";
-        break;
-      }
-      case 8: {  // truncation
-        len = rng() % s.size();
-        do_reseal = false;
-        what = "truncated to " + std::to_string(len);
-        break;
-      }
-      case 9: {  // total bytes field
-        const uint64_t v[] = {base.size() - 1, base.size() + 1, 0, ~0ull};
-        fmt::store<uint64_t>(s.data() + 40, v[rng() % 4]);
-        what = "total bytes";
-        break;
-      }
-      case 10: {  // count / chunk length / ndim / shape
-        switch (rng() % 4) {
-          case 0: fmt::store<uint64_t>(s.data() + 8, info.count + (rng() % 3) - 1); break;
-          case 1: fmt::store<uint32_t>(s.data() + 32, static_cast<uint32_t>(32 * (rng() % 40))); break;
-          case 2: s[7] = static_cast<uint8_t>(rng() % 70); break;
-          default: fmt::store<uint64_t>(s.data() + 48, rng() % 5000); break;
-        }
-        what = "geometry";
-        break;
-      }
-      default: {  // garbage after a valid-looking fixed header
-        for (size_t i = 48; i < s.size(); ++i) s[i] = static_cast<uint8_t>(byte(rng));
-        what = "garbage body";
-        break;
-      }
-    }
-    if (do_reseal) reseal(s);
-    fn(s, len, what + " (iteration " + std::to_string(it) + ")");
-  }
-  // Random garbage of random lengths (most fail at the magic; some get past it).
-  for (int it = 0; it < random_iters; ++it) {
-    std::vector<uint8_t> s(rng() % 300);
-    for (auto& b : s) b = static_cast<uint8_t>(byte(rng));
-    if (s.size() >= 8 && it % 2 == 0) {
-      std::memcpy(s.data(), "ZCFZ", 4);
-      s[4] = 1;
-      s[5] = sizeof(T) == 4 ? 1 : 2;
-      s[6] = 32;
-      s[7] = static_cast<uint8_t>(rng() % 3);
-      reseal(s);
-    }
-    fn(s, s.size(), "random stream " + std::to_string(it));
-  }
+// The chunk kinds a stream holds: modes 0..3 by index, [4] a repeat.
+std::vector<bool> chunk_kinds(const std::vector<uint8_t>& s) {
+  std::vector<bool> have(5, false);
+  for (const ChunkRef& ch : chunks_of(s)) have[ch.size == 0 ? 4 : (s[ch.at] & 3)] = true;
+  return have;
 }
 
-template <class T>
-void test_corrupt(Ctx& ctx, std::mt19937_64& rng) {
-  const std::vector<uint8_t> base = corruption_base<T>(rng);
+template <class K>
+void test_corrupt(Ctx& ctx, std::mt19937_64& rng, bool v1) {
+  std::vector<uint8_t> base = corruption_base<K>(rng);
+  if (v1) base = to_v1(base);
   const int iters = g_quick ? 150 : 1500, random_iters = g_quick ? 50 : 300;
   int gpu_errors = 0;
-  for_each_mutation<T>(base, iters, random_iters, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string& what) {
-    differential<T>(ctx, s, len, 4017, what, gpu_errors);
+  for_each_mutation(base, iters, random_iters, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string& what) {
+    differential<K>(ctx, s, len, 4017, what, gpu_errors);
   });
-  std::printf("  corrupt %s: %d/%d mutated streams rejected by the GPU decoder\n", sizeof(T) == 4 ? "f32" : "f64",
-              gpu_errors, iters + random_iters);
+  std::printf("  corrupt %s v%d: %d/%d mutated streams rejected by the GPU decoder\n", fz::dtype_name(kind_dtype<K>()),
+              v1 ? 1 : 2, gpu_errors, iters + random_iters);
 }
 
-// Without a device: the harness itself (base stream, reseal, mutations through the CPU decoder).
-template <class T>
-void test_harness_on_host(std::mt19937_64& rng) {
-  const std::vector<uint8_t> base = corruption_base<T>(rng);
-  bool have_raw = false, have_encoded = false;
-  for (const ChunkRef& ch : chunks_of(base)) (base[ch.at] == 1 ? have_raw : have_encoded) = true;
-  expect(have_raw && have_encoded, "corruption base stream has raw and encoded chunks");
+// Without a device: the harness itself (base stream, reseal, to_v1, mutations through the CPU
+// decoder).
+template <class K>
+void test_harness_on_host(std::mt19937_64& rng, bool v1) {
+  std::vector<uint8_t> base = corruption_base<K>(rng);
+  if (v1) {
+    const std::vector<uint8_t> v2 = base;
+    base = to_v1(v2);
+    std::vector<StoreOf<K>> a(4017), b(4017);
+    fz::decompress(v2.data(), v2.size(), a.data(), a.size());
+    fz::decompress(base.data(), base.size(), b.data(), b.size());
+    expect(a == b, "to_v1 keeps the decoded values");
+  }
+  const std::vector<bool> have = chunk_kinds(base);
+  expect(have[0] && have[1] && (v1 || (have[2] && have[4])),
+         "corruption base stream has encoded, raw, constant and repeat chunks");
   std::vector<uint8_t> again = base;
   reseal(again);
   expect(again == base, "reseal of an intact stream changes nothing");
   int rejected = 0, total = 0;
-  for_each_mutation<T>(base, 1500, 300, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string&) {
+  for_each_mutation(base, 1500, 300, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string&) {
     ++total;
     try {
       const fz::StreamInfo info = fz::read_info(s.data(), len);
       if (info.count > (uint64_t{1} << 24)) return;
-      std::vector<double> out(info.count);  // room for either dtype
+      std::vector<double> out(info.count);  // room for any dtype
       fz::decompress(s.data(), len, out.data(), info.count);
     } catch (const std::exception&) {
       ++rejected;
     }
   });
-  std::printf("  host harness %s: CPU decoder rejects %d/%d mutated streams\n", sizeof(T) == 4 ? "f32" : "f64",
-              rejected, total);
+  std::printf("  host harness %s v%d: CPU decoder rejects %d/%d mutated streams\n", fz::dtype_name(kind_dtype<K>()),
+              v1 ? 1 : 2, rejected, total);
   expect(rejected > total / 2 && rejected < total, "mutations mostly but not all rejected");
 }
 
@@ -948,6 +855,251 @@ void expect_throw(F f, const std::string& what) {
   }
 }
 
+// ------------------------------------------------------------------------------------------
+// v2: what stream format version 2 added (constant chunks, repeats, block bitmaps, the codec
+// field, half dtypes) and version-1 decoding.
+
+int32_t inspect_error(Ctx& ctx, const std::vector<uint8_t>& s, gpu::DeviceStreamInfo* out = nullptr) {
+  DeviceBuffer<uint8_t> src(s.size());
+  src.upload(s.data(), s.size());
+  const size_t wsb = gpu::workspace_bytes(fz::DType::Float32, 1 << 20, 32);
+  DeviceBuffer<uint8_t> ws(wsb);
+  Pinned<gpu::DeviceStreamInfo> info;
+  gpu::inspect(src.get(), s.size(), ws.get(), wsb, ctx.stream.get(), info.get());
+  ctx.stream.sync();
+  if (out != nullptr) *out = *info;
+  return (*info).error;
+}
+
+// Version-1 streams (stream_tools.h's to_v1 of CPU streams) decode on the GPU as on the CPU.
+template <class T>
+void test_v1_decode(Ctx& ctx, std::mt19937_64& rng) {
+  const fz::DType dt = dtype_of<T>();
+  for (const char* kind : {"smooth", "special", "zero", "steps", "random"}) {
+    for (size_t n : {size_t{1}, size_t{33}, size_t{5121}, size_t{100003}}) {
+      const std::vector<T> x = make_field<T>(kind, n, rng);
+      for (double eb : {0.0, 1e-4, 1.0}) {
+        for (uint32_t cl : {32u, 1024u}) {
+          fz::CompressParams p;
+          p.error_bound = eb;
+          p.chunk_len = cl;
+          const std::vector<uint8_t> v2 = cpu_compress(x.data(), dt, n, p);
+          const std::vector<uint8_t> v1 = to_v1(v2);
+          const std::string what = std::string("v1 ") + kind + (sizeof(T) == 4 ? " f32" : " f64") + " n=" +
+                                   std::to_string(n) + " eb=" + std::to_string(eb) + " cl=" + std::to_string(cl);
+          std::vector<T> ref(n), y;
+          fz::decompress(v1.data(), v1.size(), ref.data(), n);
+          const int32_t err = gpu_decompress<T>(ctx, v1, v1.size(), n, y, dt, 0, cl);
+          expect(err == 0, what + ": " + gpu::error_string(err));
+          bool same = err == 0;
+          for (size_t i = 0; same && i < n; ++i) same = bits(y[i]) == bits(ref[i]);
+          expect(same, what + ": gpu decode == cpu decode");
+          gpu::DeviceStreamInfo info{};
+          expect(inspect_error(ctx, v1, &info) == 0 && info.version == 1 && info.codec == 0, what + ": inspect");
+        }
+      }
+    }
+  }
+}
+
+// The real version-1 streams of tests/data/format_v1 (ZCCL_V1_FIXTURES overrides the folder),
+// written by the version-1 encoder: the GPU decodes them to the version-1 decoder's output.
+std::filesystem::path v1_fixture_dir() {
+  const char* env = std::getenv("ZCCL_V1_FIXTURES");
+  if (env != nullptr && *env != 0) return env;
+  return std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "format_v1";
+}
+
+void test_v1_fixtures(Ctx& ctx) {
+  const std::vector<zccl::testing::V1Fixture> fixtures = zccl::testing::v1_fixtures(v1_fixture_dir());
+  if (fixtures.empty()) {
+    std::printf("  no version-1 fixtures at %s: skipped\n", v1_fixture_dir().string().c_str());
+    return;
+  }
+  for (const auto& f : fixtures) {
+    const fz::StreamInfo info = fz::read_info(f.stream.data(), f.stream.size());
+    int32_t err = 0;
+    std::vector<uint8_t> got;
+    if (info.dtype == fz::DType::Float32) {
+      std::vector<float> y;
+      err = gpu_decompress<float>(ctx, f.stream, f.stream.size(), info.count, y, info.dtype);
+      got.resize(y.size() * 4);
+      if (!y.empty()) std::memcpy(got.data(), y.data(), got.size());
+    } else {
+      std::vector<double> y;
+      err = gpu_decompress<double>(ctx, f.stream, f.stream.size(), info.count, y, info.dtype);
+      got.resize(y.size() * 8);
+      if (!y.empty()) std::memcpy(got.data(), y.data(), got.size());
+    }
+    expect(err == 0, "v1 fixture " + f.name + ": " + gpu::error_string(err));
+    expect(err != 0 || got == f.decoded, "v1 fixture " + f.name + ": GPU decode == the version-1 decoder's output");
+  }
+  std::printf("  %zu version-1 fixtures decoded\n", fixtures.size());
+}
+
+// Constant chunks and repeats: all-zero tensors compress >= 1000x (float32), -0.0 and NaN
+// constants keep their bits, a constant run after varied data repeats, lossless streams too.
+template <class T>
+void test_constant_chunks(Ctx& ctx, std::mt19937_64& rng) {
+  const fz::DType dt = dtype_of<T>();
+  for (double eb : {1e-3, 0.0}) {
+    const std::vector<T> zeros(1000000, T(0));
+    fz::CompressParams p;
+    p.error_bound = eb;
+    const std::vector<uint8_t> gs = gpu_compress(ctx, zeros, p);
+    const std::vector<uint8_t> cpu = cpu_compress(zeros.data(), dt, zeros.size(), p);
+    const std::string what = std::string("zeros ") + (sizeof(T) == 4 ? "f32" : "f64") + " eb=" + std::to_string(eb);
+    expect(gs == cpu, what + ": byte identity: " + where_differs(gs, cpu));
+    const double ratio = static_cast<double>(zeros.size() * sizeof(T)) / static_cast<double>(gs.size());
+    if (sizeof(T) == 4) expect(ratio >= 1000.0, what + ": ratio " + std::to_string(ratio) + " < 1000");
+    const std::vector<bool> have = chunk_kinds(gs);
+    expect(have[2] && have[4] && !have[0] && !have[1], what + ": one constant chunk, then repeats");
+    std::vector<T> y;
+    expect(gpu_decompress<T>(ctx, gs, gs.size(), zeros.size(), y, dt) == 0, what + ": decode");
+    bool ok = true;
+    for (const T& v : y) ok = ok && bits(v) == 0;
+    expect(ok, what + ": decodes to +0.0");
+  }
+  // Constants whose bits matter, and constant runs between varied data (constant chunks that
+  // follow a varied chunk, repeats of them, a partial constant last chunk).
+  std::vector<T> special(20000, static_cast<T>(-0.0));
+  roundtrip<T>(ctx, special, 1e-3, 1024, "constant -0.0");
+  std::fill(special.begin(), special.end(), std::numeric_limits<T>::quiet_NaN());
+  roundtrip<T>(ctx, special, 1e-3, 1024, "constant NaN");
+  std::vector<T> runs = make_field<T>("smooth", 50000, rng);
+  std::fill(runs.begin() + 3000, runs.begin() + 12000, static_cast<T>(2.5));
+  std::fill(runs.begin() + 12000, runs.begin() + 14000, static_cast<T>(-2.5));
+  std::fill(runs.begin() + 45000, runs.end(), static_cast<T>(7));
+  for (double eb : {0.0, 1e-3}) {
+    for (uint32_t cl : {32u, 1024u, 5120u}) roundtrip<T>(ctx, runs, eb, cl, "constant runs");
+  }
+}
+
+// A codec-1 stream (crafted: a lossless CPU stream with the codec field set; this CPU build
+// may have no zstd) is refused with LosslessCodecOnHost by decompress and inspect; the GPU
+// encoder refuses an explicit zstd request and writes codec 0 for Auto.
+void test_codec_field(Ctx& ctx, std::mt19937_64& rng) {
+  const std::vector<float> x = make_field<float>("smooth", 30000, rng);
+  fz::CompressParams p;
+  p.error_bound = 0.0;
+  p.chunk_len = 1024;
+  std::vector<uint8_t> s = cpu_compress(x.data(), fz::DType::Float32, x.size(), p);
+  fmt::store<uint32_t>(s.data() + 36, fmt::kCodecShuffleZstd);
+  reseal(s);
+  std::vector<float> y;
+  const int32_t err = gpu_decompress<float>(ctx, s, s.size(), x.size(), y, fz::DType::Float32);
+  expect(err == static_cast<int32_t>(gpu::Error::LosslessCodecOnHost),
+         std::string("codec-1 stream: ") + gpu::error_string(err));
+  expect(std::string(gpu::error_string(err)).find("host only") != std::string::npos, "codec-1 message");
+  gpu::DeviceStreamInfo info{};
+  expect(inspect_error(ctx, s, &info) == static_cast<int32_t>(gpu::Error::LosslessCodecOnHost) && info.codec == 1 &&
+             info.version == 2,
+         "inspect of a codec-1 stream");
+  // Auto (eb 0): codec 0, the CPU's stream with codec None.
+  p.lossless_codec = fz::LosslessCodec::Auto;
+  const std::vector<uint8_t> gs = gpu_compress(ctx, x, p);
+  p.lossless_codec = fz::LosslessCodec::None;
+  expect(gs == cpu_compress(x.data(), fz::DType::Float32, x.size(), p), "Auto lossless == CPU codec None");
+  expect(fmt::load<uint32_t>(gs.data() + 36) == 0, "GPU writes codec 0");
+  // An explicit zstd request cannot be met (eb 0); with eb > 0 the codec is unused.
+  p.lossless_codec = fz::LosslessCodec::ShuffleZstd;
+  expect_throw<fz::ArgumentError>([&] { gpu_compress(ctx, x, p); }, "GPU refuses the zstd codec");
+  p.error_bound = 1e-3;
+  expect(gpu_compress(ctx, x, p) == cpu_compress(x.data(), fz::DType::Float32, x.size(), p),
+         "zstd codec ignored by a lossy stream");
+}
+
+// float16/bfloat16 (K: lane::Half, lane::BFloat16): byte identity with fz::compress, GPU decode
+// of GPU and CPU streams == fz::decompress, the bound in double, the CPU decode of GPU streams.
+template <class K>
+void roundtrip_half(Ctx& ctx, const std::vector<uint16_t>& x, double eb, uint32_t cl, const std::string& name) {
+  const fz::DType dt = kind_dtype<K>();
+  fz::CompressParams p;
+  p.error_bound = eb;
+  p.chunk_len = cl;
+  const std::string what = name + " " + fz::dtype_name(dt) + " n=" + std::to_string(x.size()) +
+                           " eb=" + std::to_string(eb) + " cl=" + std::to_string(cl);
+  const std::vector<uint8_t> cpu = cpu_compress(x.data(), dt, x.size(), p);
+  const std::vector<uint8_t> gs = gpu_compress(ctx, x, p, dt);
+  expect(gs == cpu, "byte identity " + what + ": " + where_differs(gs, cpu));
+  std::vector<uint16_t> ref(x.size());
+  fz::decompress(cpu.data(), cpu.size(), ref.data(), ref.size());
+  for (int which = 0; which < 2; ++which) {
+    const std::vector<uint8_t>& s = which == 0 ? gs : cpu;
+    std::vector<uint16_t> y;
+    const int32_t err = gpu_decompress<uint16_t>(ctx, s, s.size(), x.size(), y, dt, 0, cl);
+    const std::string w = what + (which == 0 ? " (gpu stream)" : " (cpu stream)");
+    expect(err == 0, "decode error " + std::string(gpu::error_string(err)) + " " + w);
+    if (err != 0) continue;
+    expect(y == ref, "gpu decode == cpu decode " + w);
+    size_t bad = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float a = lane::Kind<K>::widen(x[i]), b = lane::Kind<K>::widen(y[i]);
+      const bool finite_a = std::fabs(a) <= std::numeric_limits<float>::max();
+      const bool ok = (!finite_a || eb == 0.0) ? x[i] == y[i]
+                                               : std::fabs(static_cast<double>(a) - static_cast<double>(b)) <= eb;
+      bad += !ok;
+    }
+    expect(bad == 0, "bound " + w + ": " + std::to_string(bad) + " values");
+  }
+  try {
+    std::vector<uint16_t> y(x.size());
+    fz::decompress(gs.data(), gs.size(), y.data(), y.size());
+    expect(y == ref, "cpu decode of gpu stream " + what);
+  } catch (const std::exception& e) {
+    expect(false, "cpu decode of gpu stream threw " + std::string(e.what()) + " " + what);
+  }
+}
+
+template <class K>
+void test_halves(Ctx& ctx, std::mt19937_64& rng) {
+  const fz::DType dt = kind_dtype<K>();
+  std::vector<uint32_t> cls = {32, 96, fz::kDefaultChunkLen};
+  std::vector<double> ebs = {0.0, 1e-5, 1e-3, 1e-2, 1.0, 100.0};
+  std::vector<size_t> counts = {1, 2, 5, 33, 1023, 5121, 100003};
+  if (g_quick) {
+    ebs = {0.0, 1e-2};
+    counts = {1, 33, 5121};
+  }
+  for (const char* kind : {"smooth", "random", "constant", "special", "zero", "steps"}) {
+    for (size_t n : counts) {
+      const std::vector<float> v = make_field<float>(kind, n, rng);
+      std::vector<uint16_t> x(n);
+      for (size_t i = 0; i < n; ++i) x[i] = lane::Kind<K>::narrow(v[i]);
+      if (std::string(kind) == "special") {  // the half type's own specials
+        for (size_t i = 3; i < n; i += 37) x[i] = static_cast<uint16_t>(i % 2 ? 0x0001 : 0x7E05);
+      }
+      for (double eb : ebs) {
+        for (uint32_t cl : cls) roundtrip_half<K>(ctx, x, eb, cl, kind);
+      }
+    }
+  }
+  // finite_range widens like the CPU; the reduce paths refuse halves.
+  const std::vector<float> v = make_field<float>("special", 100000, rng);
+  std::vector<uint16_t> x(v.size());
+  for (size_t i = 0; i < v.size(); ++i) x[i] = lane::Kind<K>::narrow(v[i]);
+  DeviceBuffer<uint16_t> d(x.size());
+  d.upload(x.data(), x.size());
+  const size_t wsb = gpu::workspace_bytes(dt, x.size());
+  DeviceBuffer<uint8_t> ws(wsb);
+  Pinned<gpu::RangeResult> r;
+  gpu::finite_range(d.get(), dt, x.size(), ws.get(), wsb, ctx.stream.get(), r.get());
+  ctx.stream.sync();
+  const fz::FiniteRange c = fz::finite_range(x.data(), dt, x.size());
+  expect(((*r).any_finite != 0) == c.any_finite && (*r).min == c.min && (*r).max == c.max,
+         std::string("finite_range ") + fz::dtype_name(dt));
+  const cudaStream_t s = ctx.stream.get();
+  using AE = fz::ArgumentError;
+  expect_throw<AE>([&] { gpu::reduce(d.get(), d.get(), d.get(), dt, x.size(), gpu::ReduceOp::Sum, s); }, "half reduce");
+  expect_throw<AE>([&] { gpu::divide(d.get(), dt, x.size(), 2, s); }, "half divide");
+  expect_throw<AE>(
+      [&] {
+        gpu::decompress_reduce(ws.get(), 100, d.get(), d.get(), dt, x.size(), gpu::ReduceOp::Max, ws.get(), wsb, s,
+                               ctx.err.get());
+      },
+      "half decompress_reduce");
+}
+
 void test_args(Ctx& ctx) {
   const size_t n = 10000;
   DeviceBuffer<float> src(n);
@@ -1067,8 +1219,21 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--host-only") {
       std::mt19937_64 rng(7);
-      test_harness_on_host<float>(rng);
-      test_harness_on_host<double>(rng);
+      for (bool v1 : {false, true}) {
+        test_harness_on_host<float>(rng, v1);
+        test_harness_on_host<double>(rng, v1);
+      }
+      test_harness_on_host<lane::Half>(rng, false);
+      test_harness_on_host<lane::BFloat16>(rng, false);
+      // The fixtures the GPU run decodes: found, and the CPU reproduces the v1 decoder's output.
+      const auto fixtures = zccl::testing::v1_fixtures(v1_fixture_dir());
+      std::printf("  %zu version-1 fixtures at %s\n", fixtures.size(), v1_fixture_dir().string().c_str());
+      for (const auto& f : fixtures) {
+        const fz::StreamInfo info = fz::read_info(f.stream.data(), f.stream.size());
+        std::vector<uint8_t> out(info.count * fz::dtype_size(info.dtype));
+        fz::decompress(f.stream.data(), f.stream.size(), out.data(), info.count);
+        expect(out == f.decoded, "v1 fixture " + f.name + " through the CPU decoder");
+      }
       std::printf("%d checks, %d failures\n", g_checks, g_failures);
       return g_failures == 0 ? 0 : 1;
     }
@@ -1101,7 +1266,24 @@ int main(int argc, char** argv) {
   };
   run("bytes", [&] { test_bytes<float>(ctx, rng); test_bytes<double>(ctx, rng); });
   run("decode", [&] { test_decode_extras<float>(ctx, rng); test_decode_extras<double>(ctx, rng); });
-  run("corrupt", [&] { test_corrupt<float>(ctx, rng); test_corrupt<double>(ctx, rng); });
+  run("v2", [&] {
+    test_v1_fixtures(ctx);
+    test_v1_decode<float>(ctx, rng);
+    test_v1_decode<double>(ctx, rng);
+    test_constant_chunks<float>(ctx, rng);
+    test_constant_chunks<double>(ctx, rng);
+    test_codec_field(ctx, rng);
+    test_halves<lane::Half>(ctx, rng);
+    test_halves<lane::BFloat16>(ctx, rng);
+  });
+  run("corrupt", [&] {
+    for (bool v1 : {false, true}) {
+      test_corrupt<float>(ctx, rng, v1);
+      test_corrupt<double>(ctx, rng, v1);
+    }
+    test_corrupt<lane::Half>(ctx, rng, false);
+    test_corrupt<lane::BFloat16>(ctx, rng, false);
+  });
   run("reduce", [&] { test_reduce<float>(ctx, rng); test_reduce<double>(ctx, rng); });
   run("batch", [&] { test_batch<float>(rng); test_batch<double>(rng); });
   run("range", [&] { test_range<float>(ctx, rng); test_range<double>(ctx, rng); });
