@@ -89,6 +89,16 @@ coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb) const {
   return c;
 }
 
+// The reductions accumulate half tensors in float32 (the staged widening) and, when lossy, send
+// every partial result as a half stream: half the bytes of a float32 stream, each hop rounding to
+// the half type as a half-precision allreduce does. Lossless (eb 0) keeps float32 streams, so the
+// result is the float32 sum rounded once, as on the exact path.
+coll::Config ZcclBackend::reduction_config(const CallConfig& cfg, double eb, at::ScalarType t) const {
+  coll::Config c = coll_config(cfg, eb);
+  if (eb > 0.0 && (t == at::kHalf || t == at::kBFloat16)) c.wire_half = compressed_dtype(t);
+  return c;
+}
+
 double ZcclBackend::agree(const char* what, const CallDescription& call, const at::Tensor* data,
                           const CallConfig& cfg, bool rel_needed) const {
   std::optional<fz::FiniteRange> range;
@@ -111,7 +121,7 @@ void ZcclBackend::run_allreduce(at::Tensor& t, const c10d::ReduceOp& op, const C
   if (compress) {
     coll::Stats stats;
     coll::allreduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), *cop,
-                    coll_config(cfg, eb), &stats);
+                    reduction_config(cfg, eb, t.scalar_type()), &stats);
     record("all_reduce", stats, eb);
   } else {
     comm_->allreduce(MPI_IN_PLACE, s.buffer.data_ptr(), n, mpi_datatype(s.buffer.scalar_type()),
@@ -154,7 +164,7 @@ void ZcclBackend::run_reduce(at::Tensor& t, const c10d::ReduceOp& op, int root, 
   if (compress) {
     coll::Stats stats;
     coll::reduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), *cop, root,
-                 coll_config(cfg, eb), &stats);
+                 reduction_config(cfg, eb, t.scalar_type()), &stats);
     record("reduce", stats, eb);
   } else {
     const bool at_root = comm_->rank() == root;
@@ -201,7 +211,8 @@ void ZcclBackend::run_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out,
   if (compress) {
     coll::Stats stats;
     coll::reduce_scatter(*comm_, src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
-                         compressed_dtype(src.buffer.scalar_type()), *cop, coll_config(cfg, eb), &stats);
+                         compressed_dtype(src.buffer.scalar_type()), *cop,
+                         reduction_config(cfg, eb, out.scalar_type()), &stats);
     record("reduce_scatter", stats, eb);
   } else {
     comm_->reduce_scatter_block(src.buffer.data_ptr(), dst.buffer.data_ptr(), n,

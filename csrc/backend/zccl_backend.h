@@ -141,6 +141,8 @@ class ZcclBackend : public c10d::Backend {
   // The absolute bound for data only this rank compresses (roots, senders).
   double local_bound(const std::vector<at::Tensor>& parts, const CallConfig& cfg) const;
   coll::Config coll_config(const CallConfig& cfg, double eb) const;
+  // coll_config for the reductions: half tensors travel as half streams (Config::wire_half).
+  coll::Config reduction_config(const CallConfig& cfg, double eb, at::ScalarType t) const;
   bool compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const;
   void record(const char* op, const coll::Stats& stats, double eb);
   void record_exact(const char* op, uint64_t bytes_in);  // an uncompressed (MPI) collective

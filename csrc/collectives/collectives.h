@@ -50,6 +50,11 @@ struct Config {
   // true: the owner's values stay exact and the others hold them within error_bound. Only the
   // owner's value matters (the others never see the difference).
   bool owner_exact = false;
+  // Reductions of float16/bfloat16 tensors: the caller passes the values widened to float32
+  // (accumulation stays in float32) and names the half type here; every partial result then
+  // travels as a half stream (rounded to nearest-even into the half type, then compressed within
+  // error_bound), half the bytes of a float32 stream. Float32 (default): streams of the data type.
+  DType wire_half = DType::Float32;
 };
 
 // What a collective did, for stats and benchmarks (summed over the call, this rank).

@@ -219,7 +219,15 @@ fz::Progress throttled(const fz::Progress& inner) {
 
 }  // namespace
 
-size_t Codec::capacity(size_t n) const { return fz::max_compressed_size(dt_, n, cfg_.chunk_len); }
+DType Codec::wire_dtype(DType dt, const Config& cfg) {
+  if (cfg.wire_half == DType::Float32) return dt;
+  if (dt != DType::Float32 || (cfg.wire_half != DType::Float16 && cfg.wire_half != DType::BFloat16)) {
+    throw std::invalid_argument("zccl: wire_half needs float32 data and a float16/bfloat16 wire type");
+  }
+  return cfg.wire_half;
+}
+
+size_t Codec::capacity(size_t n) const { return fz::max_compressed_size(wire_, n, cfg_.chunk_len); }
 
 size_t Codec::compress(const void* src, size_t n, uint8_t* dst, size_t cap,
                        const fz::Progress* progress) {
@@ -228,12 +236,17 @@ size_t Codec::compress(const void* src, size_t n, uint8_t* dst, size_t cap,
   params.error_bound = eb_;
   params.chunk_len = cfg_.chunk_len;
   params.threads = cfg_.threads;
+  if (wire_ != dt_) {  // float32 partial results travel as half streams
+    uint8_t* half = workspace_bytes(kSlotWireOut, n * fz::dtype_size(wire_));
+    fz::narrow_to_half(static_cast<const float*>(src), wire_, n, half);
+    src = half;
+  }
   // The pipelined path calls the hook from this thread only, so the throttle needs no lock.
   const std::optional<fz::Progress> hook =
       progress != nullptr ? std::optional<fz::Progress>(throttled(*progress)) : std::nullopt;
-  const size_t bytes = fz::compress(src, dt_, n, params, dst, cap, hook ? &*hook : nullptr);
+  const size_t bytes = fz::compress(src, wire_, n, params, dst, cap, hook ? &*hook : nullptr);
   stats_.compress_seconds += clock.seconds();
-  stats_.bytes_compressed += n * fz::dtype_size(dt_);
+  stats_.bytes_compressed += n * fz::dtype_size(wire_);
   return bytes;
 }
 
@@ -241,9 +254,9 @@ void Codec::decompress(const uint8_t* src, size_t len, void* dst, size_t expecte
                        const fz::Progress* progress) {
   const Clock clock;
   const fz::StreamInfo info = fz::read_info(src, len);
-  if (info.count != expected || info.dtype != dt_) {
+  if (info.count != expected || info.dtype != wire_) {
     throw std::runtime_error(
-        "zccl: size mismatch across ranks: expected a " + std::string(fz::dtype_name(dt_)) +
+        "zccl: size mismatch across ranks: expected a " + std::string(fz::dtype_name(wire_)) +
         " stream of " + std::to_string(expected) + " values from rank " + std::to_string(peer) +
         ", received " + std::string(fz::dtype_name(info.dtype)) + " x " +
         std::to_string(info.count) +
@@ -251,7 +264,13 @@ void Codec::decompress(const uint8_t* src, size_t len, void* dst, size_t expecte
   }
   const std::optional<fz::Progress> hook =
       progress != nullptr ? std::optional<fz::Progress>(throttled(*progress)) : std::nullopt;
-  fz::decompress(src, len, dst, expected, cfg_.threads, hook ? &*hook : nullptr);
+  if (wire_ == dt_) {
+    fz::decompress(src, len, dst, expected, cfg_.threads, hook ? &*hook : nullptr);
+  } else {
+    uint8_t* half = workspace_bytes(kSlotWireIn, expected * fz::dtype_size(wire_));
+    fz::decompress(src, len, half, expected, cfg_.threads, hook ? &*hook : nullptr);
+    fz::widen_half(half, wire_, expected, static_cast<float*>(dst));
+  }
   stats_.decompress_seconds += clock.seconds();
 }
 

@@ -100,7 +100,11 @@ using Bytes = Array<uint8_t>;
 // kept (the memory held is the largest message seen per slot: like NCCL's buffers); contents are
 // unspecified. One slot per purpose: an algorithm never hands a slot to something it calls while
 // it still uses it. The backend runs each group's collectives on one worker thread.
-enum Slot : int { kSlotSend0, kSlotSend1, kSlotRecv, kSlotScratch, kSlotScratch2, kSlotCount };
+enum Slot : int {
+  kSlotSend0, kSlotSend1, kSlotRecv, kSlotScratch, kSlotScratch2,
+  kSlotWireOut, kSlotWireIn,  // the Codec's half-precision staging (Config::wire_half)
+  kSlotCount
+};
 uint8_t* workspace_bytes(Slot slot, size_t bytes);
 template <class T>
 T* workspace(Slot slot, size_t n) {
@@ -108,11 +112,13 @@ T* workspace(Slot slot, size_t n) {
 }
 
 // fZ-light with one error bound, accounting into Stats. Received streams are validated against
-// the expected element count and dtype before decoding.
+// the expected element count and dtype before decoding. With cfg.wire_half (float32 data only),
+// values are narrowed to that half type before compression and widened after decoding: the
+// algorithms keep working on float32 while the streams are half streams.
 class Codec {
  public:
   Codec(DType dt, double eb, const Config& cfg, Stats& stats)
-      : dt_(dt), eb_(eb), cfg_(cfg), stats_(stats) {}
+      : dt_(dt), wire_(wire_dtype(dt, cfg)), eb_(eb), cfg_(cfg), stats_(stats) {}
   double error_bound() const { return eb_; }
   // Worst-case stream size for n values.
   size_t capacity(size_t n) const;
@@ -126,7 +132,9 @@ class Codec {
                   const fz::Progress* progress = nullptr);
 
  private:
-  DType dt_;
+  static DType wire_dtype(DType dt, const Config& cfg);
+  DType dt_;    // the values the algorithm works on
+  DType wire_;  // the values the streams hold (dt_, or the half type of cfg.wire_half)
   double eb_;
   const Config& cfg_;
   Stats& stats_;

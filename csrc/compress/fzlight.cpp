@@ -890,6 +890,39 @@ bool lossless_codec_available(LosslessCodec codec) {
   return false;
 }
 
+namespace {
+template <class K>
+void narrow_typed(const float* src, uint64_t n, uint16_t* dst) {
+  uint64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), block::narrow8<K>(_mm256_loadu_ps(src + i)));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = K::narrow(src[i]);
+}
+template <class K>
+void widen_typed(const uint16_t* src, uint64_t n, float* dst) {
+  uint64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, block::load8_widen<K>(src + i));
+#endif
+  for (; i < n; ++i) dst[i] = K::widen(src[i]);
+}
+}  // namespace
+
+void narrow_to_half(const float* src, DType half, uint64_t n, void* dst) {
+  if (half == DType::Float16) return narrow_typed<block::KindF16>(src, n, static_cast<uint16_t*>(dst));
+  if (half == DType::BFloat16) return narrow_typed<block::KindBF16>(src, n, static_cast<uint16_t*>(dst));
+  throw ArgumentError("zccl: narrow_to_half needs float16 or bfloat16");
+}
+
+void widen_half(const void* src, DType half, uint64_t n, float* dst) {
+  if (half == DType::Float16) return widen_typed<block::KindF16>(static_cast<const uint16_t*>(src), n, dst);
+  if (half == DType::BFloat16) return widen_typed<block::KindBF16>(static_cast<const uint16_t*>(src), n, dst);
+  throw ArgumentError("zccl: widen_half needs float16 or bfloat16");
+}
+
 int default_threads() { return std::max(1, omp_get_max_threads()); }
 
 size_t max_compressed_size(DType dt, uint64_t count, uint32_t chunk_len, size_t ndim) {

@@ -114,6 +114,12 @@ struct FiniteRange {
 };
 FiniteRange finite_range(const void* src, DType dt, uint64_t count, int threads = 0);
 
+// float32 <-> float16/bfloat16 (`half` names which), round to nearest even when narrowing (as
+// the half streams' reconstruction does); widening is exact. Used where values accumulate in
+// float32 but travel as half streams (the reductions of half tensors).
+void narrow_to_half(const float* src, DType half, uint64_t n, void* dst);
+void widen_half(const void* src, DType half, uint64_t n, float* dst);
+
 // Number of threads used when `threads` <= 0.
 int default_threads();
 

@@ -172,18 +172,29 @@ def allreduce_exact_dtypes_match_mpi4py() -> None:
 
 @check
 def half_precision_allreduce() -> None:
+    """Half tensors accumulate in float32 and travel as half streams (half the compressed bytes
+    of the same values as float32). Bound: the collective's documented bound, plus one rounding
+    to the half type per hop that carries a partial or final result (at most p+1 of them, each
+    within eps/2 of a value no larger than sum|x_i| + p*EB), plus float32 accumulation."""
     p = world()
     for dtype in (torch.float16, torch.bfloat16):
         inputs = [data(r, 4099, torch.float32).to(dtype) for r in range(p)]
         t = inputs[rank()].clone()
         dist.all_reduce(t)
+        stats = zccl_torch.last_stats()
         ref = torch.stack([x.double() for x in inputs]).sum(0)
-        bound = zccl_torch._C.output_error_bound(
-            zccl_torch.last_stats()["algorithm"], "sum", p, EB, True
-        )
-        # Plus the final rounding back to the half type and float32 accumulation.
-        tol = bound + torch.finfo(dtype).eps * ref.abs() + float_rounding(inputs, torch.float32)
+        bound = zccl_torch._C.output_error_bound(stats["algorithm"], "sum", p, EB, True)
+        magnitude = sum(x.double().abs() for x in inputs) + p * EB
+        half_roundings = (p + 1) * torch.finfo(dtype).eps / 2 * magnitude
+        tol = bound + half_roundings + float_rounding(inputs, torch.float32)
         assert_within(f"all_reduce {dtype}", t, ref, tol)
+        if p > 1:
+            wide = inputs[rank()].float()
+            dist.all_reduce(wide)
+            wide_stats = zccl_torch.last_stats()
+            assert stats["algorithm"] == wide_stats["algorithm"], (stats, wide_stats)
+            assert 2 * stats["bytes_compressed"] == wide_stats["bytes_compressed"], (
+                f"{dtype} all_reduce did not send half streams: {stats} vs float32 {wide_stats}")
 
 
 @check
