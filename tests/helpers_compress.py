@@ -7,6 +7,7 @@ float64 arithmetic and no tolerance: ``abs(x.double() - x'.double()) <= eb`` for
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -14,12 +15,20 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 DTYPES = (torch.float32, torch.float64)
+#: The 2-byte types (stream format version 2): quantised in float32, stored in 2 bytes.
+HALF_DTYPES = (torch.float16, torch.bfloat16)
 BLOCK = 32
 DEFAULT_CHUNK = 5120
 CHUNK_SIZES = (32, 64, 5120, 65536)
 
 _NP_DTYPE = {torch.float32: np.float32, torch.float64: np.float64}
-_INT_VIEW = {torch.float32: torch.int32, torch.float64: torch.int64}
+_INT_VIEW = {
+    torch.float32: torch.int32,
+    torch.float64: torch.int64,
+    torch.float16: torch.int16,
+    torch.bfloat16: torch.int16,
+}
+_HALF_MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7}
 
 # Sizes around the block (32) and default chunk (5120) edges, plus primes.
 SPECIAL_SIZES = (
@@ -91,7 +100,12 @@ def make_data(
     """Returns a 1-D CPU tensor of ``n`` values of ``kind`` (see DATA_KINDS).
 
     ``nonfinite`` is the fraction of positions overwritten with NaN / +Inf / -Inf.
+
+    float16 / bfloat16: the float32 data rounded to the type (values beyond its range become
+    +-Inf), except ``random_bits`` and ``denormal``, which are drawn as 16-bit patterns.
     """
+    if dtype in HALF_DTYPES:
+        return _make_half(kind, n, dtype, seed, scale, nonfinite)
     rng = np.random.default_rng(seed)
     npdt = _NP_DTYPE[dtype]
     fi = np.finfo(npdt)
@@ -142,6 +156,28 @@ def make_data(
             x[(r >= nonfinite / 3) & (r < 2 * nonfinite / 3)] = np.inf
             x[(r >= 2 * nonfinite / 3) & (r < nonfinite)] = -np.inf
     return torch.from_numpy(np.ascontiguousarray(x))
+
+
+def _make_half(kind, n, dtype, seed, scale, nonfinite) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    if kind == "random_bits":
+        u = rng.integers(0, 2**16, size=n, dtype=np.uint32).astype(np.uint16)
+    elif kind == "denormal":
+        mant_bits = _HALF_MANTISSA_BITS[dtype]
+        u = rng.integers(0, 2**mant_bits, size=n, dtype=np.uint32).astype(np.uint16)
+        u |= (rng.integers(0, 2, size=n, dtype=np.uint32).astype(np.uint16) << np.uint16(15))
+        u[rng.random(n) < 0.1] = 0
+        u[rng.random(n) < 0.05] = 0x8000
+    else:
+        return make_data(kind, n, torch.float32, seed=seed, scale=scale,
+                         nonfinite=nonfinite).to(dtype)
+    t = torch.from_numpy(u.view(np.int16).copy()).view(dtype)
+    if nonfinite > 0 and n:
+        r = torch.from_numpy(rng.random(n))
+        t[r < nonfinite / 3] = float("nan")
+        t[(r >= nonfinite / 3) & (r < 2 * nonfinite / 3)] = float("inf")
+        t[(r >= 2 * nonfinite / 3) & (r < nonfinite)] = -float("inf")
+    return t
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,7 +234,8 @@ def independent_abs_bound(x: torch.Tensor, error_bound: float, mode: str) -> flo
     """The absolute bound computed independently of zccl_torch (numpy, float64)."""
     if mode == "abs" or error_bound == 0:
         return float(error_bound)  # rel mode with bound 0 is lossless, even for an infinite range
-    a = x.detach().reshape(-1).numpy()
+    flat = x.detach().reshape(-1)
+    a = (flat.double() if flat.element_size() == 2 else flat).numpy()  # halves: exact widening
     a = a[np.isfinite(a)].astype(np.float64)
     if a.size == 0:
         return 0.0
@@ -296,3 +333,320 @@ def check_stream_size(stream: torch.Tensor, dtype: torch.dtype, numel: int, chun
 
 def num_chunks(numel: int, chunk_size: int) -> int:
     return -(-numel // chunk_size)
+
+
+# --------------------------------------------------------------------------------------------
+# The stream layout, for tests that craft streams with valid checksums
+# (csrc/compress/fzlight_format.h, versions 1 and 2; written independently of the library)
+# --------------------------------------------------------------------------------------------
+
+ELEM_BYTES = {1: 4, 2: 8, 3: 2, 4: 2}  # dtype code -> bytes per stored value
+MODE_ENCODED, MODE_RAW, MODE_CONSTANT, MODE_LOSSLESS = 0, 1, 2, 3
+_MODE_NAMES = {MODE_ENCODED: "encoded", MODE_RAW: "raw", MODE_CONSTANT: "constant",
+               MODE_LOSSLESS: "lossless"}
+
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), as the stream format uses it."""
+    c = 0xFFFFFFFF
+    table = _CRC_TABLE
+    for b in data:
+        c = table[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+class EncodedChunk(NamedTuple):
+    """Where the fields of an encoded (mode 0) chunk are, as absolute offsets in the stream."""
+
+    off: int            # the mode byte
+    size: int
+    m: int              # values in the chunk
+    nblocks: int
+    lens: list          # code length of every block (0 for a zero block)
+    len_pos: dict       # block -> offset of its code-length byte (v1: every block; v2: L > 0)
+    bitmap: int | None  # offset of the block bitmap (version 2), else None
+    bitmap_bytes: int
+    planes: int         # offset of the first plane
+    outliers: int       # offset of the outlier index array
+    n_out: int
+
+
+class Stream:
+    """A mutable view of a version-1 or version-2 stream that can re-seal its checksums.
+
+    ``chunk_offset(c)`` is where chunk c's own bytes start; a repeat entry (version 2, table
+    size 0) has none, so its offset is where the next chunk's bytes start, and the bytes it
+    stands for (``chunk_span``) are the 1 + elem bytes of the constant chunk that end there.
+    """
+
+    def __init__(self, buf):
+        if isinstance(buf, torch.Tensor):
+            buf = buf.numpy()
+        self.b = bytearray(np.asarray(buf, dtype=np.uint8).tobytes())
+
+    def copy(self) -> Stream:
+        return Stream(self.array())
+
+    # raw fields
+    def u8(self, off, v=None):
+        if v is None:
+            return self.b[off]
+        self.b[off] = v & 0xFF
+
+    def u16(self, off, v=None):
+        if v is None:
+            return int.from_bytes(self.b[off:off + 2], "little")
+        self.b[off:off + 2] = (v & 0xFFFF).to_bytes(2, "little")
+
+    def u32(self, off, v=None):
+        if v is None:
+            return int.from_bytes(self.b[off:off + 4], "little")
+        self.b[off:off + 4] = (v & 0xFFFFFFFF).to_bytes(4, "little")
+
+    def u64(self, off, v=None):
+        if v is None:
+            return int.from_bytes(self.b[off:off + 8], "little")
+        self.b[off:off + 8] = (v & (2**64 - 1)).to_bytes(8, "little")
+
+    def f64(self, off, v=None):
+        if v is None:
+            return np.frombuffer(bytes(self.b[off:off + 8]), dtype=np.float64)[0]
+        self.b[off:off + 8] = np.float64(v).tobytes()
+
+    # header
+    @property
+    def version(self):
+        return self.b[4]
+
+    @property
+    def dtype_code(self):
+        return self.b[5]
+
+    @property
+    def elem(self):
+        return ELEM_BYTES.get(self.b[5], 4)
+
+    @property
+    def ndim(self):
+        return self.b[7]
+
+    @property
+    def count(self):
+        return self.u64(8)
+
+    @property
+    def bin(self):
+        return float(self.f64(24))
+
+    @property
+    def chunk_len(self):
+        return self.u32(32)
+
+    @property
+    def codec(self):
+        return self.u32(36)
+
+    @property
+    def nchunks(self):
+        if self.chunk_len == 0:
+            return 2**64  # a chunk length of 0 has no consistent layout
+        return -(-self.count // self.chunk_len)
+
+    @property
+    def table(self):
+        return 48 + 8 * self.ndim
+
+    @property
+    def header_bytes(self):
+        return self.table + 8 * self.nchunks + 4
+
+    # chunks
+    def chunk_values(self, c):
+        return min(self.chunk_len, self.count - c * self.chunk_len)
+
+    def chunk_size(self, c):
+        return self.u32(self.table + 8 * c)
+
+    def chunk_crc(self, c, v=None):
+        return self.u32(self.table + 8 * c + 4, v)
+
+    def chunk_offset(self, c):
+        return self.header_bytes + sum(self.chunk_size(i) for i in range(c))
+
+    def chunk_span(self, c):
+        """(offset, size) of the bytes chunk c stands for (a repeat: the constant before it)."""
+        off, size = self.chunk_offset(c), self.chunk_size(c)
+        if size == 0:
+            return off - (1 + self.elem), 1 + self.elem
+        return off, size
+
+    def chunk_bytes(self, c) -> bytes:
+        off, size = self.chunk_span(c)
+        return bytes(self.b[off:off + size])
+
+    def kind(self, c) -> str:
+        if self.chunk_size(c) == 0:
+            return "repeat"
+        mode = self.b[self.chunk_offset(c)]
+        return _MODE_NAMES.get(mode, f"mode {mode}")
+
+    def kinds(self) -> list[str]:
+        return [self.kind(c) for c in range(self.nchunks)]
+
+    def encoded(self, c) -> EncodedChunk:
+        """The layout of encoded chunk c (version 1 or 2, by the header's version byte)."""
+        off, size = self.chunk_offset(c), self.chunk_size(c)
+        assert self.b[off] == MODE_ENCODED, f"chunk {c} is {self.kind(c)}, not encoded"
+        m = self.chunk_values(c)
+        nblocks = -(-m // 32)
+        at = off + 9
+        if self.version == 1:
+            lens = list(self.b[at:at + nblocks])
+            len_pos = {blk: at + blk for blk in range(nblocks)}
+            bitmap, bm_bytes = None, 0
+            at += nblocks
+        else:
+            bitmap, bm_bytes = at, -(-nblocks // 8)
+            at += bm_bytes
+            lens, len_pos = [], {}
+            for blk in range(nblocks):
+                if (self.b[bitmap + blk // 8] >> (blk % 8)) & 1:
+                    len_pos[blk] = at
+                    lens.append(self.b[at])
+                    at += 1
+                else:
+                    lens.append(0)
+        planes = at
+        payload = sum(0 if n == 0 else 4 * (n + 1) for n in lens)
+        return EncodedChunk(off, size, m, nblocks, lens, len_pos, bitmap, bm_bytes, planes,
+                            planes + payload, self.u32(off + 5))
+
+    # editing
+    def seal(self, chunks=True, total=True) -> Stream:
+        """Recomputes the chunk CRCs (a repeat's: its constant chunk's), the total and the header
+        CRC."""
+        if chunks:
+            for c in range(self.nchunks):
+                off, size = self.chunk_span(c)
+                if off >= 0 and off + size <= len(self.b):
+                    self.chunk_crc(c, crc32c(bytes(self.b[off:off + size])))
+        if total:
+            self.u64(40, len(self.b))
+        hb = self.header_bytes
+        self.u32(hb - 4, crc32c(bytes(self.b[:hb - 4])))
+        return self
+
+    def with_chunks(self, bodies, crcs=None) -> Stream:
+        """A stream with this header and the given chunk bodies (``None``: a repeat entry),
+        sealed; ``crcs`` {chunk: value} overrides table CRCs after sealing (then the header CRC
+        is sealed again)."""
+        assert len(bodies) == self.nchunks
+        hb = self.header_bytes
+        out = Stream(np.frombuffer(bytes(self.b[:hb]), dtype=np.uint8))
+        for c, body in enumerate(bodies):
+            out.u32(out.table + 8 * c, 0 if body is None else len(body))
+            if body is not None:
+                out.b += body
+        out.seal()
+        if crcs:
+            for c, v in crcs.items():
+                out.chunk_crc(c, v)
+            out.seal(chunks=False)
+        return out
+
+    def replace_chunk(self, c, body) -> Stream:
+        """This stream with chunk c's own bytes replaced by ``body`` (None: a repeat), sealed."""
+        bodies = [None if self.chunk_size(i) == 0 else bytes(self.b[self.chunk_offset(i):
+                                                                 self.chunk_offset(i)
+                                                                 + self.chunk_size(i)])
+                  for i in range(self.nchunks)]
+        bodies[c] = body
+        return self.with_chunks(bodies)
+
+    def array(self) -> np.ndarray:
+        return np.frombuffer(bytes(self.b), dtype=np.uint8).copy()
+
+    def tensor(self) -> torch.Tensor:
+        return torch.from_numpy(self.array())
+
+
+def byte_planes(values: bytes, elem: int) -> bytes:
+    """Lossless codec 1's shuffle: byte k of every value, k = 0.. in order."""
+    a = np.frombuffer(values, dtype=np.uint8).reshape(-1, elem)
+    return a.T.tobytes()
+
+
+def zstd_frame(blocks, content_size: int | None, checksum: bytes = b"") -> bytes:
+    """A zstd frame (RFC 8878) written by hand, so the tests need no zstd binding.
+
+    ``blocks``: a list of ``bytes`` (a raw block) or ``(byte, n)`` (an RLE block: ``byte``
+    n times); the last one is marked last. ``content_size``: the frame content size to record
+    (single-segment frame), or None to record none (a window descriptor instead).
+    ``checksum``: 4 bytes appended with the content-checksum flag set (the tests never compute
+    XXH64, so any checksum here is a wrong one)."""
+    flags = 0x04 if checksum else 0
+    if content_size is None:
+        n = sum(len(b) if isinstance(b, bytes) else b[1] for b in blocks)
+        window_log = max(10, (max(n, 1) - 1).bit_length())
+        header = bytes([flags, (window_log - 10) << 3])
+    elif content_size < 256:
+        header = bytes([0x20 | flags, content_size])
+    elif content_size < 65536 + 256:
+        header = bytes([0x60 | flags]) + (content_size - 256).to_bytes(2, "little")
+    else:
+        header = bytes([0xA0 | flags]) + content_size.to_bytes(4, "little")
+    out = bytearray(b"\x28\xb5\x2f\xfd" + header)
+    for k, blk in enumerate(blocks or [b""]):
+        last = 1 if k == max(len(blocks), 1) - 1 else 0
+        if isinstance(blk, bytes):
+            out += (last | (len(blk) << 3)).to_bytes(3, "little") + blk  # block type 0: raw
+        else:
+            byte, n = blk
+            out += (last | (1 << 1) | (n << 3)).to_bytes(3, "little") + bytes([byte])  # RLE
+    return bytes(out + checksum)
+
+
+def zstd_blocks(data: bytes, min_run: int = 8) -> list:
+    """``data`` as zstd blocks: runs of at least ``min_run`` equal bytes as RLE blocks, the rest
+    as raw blocks (each at most 128 KiB)."""
+    blocks, i, lit = [], 0, bytearray()
+    while i < len(data):
+        j = i
+        while j < len(data) and data[j] == data[i] and j - i < 128 * 1024:
+            j += 1
+        if j - i >= min_run:
+            if lit:
+                blocks.append(bytes(lit))
+                lit = bytearray()
+            blocks.append((data[i], j - i))
+        else:
+            lit += data[i:j]
+            if len(lit) >= 128 * 1024:
+                blocks.append(bytes(lit[:128 * 1024]))
+                lit = lit[128 * 1024:]
+        i = j
+    if lit:
+        blocks.append(bytes(lit))
+    return blocks
+
+
+def zstd_raw_frame(data: bytes, content_size: int | str | None = "len") -> bytes:
+    """``data`` in one zstd frame of raw/RLE blocks; ``content_size`` "len" records len(data)."""
+    return zstd_frame(zstd_blocks(data), len(data) if content_size == "len" else content_size)
+
+
+ZSTD_EMPTY_FRAME = zstd_raw_frame(b"")
+ZSTD_SKIPPABLE_FRAME = (0x184D2A50).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"abc"

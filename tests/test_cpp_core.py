@@ -13,6 +13,10 @@ progress, argument errors) and ``tests/cpp/fuzz_decoder.cpp`` (random, mutated, 
 synthesized streams through every decoder entry point) under the sanitizers, and checks that the
 four builds produce byte-identical streams and decoded values (``core_test --digest``).
 
+Where ``zstd.h`` is installed (as for the extension, see setup.py) every build defines
+``ZCCL_WITH_ZSTD=1`` and links ``-lzstd``, so the lossless codec 1 is tested too;
+``ZCCL_WITH_ZSTD=0`` builds without it (the codec-1 cases then check the refusals instead).
+
 The test programs themselves are compiled with -ffp-contract=off so their input data does not
 depend on the build; only the core's flags vary.
 
@@ -51,7 +55,20 @@ CORE_DIR = CSRC / "compress"
 
 pytestmark = needs_cxx
 
-COMMON = ["-std=c++17", "-fopenmp", "-Wall", "-Wextra", "-Werror", f"-I{CORE_DIR}"]
+
+
+def _zstd_flags() -> tuple[list[str], list[str]]:
+    """Compile and link flags for the lossless codec 1 (libzstd), as setup.py builds the
+    extension: with it when zstd.h is installed, unless ZCCL_WITH_ZSTD=0."""
+    if os.environ.get("ZCCL_WITH_ZSTD", "").strip() == "0":
+        return [], []
+    if any(Path(d, "zstd.h").is_file() for d in ("/usr/include", "/usr/local/include")):
+        return ["-DZCCL_WITH_ZSTD=1"], ["-lzstd"]
+    return [], []
+
+
+ZSTD_COMPILE, ZSTD_LINK = _zstd_flags()
+COMMON = ["-std=c++17", "-fopenmp", "-Wall", "-Wextra", "-Werror", f"-I{CORE_DIR}", *ZSTD_COMPILE]
 SANITIZE = [
     "-O1",
     "-g",
@@ -101,7 +118,7 @@ def build(variant: str) -> dict[str, Path]:
     }
     compile_objects([*core, *progs.values()])
     core_objects = [job.out for job in core]
-    link_flags = ["-fopenmp", *link_flags]
+    link_flags = ["-fopenmp", *link_flags, *ZSTD_LINK]
     return {
         name: link(BIN_DIR / f"{name}-{variant}", [job.out, *core_objects], link_flags)
         for name, job in progs.items()
@@ -133,6 +150,9 @@ def test_core_under_sanitizers(variant):
     proc = run(cmd, CORE_TEST_TIMEOUT, RUN_ENV)
     assert_ok(proc, " ".join(cmd))
     assert "core_test: all passed" in proc.stdout, proc.stdout
+    # The lossless-codec cases ran with zstd wherever the build has it.
+    zstd = "yes" if ZSTD_COMPILE else "no"
+    assert f"lossless codec 1 (zstd) in this build: {zstd}" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("variant", ["san", "san-native"])
@@ -156,20 +176,33 @@ def test_fuzz_decoder_under_sanitizers(variant):
     assert int(d.group(1)) >= 2 * iters, proc.stdout
     # Every mutation of a checksummed stream must be rejected by the whole-stream decoder.
     assert rejected == plain, proc.stdout
+    # Both format versions: version-2 streams synthesized (well-formed ones decoded to the
+    # format's values, defective ones refused: the fuzzer fails otherwise), version-1 and
+    # version-2 corpus streams mutated.
+    v2 = re.search(r"synthesized version-2 streams: well-formed (\d+) \(decoded to the model's "
+                   r"values: (\d+)\), with a defect (\d+)", proc.stdout)
+    corpus = re.search(r"corpus: (\d+) version-2 and (\d+) version-1 streams", proc.stdout)
+    assert v2 and corpus, proc.stdout
+    assert int(v2.group(1)) == int(v2.group(2)) >= iters // 40, proc.stdout
+    assert int(v2.group(3)) >= iters // 200, proc.stdout
+    assert int(corpus.group(1)) > 0 and int(corpus.group(2)) > 0, proc.stdout
 
 
 def test_streams_identical_across_builds():
-    """Scalar and AVX2 kernels (and FMA contraction) give byte-identical streams and values."""
+    """Scalar and AVX2/F16C kernels (and FMA contraction, and the sanitizer builds) give
+    byte-identical streams and values: float32/float64/float16/bfloat16, lossless codecs,
+    constant runs (core_test --digest)."""
     digests = {}
-    for variant in ("o2", "o2-native"):
+    for variant in ("o2", "o2-native", "san", "san-native"):
         if variant.endswith("-native") and not native_supported():
             continue
         progs = _build_or_fail(variant)
         proc = run([str(progs["core_test"]), "--digest"], CORE_TEST_TIMEOUT, RUN_ENV)
         assert_ok(proc, f"core_test-{variant} --digest")
-        m = re.search(r"DIGEST ([0-9a-f]+)", proc.stdout)
+        m = re.search(r"DIGEST ([0-9a-f]+) zstd=([01])", proc.stdout)
         assert m, proc.stdout
+        assert m.group(2) == ("1" if ZSTD_COMPILE else "0"), proc.stdout
         digests[variant] = m.group(1)
     if len(digests) < 2:
-        pytest.skip(f"{CXX} does not accept -march=native: nothing to compare with")
+        pytest.skip("fewer than two builds: nothing to compare with")
     assert len(set(digests.values())) == 1, f"streams differ between builds: {digests}"

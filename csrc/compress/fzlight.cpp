@@ -70,6 +70,9 @@ class ZstdContexts {
   bool decompress(const uint8_t* src, size_t len, uint8_t* dst, size_t n) {
     if (!dctx_) dctx_.reset(ZSTD_createDCtx());
     if (!dctx_) throw std::bad_alloc();
+    // Exactly one frame (ZSTD_decompressDCtx would go on through any frames after it) that
+    // records its content size, and that size is the chunk's.
+    if (ZSTD_findFrameCompressedSize(src, len) != len) return false;
     if (ZSTD_getFrameContentSize(src, len) != n) return false;
     const size_t r = ZSTD_decompressDCtx(dctx_.get(), dst, n, src, len);
     return !ZSTD_isError(r) && r == n;

@@ -6,13 +6,17 @@
 //   --digest  prints a hash of the streams and decoded values of a fixed set of inputs and exits;
 //             builds with different kernels/flags must print the same hash.
 //
-// Covered: round trips (float32/float64; sizes 0..~1e6; bounds 0, 1e-310..DBL_MAX; smooth, noise,
+// Covered: round trips (float32/float64, and float16/bfloat16 with the bound checked in double
+// against the 2-byte input; sizes 0..~1e6; bounds 0, 1e-310..DBL_MAX; smooth, noise,
 // constant, alternating, NaN/Inf, denormals, 1e30, code-overflow, random bits, ...) with the strict
 // bound |x - x'| <= eb checked in double and bit-exact non-finite values; stream size <=
 // max_compressed_size; byte-identical streams for any thread count and the pipelined path;
 // decoding with any thread count; chunk lengths and invalid ones; shapes (1-D, N-D, 0-d, empty,
 // kMaxDims); progress callbacks and exceptions thrown from them; random access per chunk;
-// argument errors; finite_range; FTZ/DAZ floating-point modes.
+// argument errors; finite_range; FTZ/DAZ floating-point modes. Format version 2: constant and
+// all-zero tensors (one constant chunk + repeats, ratio >= 1000 for every type), runs of constant
+// chunks (repeats exactly where due, for any thread count), the lossless codecs (bit-exact: NaN
+// payloads, -0.0, subnormals; codec 1 where the build has zstd). --digest covers all of it.
 //
 // Every buffer handed to the library is a heap allocation of exactly the documented size, so an
 // overrun of a single byte is reported by ASan.
@@ -146,13 +150,81 @@ struct Rng {
 };
 
 // ------------------------------------------------------------------------------------------------
-// Type helpers.
+// Type helpers. The 2-byte stream types are the storage structs F16 / BF16 (bit patterns), with
+// conversions written here independently of the library's.
+
+struct F16 {
+  uint16_t v;
+};
+struct BF16 {
+  uint16_t v;
+};
+static_assert(sizeof(F16) == 2 && sizeof(BF16) == 2, "half storage");
+template <typename T> inline constexpr bool kIsHalf = std::is_same_v<T, F16> || std::is_same_v<T, BF16>;
 
 template <typename T> constexpr fz::DType dtype_of();
 template <> constexpr fz::DType dtype_of<float>() { return fz::DType::Float32; }
 template <> constexpr fz::DType dtype_of<double>() { return fz::DType::Float64; }
+template <> constexpr fz::DType dtype_of<F16>() { return fz::DType::Float16; }
+template <> constexpr fz::DType dtype_of<BF16>() { return fz::DType::BFloat16; }
 
-template <typename T> using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+template <typename T>
+using Bits = std::conditional_t<sizeof(T) == 2, uint16_t,
+                                std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>;
+
+// Exact value of a stored value, in double.
+static double to_d(float v) { return v; }
+static double to_d(double v) { return v; }
+static double to_d(F16 h) {
+  const int e = (h.v >> 10) & 0x1F, m = h.v & 0x3FF;
+  double v;
+  if (e == 0) {
+    v = std::ldexp(static_cast<double>(m), -24);
+  } else if (e == 31) {
+    v = m ? std::numeric_limits<double>::quiet_NaN() : std::numeric_limits<double>::infinity();
+  } else {
+    v = std::ldexp(static_cast<double>(m | 0x400), e - 25);
+  }
+  return (h.v & 0x8000) ? -v : v;
+}
+static double to_d(BF16 h) {
+  const uint32_t u = static_cast<uint32_t>(h.v) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Nearest value of the type (ties to even), for making inputs.
+template <typename T> static T from_d(double v);
+template <> float from_d<float>(double v) { return static_cast<float>(v); }
+template <> double from_d<double>(double v) { return v; }
+template <> F16 from_d<F16>(double v) {
+  if (std::isnan(v)) return F16{0x7E00};
+  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  const double a = std::fabs(v);
+  if (a >= 65520.0) return F16{static_cast<uint16_t>(sign | 0x7C00)};
+  if (a < std::ldexp(1.0, -14)) {  // subnormal (m == 1024 is the smallest normal: same bits)
+    return F16{static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(a, 24))))};
+  }
+  int e;
+  const double f = std::frexp(a, &e);  // a = f * 2^e, f in [0.5, 1): 1.mant * 2^(e-1)
+  double mant = std::nearbyint((2.0 * f - 1.0) * 1024.0);
+  int ex = e - 1;
+  if (mant == 1024.0) {
+    mant = 0;
+    ++ex;
+  }
+  if (ex > 15) return F16{static_cast<uint16_t>(sign | 0x7C00)};
+  return F16{static_cast<uint16_t>(sign | ((ex + 15) << 10) | static_cast<uint16_t>(mant))};
+}
+template <> BF16 from_d<BF16>(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return BF16{static_cast<uint16_t>((u >> 16) | 0x40u)};
+  return BF16{static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16)};
+}
+template <typename T> static bool finite(T v) { return std::isfinite(to_d(v)); }
 
 template <typename T> static Bits<T> bits_of(T v) {
   Bits<T> b;
@@ -164,7 +236,9 @@ template <typename T> static T from_bits(Bits<T> b) {
   std::memcpy(&v, &b, sizeof v);
   return v;
 }
-template <typename T> static const char* tname() { return sizeof(T) == 4 ? "f32" : "f64"; }
+template <typename T> static const char* tname() {
+  return std::is_same_v<T, F16> ? "f16" : std::is_same_v<T, BF16> ? "bf16" : sizeof(T) == 4 ? "f32" : "f64";
+}
 
 // Exact-size byte buffer (heap; size 0 still allocates so the pointer is valid but unusable).
 struct Bytes {
@@ -210,19 +284,19 @@ template <typename T>
 static void check_bound(const std::vector<T>& x, const std::vector<T>& y, double eb) {
   CHECK(x.size() == y.size());
   for (size_t i = 0; i < x.size(); ++i) {
-    const bool exact_needed = eb == 0.0 || !std::isfinite(x[i]);
+    const bool exact_needed = eb == 0.0 || !finite(x[i]);
     if (exact_needed) {
       if (bits_of(x[i]) != bits_of(y[i]))
         fail_at(__FILE__, __LINE__,
                 fmt("value %zu not bit-exact: x=%.17g (0x%llx) x'=%.17g (0x%llx) eb=%g", i,
-                    (double)x[i], (unsigned long long)bits_of(x[i]), (double)y[i],
+                    to_d(x[i]), (unsigned long long)bits_of(x[i]), to_d(y[i]),
                     (unsigned long long)bits_of(y[i]), eb));
     } else {
-      const double err = std::fabs((double)x[i] - (double)y[i]);
+      const double err = std::fabs(to_d(x[i]) - to_d(y[i]));
       if (!(err <= eb))
         fail_at(__FILE__, __LINE__,
                 fmt("bound violated at %zu: x=%.17g x'=%.17g |err|=%.17g > eb=%.17g", i,
-                    (double)x[i], (double)y[i], err, eb));
+                    to_d(x[i]), to_d(y[i]), err, eb));
     }
   }
   g_checks += x.size();
@@ -257,7 +331,7 @@ static const char* kind_name(Kind k) {
   }
 }
 
-template <typename T> static std::vector<T> make_data(Kind k, size_t n, uint64_t seed) {
+template <typename T> static std::vector<T> make_full_data(Kind k, size_t n, uint64_t seed) {
   Rng r(seed * 1000003u + (uint64_t)k * 7919u + n);
   std::vector<T> x(n);
   using L = std::numeric_limits<T>;
@@ -311,6 +385,66 @@ template <typename T> static std::vector<T> make_data(Kind k, size_t n, uint64_t
   return x;
 }
 
+// Half types: the float64 data rounded to the type (1e30 becomes Inf in float16), except the
+// kinds about bit patterns, drawn as 16-bit patterns of the type (NaN payloads, subnormals, ...).
+template <typename T> static std::vector<T> make_half_data(Kind k, size_t n, uint64_t seed) {
+  constexpr bool f16 = std::is_same_v<T, F16>;
+  constexpr uint16_t kMax = f16 ? 0x7BFF : 0x7F7F, kMinNormal = f16 ? 0x0400 : 0x0080;
+  constexpr uint16_t kMant = f16 ? 0x03FF : 0x007F, kInf = f16 ? 0x7C00 : 0x7F80;
+  constexpr uint16_t kQuiet = f16 ? 0x0200 : 0x0040;  // the quiet bit of a NaN
+  Rng r(seed * 1000003u + (uint64_t)k * 7919u + n + 17);
+  std::vector<T> x(n);
+  auto bits = [](uint64_t b) { return T{static_cast<uint16_t>(b)}; };
+  for (size_t i = 0; i < n; ++i) {
+    switch (k) {
+      case Kind::RandomBits: x[i] = bits(r.next()); break;
+      case Kind::Denormals: {
+        const uint64_t m = r.below(4), sign = r.below(2) << 15;
+        x[i] = m == 0 ? bits(sign | (1 + r.below(kMant))) : m == 1 ? bits(sign | 1)
+             : m == 2 ? bits(kMinNormal + r.below(3)) : bits(sign);
+        break;
+      }
+      case Kind::Extremes: {
+        const uint64_t m = r.below(6);
+        x[i] = m == 0 ? bits(kMax) : m == 1 ? bits(0x8000u | kMax) : m == 2 ? bits(kMinNormal)
+             : m == 3 ? bits(0x8000u | kMinNormal) : m == 4 ? bits(1) : from_d<T>(r.sym() * 1e-5);
+        break;
+      }
+      case Kind::Specials: {
+        const uint64_t m = r.below(9);
+        x[i] = m == 0 ? bits(kInf | kQuiet | r.below(kQuiet))          // quiet NaN, any payload
+             : m == 1 ? bits(0x8000u | kInf | (1u + r.below(kQuiet - 1)))  // negative signalling
+             : m == 2 ? bits(kInf) : m == 3 ? bits(0x8000u | kInf)
+             : from_d<T>(std::sin(static_cast<double>(i) * 0.01));
+        break;
+      }
+      default: break;
+    }
+  }
+  if (k == Kind::RandomBits || k == Kind::Denormals || k == Kind::Extremes || k == Kind::Specials) {
+    return x;
+  }
+  const std::vector<double> d = make_full_data<double>(k, n, seed);
+  for (size_t i = 0; i < n; ++i) x[i] = from_d<T>(d[i]);
+  return x;
+}
+
+template <typename T> static std::vector<T> make_data(Kind k, size_t n, uint64_t seed) {
+  if constexpr (kIsHalf<T>) {
+    return make_half_data<T>(k, n, seed);
+  } else {
+    return make_full_data<T>(k, n, seed);
+  }
+}
+
+// The codec a stream made with `codec` at bound eb records (fzlight.h: Auto is zstd when built
+// with it; only an exact 0 codes lossless chunks, a bound below the smallest normal stores raw).
+static fz::LosslessCodec expected_codec(double eb, fz::LosslessCodec codec) {
+  if (eb != 0.0 || codec == fz::LosslessCodec::None) return fz::LosslessCodec::None;
+  return fz::lossless_codec_available(fz::LosslessCodec::ShuffleZstd) ? fz::LosslessCodec::ShuffleZstd
+                                                                      : fz::LosslessCodec::None;
+}
+
 // ------------------------------------------------------------------------------------------------
 // One full round-trip case: compress (threads 1,2,3 and pipelined), validate header, decode
 // (threads 1,2,3 and pipelined), random-access decode of every chunk, bound check.
@@ -323,11 +457,13 @@ struct CaseOpts {
 
 template <typename T>
 static void roundtrip_case(const std::vector<T>& x, double eb, uint32_t chunk_len,
-                           const CaseOpts& o = CaseOpts()) {
+                           const CaseOpts& o = CaseOpts(),
+                           fz::LosslessCodec codec = fz::LosslessCodec::Auto) {
   fz::CompressParams p;
   p.error_bound = eb;
   p.chunk_len = chunk_len;
   p.threads = 1;
+  p.lossless_codec = codec;
   const uint64_t n = x.size();
   const Bytes s1 = compress_exact(x, p);
 
@@ -335,6 +471,9 @@ static void roundtrip_case(const std::vector<T>& x, double eb, uint32_t chunk_le
   const fz::StreamInfo info = fz::read_info(s1.data(), s1.size());
   const uint64_t nchunks = (n + chunk_len - 1) / chunk_len;
   CHECK(info.dtype == dtype_of<T>());
+  CHECK(info.version == 2);
+  CHECK_MSG(info.lossless_codec == expected_codec(eb, codec),
+            fmt("lossless codec %u", static_cast<unsigned>(info.lossless_codec)));
   CHECK(info.count == n);
   CHECK(info.error_bound == eb);
   CHECK(info.chunk_len == chunk_len);
@@ -648,7 +787,7 @@ template <typename T> static void test_shape() {
   // 0-d tensor: empty shape, one value.
   for (double eb : {0.0, 1e-3}) {
     g_ctx = fmt("shape %s 0-d eb=%g", tname<T>(), eb);
-    const std::vector<T> x = {(T)-2.718281828};
+    const std::vector<T> x = {from_d<T>(-2.718281828)};
     fz::CompressParams p;
     p.error_bound = eb;
     p.shape = std::vector<uint64_t>{};
@@ -807,6 +946,275 @@ template <typename T> static void test_ftz_daz() {
 #endif
 }
 
+// ------------------------------------------------------------------------------------------------
+// Format version 2: half types, constant chunks and repeats, the lossless codec.
+
+// The chunk table's sizes (fzlight_format.h): 0 is a repeat of the constant chunk before.
+static std::vector<uint32_t> table_sizes(const Bytes& s) {
+  const size_t ndim = s.data()[7];
+  uint64_t count;
+  uint32_t cl;
+  std::memcpy(&count, s.data() + 8, 8);
+  std::memcpy(&cl, s.data() + 32, 4);
+  const uint64_t nch = count == 0 ? 0 : (count - 1) / cl + 1;
+  std::vector<uint32_t> sizes(nch);
+  for (uint64_t c = 0; c < nch; ++c) std::memcpy(&sizes[c], s.data() + 48 + 8 * ndim + 8 * c, 4);
+  return sizes;
+}
+
+static size_t header_bytes_1d(uint64_t nch) { return 48 + 8 + 8 * nch + 4; }
+
+template <typename T> static T nan_with_payload() {
+  if constexpr (std::is_same_v<T, float>) return from_bits<float>(0xFFC01234u);
+  else if constexpr (std::is_same_v<T, double>) return from_bits<double>(0x7FF0000000001234ull);  // signalling
+  else if constexpr (std::is_same_v<T, F16>) return F16{0x7E05};
+  else return BF16{0xFFC5};
+}
+template <typename T> static T infinity_of() { return from_d<T>(std::numeric_limits<double>::infinity()); }
+
+// A constant (or all-zero) tensor of 64 full chunks and a partial one: one constant chunk and 64
+// repeats, whatever the thread count: 8 bytes per chunk, a ratio above 1000 for every type.
+template <typename T> static void test_constant() {
+  const uint32_t cl = fz::kDefaultChunkLen;
+  for (size_t n : {static_cast<size_t>(cl) * 64, static_cast<size_t>(cl) * 64 + 77}) {
+    const uint64_t nch = (n + cl - 1) / cl;
+    for (T v : {from_d<T>(0.0), from_d<T>(-0.0), from_d<T>(3.14159), nan_with_payload<T>(),
+                infinity_of<T>()}) {
+      const std::vector<T> x(n, v);
+      for (double eb : {0.0, 1e-3, 1.0}) {
+        g_ctx = fmt("constant %s n=%zu value=0x%llx eb=%g", tname<T>(), n,
+                    (unsigned long long)bits_of(v), eb);
+        fz::CompressParams p;
+        p.error_bound = eb;
+        p.chunk_len = cl;
+        p.threads = 1;
+        const Bytes s = compress_exact(x, p);
+        CHECK_MSG(s.size() == header_bytes_1d(nch) + 1 + sizeof(T),
+                  fmt("%zu bytes, want header + one constant chunk = %zu", s.size(),
+                      header_bytes_1d(nch) + 1 + sizeof(T)));
+        const double ratio = static_cast<double>(n * sizeof(T)) / static_cast<double>(s.size());
+        CHECK_MSG(ratio >= 1000.0, fmt("ratio %.1f < 1000", ratio));
+        const std::vector<uint32_t> sizes = table_sizes(s);
+        CHECK(sizes[0] == 1 + sizeof(T));
+        for (uint64_t c = 1; c < nch; ++c) CHECK_MSG(sizes[c] == 0, fmt("chunk %" PRIu64 " not a repeat", c));
+        for (int t : {2, 3, 0, 7}) {
+          p.threads = t;
+          CHECK_MSG(compress_exact(x, p).v == s.v, fmt("threads=%d stream differs", t));
+        }
+        const fz::Progress prog = [](uint64_t, uint64_t) {};
+        CHECK_MSG(compress_exact(x, p, &prog).v == s.v, "pipelined stream differs");
+        for (int t : {1, 2}) {
+          CHECK_MSG(same_bits(decompress_exact<T>(s, n, t), x), fmt("decode threads=%d", t));
+        }
+        for (uint64_t c : {(uint64_t)0, (uint64_t)1, nch / 2, nch - 1}) {
+          std::vector<T> buf(cl);
+          const uint64_t got = fz::decompress_chunk(s.data(), s.size(), c, buf.data(), cl);
+          CHECK(got == std::min<uint64_t>(cl, n - c * cl));
+          for (uint64_t i = 0; i < got; ++i) CHECK(bits_of(buf[i]) == bits_of(v));
+        }
+      }
+    }
+  }
+}
+
+// Runs of constant chunks (several values, -0.0 apart from 0.0) broken by varied chunks, in
+// chunks of 32: the table has a repeat exactly where a constant chunk follows one of the same
+// bits, for every thread count (the parallel encoder codes a run's first chunk in full and turns
+// it into a repeat when the runs meet) and the pipelined path.
+template <typename T> static std::vector<T> const_runs_data(uint64_t seed, uint32_t cl) {
+  Rng r(seed);
+  const uint64_t nch = 40 + r.below(40);
+  const size_t n = static_cast<size_t>(nch - 1) * cl + 1 + r.below(cl);
+  std::vector<T> x(n);
+  const T levels[] = {from_d<T>(0.0), from_d<T>(-0.0), from_d<T>(2.5), nan_with_payload<T>()};
+  for (uint64_t c = 0; c < nch;) {
+    const uint64_t run = 1 + r.below(6), kind = r.below(6);
+    for (uint64_t k = 0; k < run && c < nch; ++k, ++c) {
+      for (size_t i = c * cl; i < std::min<size_t>(n, (c + 1) * cl); ++i) {
+        x[i] = kind < 4 ? levels[kind] : from_d<T>(std::sin(static_cast<double>(i) * 0.1) * 3.0);
+      }
+    }
+  }
+  return x;
+}
+
+template <typename T> static void test_constant_runs() {
+  const uint32_t cl = 32;
+  for (uint64_t seed : {1, 2, 3, 4}) {
+    const std::vector<T> x = const_runs_data<T>(seed, cl);
+    const size_t n = x.size();
+    const uint64_t nch = (n + cl - 1) / cl;
+    std::vector<bool> constant(nch), repeat(nch, false);
+    for (uint64_t c = 0; c < nch; ++c) {
+      const size_t b = c * cl, e = std::min<size_t>(n, b + cl);
+      constant[c] = true;
+      for (size_t i = b + 1; i < e; ++i) constant[c] = constant[c] && bits_of(x[i]) == bits_of(x[b]);
+      repeat[c] = c > 0 && constant[c] && constant[c - 1] && bits_of(x[b]) == bits_of(x[b - cl]);
+    }
+    for (double eb : {0.0, 1e-2}) {
+      g_ctx = fmt("constant runs %s seed=%" PRIu64 " n=%zu eb=%g", tname<T>(), seed, n, eb);
+      fz::CompressParams p;
+      p.error_bound = eb;
+      p.chunk_len = cl;
+      p.threads = 1;
+      const Bytes s = compress_exact(x, p);
+      const std::vector<uint32_t> sizes = table_sizes(s);
+      for (uint64_t c = 0; c < nch; ++c) {
+        CHECK_MSG((sizes[c] == 0) == repeat[c], fmt("chunk %" PRIu64 ": size %u, repeat %d", c,
+                                                    sizes[c], (int)repeat[c]));
+        if (constant[c] && !repeat[c]) CHECK(sizes[c] == 1 + sizeof(T));
+      }
+      for (int t : {2, 3, 4, 5, 7, 0}) {
+        p.threads = t;
+        CHECK_MSG(compress_exact(x, p).v == s.v, fmt("threads=%d stream differs", t));
+      }
+      const fz::Progress prog = [](uint64_t, uint64_t) {};
+      CHECK_MSG(compress_exact(x, p, &prog).v == s.v, "pipelined stream differs");
+      const std::vector<T> y = decompress_exact<T>(s, n, 2);
+      check_bound(x, y, eb);
+      CHECK(same_bits(decompress_exact<T>(s, n, 3), y));
+      for (uint64_t c = 0; c < nch; ++c) {
+        std::vector<T> buf(cl);
+        const uint64_t got = fz::decompress_chunk(s.data(), s.size(), c, buf.data(), cl);
+        CHECK(std::memcmp(buf.data(), y.data() + c * cl, got * sizeof(T)) == 0);
+        if (constant[c]) {
+          for (uint64_t i = 0; i < got; ++i) CHECK(bits_of(buf[i]) == bits_of(x[c * cl]));
+        }
+      }
+    }
+  }
+}
+
+// Values every lossless path must keep bit for bit: NaN payloads (quiet, signalling, negative),
+// -0.0, subnormals, +-Inf, the extremes, among smooth values.
+template <typename T> static std::vector<T> lossless_specials(size_t n) {
+  std::vector<T> x = make_data<T>(Kind::Smooth, n, 21);
+  std::vector<T> sp;
+  if constexpr (kIsHalf<T>) {
+    constexpr bool f16 = std::is_same_v<T, F16>;
+    for (uint16_t b : {f16 ? 0x7E01 : 0x7FC1, f16 ? 0x7C01 : 0x7F81, f16 ? 0xFE00 : 0xFFC0, 0x8000,
+                       0x0001, f16 ? 0x03FF : 0x007F, f16 ? 0x7C00 : 0x7F80, f16 ? 0xFBFF : 0xFF7F}) {
+      sp.push_back(T{static_cast<uint16_t>(b)});
+    }
+  } else {
+    using L = std::numeric_limits<T>;
+    sp = {from_bits<T>(bits_of(L::quiet_NaN()) | 5), from_bits<T>(bits_of(L::infinity()) | 1),
+          -L::quiet_NaN(), (T)-0.0, L::denorm_min(), L::min() - L::denorm_min(), L::infinity(),
+          -L::infinity(), L::max(), L::lowest()};
+  }
+  for (size_t i = 0; i < n; i += 7) x[i] = sp[(i / 7) % sp.size()];
+  return x;
+}
+
+// Lossless (eb = 0) streams with each codec: bit-exact for every value; the codec recorded;
+// codec 1 only where this build has zstd; a bound > 0 ignores the codec.
+template <typename T> static void test_lossless() {
+  const bool have = fz::lossless_codec_available(fz::LosslessCodec::ShuffleZstd);
+  CHECK(fz::lossless_codec_available(fz::LosslessCodec::None));
+  CHECK(fz::lossless_codec_available(fz::LosslessCodec::Auto));
+  std::vector<fz::LosslessCodec> codecs = {fz::LosslessCodec::None, fz::LosslessCodec::Auto};
+  if (have) codecs.push_back(fz::LosslessCodec::ShuffleZstd);
+  const Kind kinds[] = {Kind::Smooth, Kind::Specials, Kind::Denormals, Kind::SignedZeros,
+                        Kind::RandomBits, Kind::Steps, Kind::Extremes, Kind::Count_};
+  for (fz::LosslessCodec codec : codecs) {
+    for (size_t n : {(size_t)1, (size_t)33, (size_t)5121, (size_t)20011}) {
+      for (Kind k : kinds) {
+        const std::vector<T> x = k == Kind::Count_ ? lossless_specials<T>(n) : make_data<T>(k, n, 22);
+        for (uint32_t cl : {32u, 5120u, 65536u}) {
+          if (cl == 32 && n > 5121) continue;
+          g_ctx = fmt("lossless %s codec=%u n=%zu kind=%s chunk=%u", tname<T>(), (unsigned)codec, n,
+                      k == Kind::Count_ ? "specials+payloads" : kind_name(k), cl);
+          CaseOpts o;
+          o.threads_sweep = o.pipelined = (cl == 5120);
+          roundtrip_case(x, 0.0, cl, o, codec);
+        }
+      }
+    }
+  }
+  // Codec 1 earns its keep on data with repeating bytes; codec None is raw (or constant) chunks.
+  for (Kind k : {Kind::Steps, Kind::Ramp, Kind::RandomBits}) {
+    const size_t n = 20011;
+    const std::vector<T> x = make_data<T>(k, n, 23);
+    g_ctx = fmt("lossless sizes %s kind=%s", tname<T>(), kind_name(k));
+    fz::CompressParams p;
+    p.error_bound = 0.0;
+    p.lossless_codec = fz::LosslessCodec::None;
+    const Bytes none = compress_exact(x, p);
+    if (k == Kind::RandomBits) {  // no constant chunk: every chunk raw
+      const uint64_t nch = (n + p.chunk_len - 1) / p.chunk_len;
+      CHECK(none.size() == header_bytes_1d(nch) + nch + n * sizeof(T));
+    }
+    if (have) {
+      p.lossless_codec = fz::LosslessCodec::ShuffleZstd;
+      const Bytes z = compress_exact(x, p);
+      if (k != Kind::RandomBits) {
+        CHECK_MSG(z.size() < none.size(), fmt("zstd %zu bytes, raw %zu", z.size(), none.size()));
+      }
+      CHECK(z.size() <= none.size());  // a chunk zstd cannot shrink stays raw
+    }
+  }
+  // A bound > 0 ignores the codec; an unknown codec is an argument error; without zstd, asking
+  // for codec 1 at eb = 0 is one too (Auto falls back to None).
+  {
+    g_ctx = fmt("lossless args %s", tname<T>());
+    const std::vector<T> x = make_data<T>(Kind::Smooth, 3000, 24);
+    CaseOpts o;
+    roundtrip_case(x, 1e-3, 1024, o, fz::LosslessCodec::ShuffleZstd);
+    fz::CompressParams p;
+    p.error_bound = 0.0;
+    const size_t cap = fz::max_compressed_size(dtype_of<T>(), x.size());
+    std::vector<uint8_t> dst(cap);
+    for (uint32_t bad : {2u, 7u, 254u, 0xFFFFFFFFu}) {
+      p.lossless_codec = static_cast<fz::LosslessCodec>(bad);
+      CHECK_THROWS(fz::compress(x.data(), dtype_of<T>(), x.size(), p, dst.data(), cap), fz::ArgumentError);
+    }
+    if (!have) {
+      p.lossless_codec = fz::LosslessCodec::ShuffleZstd;
+      CHECK_THROWS(fz::compress(x.data(), dtype_of<T>(), x.size(), p, dst.data(), cap), fz::ArgumentError);
+    }
+  }
+}
+
+// Half types at bounds around their own precision: the reconstruction is rounded to the half type,
+// and still every value meets the bound in double (or is stored exactly).
+template <typename T> static void test_half_precision_bounds() {
+  const double ulp1 = std::is_same_v<T, F16> ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);  // at 1
+  for (double scale : {1.0, 100.0, 3e4}) {
+    std::vector<T> x = make_data<T>(Kind::Smooth, 10007, 25);
+    for (T& v : x) v = from_d<T>(to_d(v) / 100.0 * scale);
+    for (double f : {0.25, 0.5, 1.0, 2.0, 10.0, 1000.0}) {
+      const double eb = f * ulp1 * scale;
+      g_ctx = fmt("half bounds %s scale=%g eb=%g", tname<T>(), scale, eb);
+      CaseOpts o;
+      o.threads_sweep = o.pipelined = (f == 1.0);
+      roundtrip_case(x, eb, 1024, o);
+    }
+  }
+}
+
+// finite_range on half types against a reference computed from the exact values.
+template <typename T> static void test_finite_range_half() {
+  for (size_t n : {(size_t)0, (size_t)1, (size_t)33, (size_t)4097, (size_t)70001}) {
+    for (Kind k : {Kind::Smooth, Kind::Specials, Kind::RandomBits, Kind::Extremes, Kind::Denormals}) {
+      const std::vector<T> x = make_data<T>(k, n, 26);
+      double lo = 0, hi = 0;
+      bool any = false;
+      for (T v : x) {
+        if (!finite(v)) continue;
+        lo = any ? std::min(lo, to_d(v)) : to_d(v);
+        hi = any ? std::max(hi, to_d(v)) : to_d(v);
+        any = true;
+      }
+      for (int t : {1, 2, 3, 0}) {
+        g_ctx = fmt("finite_range %s n=%zu kind=%s threads=%d", tname<T>(), n, kind_name(k), t);
+        const fz::FiniteRange r = fz::finite_range(x.data(), dtype_of<T>(), n, t);
+        CHECK(r.any_finite == any);
+        if (any) CHECK_MSG(r.min == lo && r.max == hi, fmt("[%.17g, %.17g] want [%.17g, %.17g]", r.min, r.max, lo, hi));
+      }
+    }
+  }
+}
+
 // --digest: a hash of the streams and decoded values of a fixed set of inputs, printed so the
 // test driver can check that builds with different kernels (scalar, AVX2) and optimisation levels
 // produce byte-identical streams and values.
@@ -829,6 +1237,40 @@ template <typename T> static uint64_t digest_cases(uint64_t h) {
         h = fnv1a(h, s.data(), s.size());
         h = fnv1a(h, y.data(), y.size() * sizeof(T));
       }
+    }
+  }
+  return h;
+}
+
+// Version-2 features: lossless streams with each codec, constant runs (repeats).
+template <typename T> static uint64_t digest_v2(uint64_t h) {
+  auto add = [&](const std::vector<T>& x, const fz::CompressParams& p) {
+    const Bytes s = compress_exact(x, p);
+    const std::vector<T> y = decompress_exact<T>(s, x.size(), 2);
+    h = fnv1a(h, s.data(), s.size());
+    h = fnv1a(h, y.data(), y.size() * sizeof(T));
+  };
+  for (fz::LosslessCodec codec : {fz::LosslessCodec::None, fz::LosslessCodec::Auto}) {
+    for (size_t n : {(size_t)33, (size_t)5121, (size_t)20011}) {
+      for (Kind k : {Kind::Smooth, Kind::Specials, Kind::RandomBits, Kind::Steps, Kind::Denormals}) {
+        fz::CompressParams p;
+        p.error_bound = 0.0;
+        p.lossless_codec = codec;
+        p.threads = 2;
+        add(make_data<T>(k, n, 27), p);
+      }
+      fz::CompressParams p;
+      p.lossless_codec = codec;
+      add(lossless_specials<T>(n), p);
+    }
+  }
+  for (uint64_t seed : {1, 2}) {
+    for (double eb : {0.0, 1e-2}) {
+      fz::CompressParams p;
+      p.error_bound = eb;
+      p.chunk_len = 32;
+      p.threads = 3;
+      add(const_runs_data<T>(seed, 32), p);
     }
   }
   return h;
@@ -937,9 +1379,19 @@ int main(int argc, char** argv) {
     uint64_t h = 0xCBF29CE484222325ull;
     h = digest_cases<float>(h);
     h = digest_cases<double>(h);
-    std::printf("DIGEST %016llx\n", (unsigned long long)h);
+    h = digest_cases<F16>(h);
+    h = digest_cases<BF16>(h);
+    h = digest_v2<float>(h);
+    h = digest_v2<double>(h);
+    h = digest_v2<F16>(h);
+    h = digest_v2<BF16>(h);
+    // Which lossless codec the streams used: builds compared must agree on it too.
+    const bool zstd = fz::lossless_codec_available(fz::LosslessCodec::ShuffleZstd);
+    std::printf("DIGEST %016llx zstd=%d\n", (unsigned long long)h, zstd ? 1 : 0);
     return 0;
   }
+  std::printf("lossless codec 1 (zstd) in this build: %s\n",
+              fz::lossless_codec_available(fz::LosslessCodec::ShuffleZstd) ? "yes" : "no");
   const auto t0 = std::chrono::steady_clock::now();
   auto step = [&](const char* name, void (*fn)()) {
     const auto a = std::chrono::steady_clock::now();
@@ -968,6 +1420,30 @@ int main(int argc, char** argv) {
   step("matrix<f64>", test_matrix<double>);
   step("chunk_lengths<f32>", test_chunk_lengths<float>);
   step("chunk_lengths<f64>", test_chunk_lengths<double>);
+  step("shape<f16>", test_shape<F16>);
+  step("shape<bf16>", test_shape<BF16>);
+  step("max_size<f16>", test_max_size<F16>);
+  step("max_size<bf16>", test_max_size<BF16>);
+  step("finite_range<f16>", test_finite_range_half<F16>);
+  step("finite_range<bf16>", test_finite_range_half<BF16>);
+  step("matrix<f16>", test_matrix<F16>);
+  step("matrix<bf16>", test_matrix<BF16>);
+  step("chunk_lengths<f16>", test_chunk_lengths<F16>);
+  step("chunk_lengths<bf16>", test_chunk_lengths<BF16>);
+  step("half_bounds<f16>", test_half_precision_bounds<F16>);
+  step("half_bounds<bf16>", test_half_precision_bounds<BF16>);
+  step("constant<f32>", test_constant<float>);
+  step("constant<f64>", test_constant<double>);
+  step("constant<f16>", test_constant<F16>);
+  step("constant<bf16>", test_constant<BF16>);
+  step("constant_runs<f32>", test_constant_runs<float>);
+  step("constant_runs<f64>", test_constant_runs<double>);
+  step("constant_runs<f16>", test_constant_runs<F16>);
+  step("constant_runs<bf16>", test_constant_runs<BF16>);
+  step("lossless<f32>", test_lossless<float>);
+  step("lossless<f64>", test_lossless<double>);
+  step("lossless<f16>", test_lossless<F16>);
+  step("lossless<bf16>", test_lossless<BF16>);
   if (quick) {
     step("large<f32> (quick)", [] { test_large<float>(true); });
     step("large<f64> (quick)", [] { test_large<double>(true); });

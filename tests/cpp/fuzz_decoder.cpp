@@ -8,20 +8,35 @@
 //
 // Families of inputs, chosen at random per iteration from a seeded PRNG:
 //   random      random byte strings of length 0..4096 (some with a plausible header prefix)
-//   mutated     valid streams (both dtypes, many sizes/bounds/chunk lengths, outliers, raw and
-//               encoded chunks) with bit flips, byte sets, truncation, extension, insertion,
+//   mutated     valid streams with bit flips, byte sets, truncation, extension, insertion,
 //               deletion, chunk-table edits, header-field edits (count, chunk_len, eb, bin, ndim,
-//               total bytes, ...), chunk swaps and splices. The format carries CRC-32C checksums
-//               over the header+table and over every chunk, so each of these must be rejected:
-//               a mutated stream that decodes to values different from the original is a FAILURE
-//               (one that decodes to identical values is counted and reported).
-//   resealed    the same edits, plus structural edits inside chunks (mode, q_start, outlier
-//               count and indices, code lengths, chunk resizing), after which the checksums and
-//               the recorded total are recomputed. These may legitimately decode; they exercise
-//               the structural validation behind the checksums. Oracle: the entry points agree
-//               (read_info/decompress/decompress_chunk, any thread count, with and without
-//               progress), and any exception is a zccl::fz::StreamError or ArgumentError.
-//   synthesized streams built from scratch with random but well-sealed headers and chunk bodies.
+//               total bytes, version, dtype, lossless codec, ...), chunk swaps and splices. The
+//               corpus: format version 2 streams of all four dtypes (float32/float64/float16/
+//               bfloat16; many sizes/bounds/chunk lengths, outliers, raw and encoded chunks,
+//               constant chunks and repeats, lossless codec 0 and 1 (zstd) chunks), and every
+//               float32/float64 one again as version 1 (encoded chunks rewritten to the v1
+//               layout, constant/repeat/lossless chunks to raw ones; it must decode to exactly
+//               the v2 stream's values). The format carries CRC-32C checksums over the
+//               header+table and over every chunk, so each of these must be rejected: a mutated
+//               stream that decodes to values different from the original is a FAILURE (one
+//               that decodes to identical values is counted and reported).
+//   resealed    the same edits, plus structural edits inside chunks, after which the checksums
+//               (a repeat's: its constant chunk's) and the recorded total are recomputed:
+//               version 1 and 2: mode, q_start, outlier count and indices, chunk resizing;
+//               v1: code lengths; v2: bitmap bits and padding, code lengths (also with the
+//               planes resized to match), constant chunks (value, size, into a repeat, relabel),
+//               repeats (into a constant, size, the repeated chunk relabelled), zstd frames
+//               (truncated, extended, bit flips, hand-made frames of right or wrong size).
+//               These may legitimately decode; they exercise the structural validation behind
+//               the checksums. Oracle: the entry points agree (read_info/decompress/
+//               decompress_chunk, any thread count, with and without progress), and any
+//               exception is a zccl::fz::StreamError or ArgumentError.
+//   synthesized streams built from scratch with random but well-sealed headers and chunk bodies:
+//               version 1 (random structure), and version 2 (every chunk kind and dtype, codec
+//               0/1 with hand-made zstd frames of raw and RLE blocks). A well-formed v2 stream
+//               must decode to exactly the values the format defines (an independent scalar
+//               model of the decoder: Lorenzo sums, C(q) * C(bin) rounded to the half type,
+//               outliers, byte planes); one with a deliberate defect must be refused.
 //
 // On failure the input is written to DIR/fuzz_fail_seed<S>_iter<I>.bin (also from a sanitizer
 // report, through the sanitizer death callback) and the program exits non-zero.
@@ -97,14 +112,21 @@ template <class V> V load(const Bytes& b, size_t off) {
 }
 template <class V> void store(Bytes& b, size_t off, V v) { std::memcpy(b.data() + off, &v, sizeof v); }
 
-// Layout of a stream, as documented in csrc/compress/fzlight_format.h (version 1):
+// Layout of a stream, as documented in csrc/compress/fzlight_format.h (versions 1 and 2):
 //   0 magic[4] | 4 version u8 | 5 dtype u8 | 6 block len u8 | 7 ndim u8 | 8 count u64 | 16 eb f64
-//   | 24 bin f64 | 32 chunk_len u32 | 36 reserved u32 | 40 total bytes u64 | 48 shape u64*ndim
-//   | table (u32 size, u32 crc)*num_chunks | u32 crc of all above | chunks
-// Chunk: u8 mode (0 encoded, 1 raw); encoded: i32 q_start, u32 n_outliers, u8 len per block, ...
+//   | 24 bin f64 | 32 chunk_len u32 | 36 codec u32 (v1: reserved, 0) | 40 total bytes u64
+//   | 48 shape u64*ndim | table (u32 size, u32 crc)*num_chunks | u32 crc of all above | chunks
+// Chunk: u8 mode (0 encoded, 1 raw, v2: 2 constant, 3 lossless = zstd frame of byte planes);
+// encoded: i32 q_start, u32 n_outliers, then v1: u8 len per block; v2: bitmap of nonzero blocks,
+// u8 len per set bit; then planes, outlier indices, outlier values. v2: a table size of 0 repeats
+// the constant chunk before it (CRC: that chunk's 1 + elem bytes).
 constexpr size_t kFixed = 48;
 constexpr size_t kOffNdim = 7, kOffCount = 8, kOffEb = 16, kOffBin = 24, kOffChunkLen = 32,
-                 kOffReserved = 36, kOffTotal = 40;
+                 kOffCodec = 36, kOffTotal = 40;
+
+// Bytes per stored value of a dtype code (unknown codes: 4, for mutations only).
+size_t elem_size(uint8_t dtype_code) { return dtype_code == 2 ? 8 : (dtype_code == 3 || dtype_code == 4) ? 2 : 4; }
+size_t dt_elem(fz::DType dt) { return elem_size(static_cast<uint8_t>(dt)); }
 
 struct Layout {
   bool ok = false;
@@ -143,6 +165,19 @@ Layout layout_of(const Bytes& b) {
   return L;
 }
 
+// The bytes chunk c's CRC covers: its own, or for a repeat (size 0, version 2) the 1 + elem bytes
+// that end where it starts. Returns false when they are not inside `b`.
+bool crc_span(const Bytes& b, const Layout& L, uint64_t c, size_t& at, size_t& n) {
+  at = L.off[c];
+  n = L.size[c];
+  if (n == 0 && b[4] != 1) {
+    n = 1 + elem_size(b[5]);
+    if (at < n) return false;
+    at -= n;
+  }
+  return at + n <= b.size();
+}
+
 // Recomputes every checksum that can be recomputed (chunks that fit, then the header).
 void reseal(Bytes& b, bool fix_total) {
   Layout L = layout_of(b);
@@ -156,14 +191,101 @@ void reseal(Bytes& b, bool fix_total) {
     store<uint64_t>(b, kOffTotal, end);
   }
   for (uint64_t c = 0; c < L.nchunks; ++c) {
-    if (L.off[c] + L.size[c] <= b.size()) {
-      store<uint32_t>(b, L.table + 8 * c + 4, crc32c(b.data() + L.off[c], L.size[c]));
-    }
+    size_t at, n;
+    if (crc_span(b, L, c, at, n)) store<uint32_t>(b, L.table + 8 * c + 4, crc32c(b.data() + at, n));
   }
   store<uint32_t>(b, L.hdr_crc, crc32c(b.data(), L.hdr_crc));
 }
 
-size_t elem_size(uint8_t dtype_code) { return dtype_code == 2 ? 8 : 4; }
+// ------------------------------------------------------------------------------------------------
+// Half types and zstd frames, written here independently of the library.
+
+// float -> IEEE binary16 / bfloat16, round to nearest even (the decoder's narrowing).
+uint16_t f32_to_f16(float x) {
+  const double v = x;
+  if (std::isnan(v)) return 0x7E00;
+  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  const double a = std::fabs(v);
+  if (a >= 65520.0) return static_cast<uint16_t>(sign | 0x7C00);
+  if (a < std::ldexp(1.0, -14)) {
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(std::ldexp(a, 24))));
+  }
+  int e;
+  const double f = std::frexp(a, &e);
+  double mant = std::nearbyint((2.0 * f - 1.0) * 1024.0);
+  int ex = e - 1;
+  if (mant == 1024.0) {
+    mant = 0;
+    ++ex;
+  }
+  if (ex > 15) return static_cast<uint16_t>(sign | 0x7C00);
+  return static_cast<uint16_t>(sign | ((ex + 15) << 10) | static_cast<uint16_t>(mant));
+}
+uint16_t f32_to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// A zstd frame (RFC 8878) of raw and RLE blocks holding `data`, with its content size recorded
+// (single segment): runs of >= 8 equal bytes become RLE blocks. `lie` adds to the recorded size.
+Bytes zstd_frame(const Bytes& data, int64_t lie = 0) {
+  const uint64_t fcs = static_cast<uint64_t>(static_cast<int64_t>(data.size()) + lie);
+  Bytes f = {0x28, 0xB5, 0x2F, 0xFD};
+  if (fcs < 256) {
+    f.push_back(0x20);
+    f.push_back(static_cast<uint8_t>(fcs));
+  } else if (fcs < 65536 + 256) {
+    f.push_back(0x60);
+    f.push_back(static_cast<uint8_t>(fcs - 256));
+    f.push_back(static_cast<uint8_t>((fcs - 256) >> 8));
+  } else {
+    f.push_back(0xA0);
+    for (int k = 0; k < 4; ++k) f.push_back(static_cast<uint8_t>(fcs >> (8 * k)));
+  }
+  constexpr size_t kMaxBlock = 128 * 1024;
+  struct Block { bool rle; size_t at, n; };
+  std::vector<Block> blocks;
+  size_t lit = 0, i = 0;  // literal run start, cursor
+  auto flush = [&](size_t end) {
+    for (size_t a = lit; a < end; a += kMaxBlock) blocks.push_back({false, a, std::min(kMaxBlock, end - a)});
+  };
+  while (i < data.size()) {
+    size_t j = i;
+    while (j < data.size() && data[j] == data[i] && j - i < kMaxBlock) ++j;
+    if (j - i >= 8) {
+      flush(i);
+      blocks.push_back({true, i, j - i});
+      lit = j;
+    }
+    i = j;
+  }
+  flush(data.size());
+  if (blocks.empty()) blocks.push_back({false, 0, 0});
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const Block& bl = blocks[k];
+    const uint32_t h = (k + 1 == blocks.size() ? 1u : 0u) | (bl.rle ? 2u : 0u) | static_cast<uint32_t>(bl.n << 3);
+    f.push_back(static_cast<uint8_t>(h));
+    f.push_back(static_cast<uint8_t>(h >> 8));
+    f.push_back(static_cast<uint8_t>(h >> 16));
+    if (bl.rle) {
+      f.push_back(data[bl.at]);
+    } else {
+      f.insert(f.end(), data.begin() + static_cast<std::ptrdiff_t>(bl.at),
+               data.begin() + static_cast<std::ptrdiff_t>(bl.at + bl.n));
+    }
+  }
+  return f;
+}
+
+// The values whose codec-1 byte planes (byte k of every value, k = 0..) are `planes`.
+Bytes values_of(const Bytes& planes, size_t m, size_t elem) {
+  Bytes v(m * elem);
+  for (size_t k = 0; k < elem; ++k)
+    for (size_t i = 0; i < m; ++i) v[i * elem + k] = planes[k * m + i];
+  return v;
+}
 
 std::string g_out_dir = ".";
 uint64_t g_seed = 1, g_iter = 0;
@@ -175,6 +297,7 @@ Bytes g_current;      // the current input, dumped on failure
 
 struct Entry {
   std::string name;
+  uint8_t version = 2;
   fz::DType dt;
   uint64_t count;
   uint32_t chunk_len;
@@ -212,6 +335,10 @@ template <class T> std::vector<T> gen(const std::string& kind, size_t n, Rng& r)
       continue;
     } else if (kind == "const") {
       v = 1.25;
+    } else if (kind == "construns") {  // 64-value segments: runs of 3 equal levels, some varied
+      const uint64_t level = (i / 64 / 3) % 5;
+      v = level == 0 ? 0.0 : level == 1 ? -0.0 : level == 2 ? 1.25 : level == 3 ? Lim::quiet_NaN()
+          : std::sin(di * 0.1);
     } else {
       v = 0;
     }
@@ -220,15 +347,40 @@ template <class T> std::vector<T> gen(const std::string& kind, size_t n, Rng& r)
   return x;
 }
 
-template <class T>
-Entry make_entry(const std::string& kind, size_t n, double eb, uint32_t cl, Rng& r,
-                 const std::vector<uint64_t>* shape = nullptr) {
-  const fz::DType dt = sizeof(T) == 4 ? fz::DType::Float32 : fz::DType::Float64;
-  const std::vector<T> x = gen<T>(kind, n, r);
+// The values of a corpus input as stored bytes; half types: the float data rounded to the type
+// ("bits": random 16-bit patterns).
+Bytes gen_bytes(fz::DType dt, const std::string& kind, size_t n, Rng& r) {
+  Bytes out(n * dt_elem(dt));
+  if (dt == fz::DType::Float64) {
+    const std::vector<double> x = gen<double>(kind, n, r);
+    if (n) std::memcpy(out.data(), x.data(), out.size());
+  } else if (dt == fz::DType::Float32) {
+    const std::vector<float> x = gen<float>(kind, n, r);
+    if (n) std::memcpy(out.data(), x.data(), out.size());
+  } else {
+    const std::vector<float> x = gen<float>(kind, n, r);
+    for (size_t i = 0; i < n; ++i) {
+      const uint16_t h = kind == "bits" ? static_cast<uint16_t>(r.next())
+                         : dt == fz::DType::Float16 ? f32_to_f16(x[i]) : f32_to_bf16(x[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+const char* dt_name(fz::DType dt) {
+  return dt == fz::DType::Float32 ? "f32" : dt == fz::DType::Float64 ? "f64" : dt == fz::DType::Float16 ? "f16" : "bf16";
+}
+
+Entry make_entry(fz::DType dt, const std::string& kind, size_t n, double eb, uint32_t cl, Rng& r,
+                 const std::vector<uint64_t>* shape = nullptr,
+                 fz::LosslessCodec codec = fz::LosslessCodec::Auto) {
+  const Bytes x = gen_bytes(dt, kind, n, r);
   fz::CompressParams p;
   p.error_bound = eb;
   p.chunk_len = cl;
   p.threads = 1;
+  p.lossless_codec = codec;
   if (shape) p.shape = *shape;
   const size_t ndim = shape ? shape->size() : 1;
   g_desc = "building the corpus: compressing " + kind + " n=" + std::to_string(n) + " (not a fuzz input)";
@@ -238,18 +390,84 @@ Entry make_entry(const std::string& kind, size_t n, double eb, uint32_t cl, Rng&
   dst.resize(len);
   Entry e;
   char name[160];
-  std::snprintf(name, sizeof name, "%s n=%zu eb=%g cl=%u kind=%s ndim=%zu", sizeof(T) == 4 ? "f32" : "f64",
-                n, eb, cl, kind.c_str(), ndim);
+  std::snprintf(name, sizeof name, "%s n=%zu eb=%g cl=%u kind=%s ndim=%zu codec=%u", dt_name(dt), n, eb, cl,
+                kind.c_str(), ndim, static_cast<unsigned>(codec));
   e.name = name;
   e.dt = dt;
   e.count = n;
   e.chunk_len = cl;
   e.stream = dst;
-  e.decoded.resize(n * sizeof(T));
-  std::vector<T> y(n);
-  fz::decompress(dst.data(), len, y.data(), n, 1);
-  if (n) std::memcpy(e.decoded.data(), y.data(), n * sizeof(T));
+  e.decoded.resize(n * dt_elem(dt));
+  fz::decompress(dst.data(), len, e.decoded.data(), n, 1);
   return e;
+}
+
+template <class T>
+Entry make_entry(const std::string& kind, size_t n, double eb, uint32_t cl, Rng& r,
+                 const std::vector<uint64_t>* shape = nullptr) {
+  return make_entry(sizeof(T) == 4 ? fz::DType::Float32 : fz::DType::Float64, kind, n, eb, cl, r, shape);
+}
+
+// The same values as a version-1 stream: encoded chunks rewritten from the bitmap layout to one
+// length byte per block; constant, repeat and lossless chunks become raw chunks of the decoded
+// values; codec field 0. It must decode to exactly the version-2 stream's values.
+Entry downgrade_to_v1(const Entry& e) {
+  const Layout L = layout_of(e.stream);
+  const size_t elem = dt_elem(e.dt);
+  Bytes b(e.stream.begin(), e.stream.begin() + static_cast<std::ptrdiff_t>(L.data));
+  b[4] = 1;
+  store<uint32_t>(b, kOffCodec, 0);
+  for (uint64_t c = 0; c < L.nchunks; ++c) {
+    const uint32_t m = static_cast<uint32_t>(std::min<uint64_t>(L.chunk_len, L.count - c * L.chunk_len));
+    const uint32_t nblocks = (m + 31) / 32;
+    const uint8_t* src = e.stream.data() + L.off[c];
+    const size_t sz = L.size[c];
+    Bytes ch;
+    if (sz > 0 && src[0] == 0) {  // encoded: bitmap + lengths -> a length per block
+      const uint32_t bm = (nblocks + 7) / 8;
+      ch.assign(src, src + 9);
+      size_t k = 9 + bm;
+      for (uint32_t blk = 0; blk < nblocks; ++blk) {
+        ch.push_back(((src[9 + blk / 8] >> (blk % 8)) & 1u) ? src[k++] : 0);
+      }
+      ch.insert(ch.end(), src + k, src + sz);
+    } else if (sz > 0 && src[0] == 1) {
+      ch.assign(src, src + sz);
+    } else {  // constant, repeat, lossless: raw
+      ch.push_back(1);
+      const uint8_t* v = e.decoded.data() + c * L.chunk_len * elem;
+      ch.insert(ch.end(), v, v + static_cast<size_t>(m) * elem);
+    }
+    store<uint32_t>(b, L.table + 8 * c, static_cast<uint32_t>(ch.size()));
+    b.insert(b.end(), ch.begin(), ch.end());
+  }
+  reseal(b, true);
+  Entry v1 = e;
+  v1.name = "v1<-" + e.name;
+  v1.version = 1;
+  v1.stream = b;
+  return v1;
+}
+
+// Version-2 features: constant runs and repeats, lossless codecs, half types.
+void add_v2_entries(std::vector<Entry>& corpus, fz::DType dt, Rng& r) {
+  using C = fz::LosslessCodec;
+  corpus.push_back(make_entry(dt, "construns", 64 * 30 + 17, 1e-2, 64, r));
+  corpus.push_back(make_entry(dt, "construns", 64 * 30 + 17, 0.0, 64, r));
+  corpus.push_back(make_entry(dt, "smooth", 3000, 0.0, 1024, r));                     // codec 1
+  corpus.push_back(make_entry(dt, "smooth", 700, 0.0, 256, r, nullptr, C::None));     // raw chunks
+  corpus.push_back(make_entry(dt, "zero", 5120 * 6 + 3, 1e-3, 5120, r));              // repeats
+  corpus.push_back(make_entry(dt, "const", 2048, 1e-1, 256, r));
+  if (dt == fz::DType::Float16 || dt == fz::DType::BFloat16) {
+    corpus.push_back(make_entry(dt, "outliers", 700, 1e-2, 64, r));
+    corpus.push_back(make_entry(dt, "smooth", 3000, 1e-3, 1024, r));
+    corpus.push_back(make_entry(dt, "steps", 2100, 1.0, 512, r));
+    corpus.push_back(make_entry(dt, "bits", 400, 0.0, 96, r));
+    corpus.push_back(make_entry(dt, "bits", 300, 1e-3, 128, r));
+    corpus.push_back(make_entry(dt, "noise", 300, 1e-4, 32, r));
+    const std::vector<uint64_t> shp = {7, 111};
+    corpus.push_back(make_entry(dt, "outliers", 777, 1e-1, 160, r, &shp));
+  }
 }
 
 template <class T> void add_entries(std::vector<Entry>& corpus, Rng& r) {
@@ -289,6 +507,8 @@ struct Stats {
   uint64_t iters = 0, decodes = 0, lib_errors = 0, successes = 0;
   uint64_t plain = 0, plain_threw = 0, plain_identical = 0, mutated_decodes = 0;
   uint64_t resealed = 0, resealed_decoded = 0, random = 0, synthesized = 0, synth_decoded = 0;
+  uint64_t synth_v2 = 0, synth_v2_valid = 0, synth_v2_checked = 0, synth_v2_invalid = 0;
+  uint64_t corpus_v1 = 0, corpus_v2 = 0;
 };
 
 Stats g_stats;
@@ -394,7 +614,7 @@ DecodeResult decode_all(const Bytes& in, uint64_t expect_count, fz::DType expect
     if (res.info.shape.size() > fz::kMaxDims) fail("read_info: ndim > kMaxDims");
     if (count > kMaxDecodeValues) count = expect_count;  // keep allocations modest
   }
-  res.elem = dt == fz::DType::Float64 ? 8 : 4;
+  res.elem = dt_elem(dt);
   res.dst_count = count;
 
   // Whole-stream decode into exactly dst_count values.
@@ -563,10 +783,18 @@ const char* edit_header_field(Bytes& b, Rng& r) {
       return "ndim";
     }
     case 5: store<uint64_t>(b, kOffTotal, interesting_u64(r, load<uint64_t>(b, kOffTotal))); return "total";
-    case 6: b[5] = static_cast<uint8_t>(r.chance(2) ? (b[5] ^ 3) : r.next()); return "dtype";
-    case 7: b[4] = static_cast<uint8_t>(r.next()); return "version";
+    case 6: {
+      const uint64_t k = r.below(3);
+      b[5] = static_cast<uint8_t>(k == 0 ? (b[5] ^ 3) : k == 1 ? 1 + r.below(4) : r.next());
+      return "dtype";
+    }
+    case 7: b[4] = static_cast<uint8_t>(r.chance(2) ? 1 + r.below(2) : r.next()); return "version";
     case 8: b[6] = static_cast<uint8_t>(r.chance(2) ? 64 : r.next()); return "block_len";
-    case 9: store<uint32_t>(b, kOffReserved, static_cast<uint32_t>(r.next() | 1)); return "reserved";
+    case 9: {  // the lossless codec (version 2; reserved, 0, in version 1)
+      static const uint32_t v[] = {0, 1, 2, 255, 0x80000000u};
+      store<uint32_t>(b, kOffCodec, r.chance(2) ? v[r.below(5)] : static_cast<uint32_t>(r.next()));
+      return "codec";
+    }
     default: b[r.below(4)] ^= static_cast<uint8_t>(1 + r.below(255)); return "magic";
   }
 }
@@ -585,8 +813,9 @@ bool edit_table(Bytes& b, Rng& r) {
   return true;
 }
 
-// Structural edits inside one chunk (meaningful once resealed).
-bool edit_chunk_structure(Bytes& b, Rng& r, std::string& what) {
+// Structural edits inside one chunk (meaningful once resealed), version-1 layout (and the edits
+// that do not depend on the version).
+bool edit_chunk_structure_v1(Bytes& b, Rng& r, std::string& what) {
   const Layout L = layout_of(b);
   if (!L.ok || L.nchunks == 0) return false;
   const uint64_t c = r.below(L.nchunks);
@@ -693,6 +922,216 @@ bool edit_chunk_structure(Bytes& b, Rng& r, std::string& what) {
       what = "chunk payload";
       return true;
     }
+  }
+}
+
+// Structural edits of version-2 chunks (meaningful once resealed): repeats, constant chunks,
+// lossless (zstd) frames, and the bitmap + lengths of encoded chunks. Other chunks, and a third
+// of the time any chunk, get the version-independent edits.
+bool edit_chunk_structure(Bytes& b, Rng& r, std::string& what) {
+  if (b.size() < kFixed || b[4] == 1 || r.chance(3)) return edit_chunk_structure_v1(b, r, what);
+  const Layout L = layout_of(b);
+  if (!L.ok || L.nchunks == 0) return false;
+  const uint64_t c = r.below(L.nchunks);
+  const size_t off = L.off[c], sz = L.size[c];
+  if (off + sz > b.size()) return false;
+  const size_t elem = elem_size(b[5]);
+  const uint32_t m = static_cast<uint32_t>(std::min<uint64_t>(L.chunk_len, L.count - c * L.chunk_len));
+  const uint32_t nblocks = (m + 31) / 32;
+  auto set_size = [&](size_t n) { store<uint32_t>(b, L.table + 8 * c, static_cast<uint32_t>(n)); };
+  auto insert = [&](size_t pos, const Bytes& ins) {
+    b.insert(b.begin() + static_cast<std::ptrdiff_t>(pos), ins.begin(), ins.end());
+  };
+  auto erase = [&](size_t pos, size_t n) {
+    b.erase(b.begin() + static_cast<std::ptrdiff_t>(pos), b.begin() + static_cast<std::ptrdiff_t>(pos + n));
+  };
+  auto random_bytes = [&](size_t n) {
+    Bytes x(n);
+    for (auto& v : x) v = static_cast<uint8_t>(r.next());
+    return x;
+  };
+  static const uint8_t kOtherModes[] = {0, 1, 2, 3, 4, 0xFF};
+  if (sz == 0) {  // a repeat
+    switch (r.below(4)) {
+      case 0: {  // a constant chunk of its own: the bytes it repeats, or another value
+        Bytes ch = random_bytes(1 + elem);
+        ch[0] = 2;
+        if (off >= L.data + 1 + elem && r.chance(2)) ch.assign(b.begin() + static_cast<std::ptrdiff_t>(off - 1 - elem), b.begin() + static_cast<std::ptrdiff_t>(off));
+        insert(off, ch);
+        set_size(1 + elem);
+        what = "repeat -> constant";
+        return true;
+      }
+      case 1:
+        set_size(1 + r.below(2 + elem));
+        what = "repeat size";
+        return true;
+      case 2:  // the chunk it repeats relabelled
+        if (off < L.data + 1 + elem) return false;
+        b[off - 1 - elem] = kOtherModes[r.below(6)];
+        what = "repeated chunk relabelled";
+        return true;
+      default:  // the repeated value (both chunks change: decodes to another constant)
+        if (off < L.data + 1 + elem) return false;
+        b[off - elem + r.below(elem)] ^= static_cast<uint8_t>(1u << r.below(8));
+        what = "repeated value";
+        return true;
+    }
+  }
+  const uint8_t mode = b[off];
+  if (mode == 2) {  // constant
+    switch (r.below(4)) {
+      case 0:
+        if (sz < 2) return false;
+        b[off + 1 + r.below(sz - 1)] ^= static_cast<uint8_t>(1u << r.below(8));
+        what = "constant value";
+        return true;
+      case 1:
+        erase(off, sz);
+        set_size(0);
+        what = "constant -> repeat";
+        return true;
+      case 2:  // one byte more or less
+        if (r.chance(2) || sz < 2) {
+          insert(off + sz, random_bytes(1));
+          set_size(sz + 1);
+        } else {
+          erase(off + sz - 1, 1);
+          set_size(sz - 1);
+        }
+        what = "constant size";
+        return true;
+      default:
+        b[off] = kOtherModes[r.below(6)];
+        what = "constant relabelled";
+        return true;
+    }
+  }
+  if (mode == 3) {  // lossless: a zstd frame
+    switch (r.below(5)) {
+      case 0: {
+        if (sz < 2) return false;
+        const size_t k = 1 + r.below(std::min<size_t>(8, sz - 1));
+        erase(off + sz - k, k);
+        set_size(sz - k);
+        what = "zstd frame truncated";
+        return true;
+      }
+      case 1: {
+        static const uint8_t kEmpty[] = {0x28, 0xB5, 0x2F, 0xFD, 0x20, 0x00, 0x01, 0x00, 0x00};
+        Bytes tail = r.chance(2) ? random_bytes(1 + r.below(8)) : Bytes(kEmpty, kEmpty + sizeof kEmpty);
+        insert(off + sz, tail);
+        set_size(sz + tail.size());
+        what = "zstd frame + bytes";
+        return true;
+      }
+      case 2:
+        flip_bits(b, r, off + 1, off + sz);
+        what = "zstd frame bits";
+        return true;
+      case 3: {  // a hand-made frame of random RLE-friendly planes, its size told right or wrong
+        Bytes planes(static_cast<size_t>(m) * elem);
+        for (size_t k = 0; k < planes.size(); k += 16) {
+          const uint8_t v = static_cast<uint8_t>(r.next());
+          for (size_t i = k; i < std::min(planes.size(), k + 16); ++i) planes[i] = v;
+        }
+        const int64_t lie = r.chance(2) ? 0 : static_cast<int64_t>(r.below(5)) - 2;
+        Bytes ch = zstd_frame(planes, lie);
+        ch.insert(ch.begin(), 3);
+        erase(off, sz);
+        insert(off, ch);
+        set_size(ch.size());
+        what = "zstd frame by hand";
+        return true;
+      }
+      default:
+        b[off] = kOtherModes[r.below(6)];
+        what = "lossless chunk relabelled";
+        return true;
+    }
+  }
+  if (mode != 0) return edit_chunk_structure_v1(b, r, what);
+  // Encoded, version-2 layout.
+  const uint32_t bm = (nblocks + 7) / 8;
+  if (sz < 9 + bm) return false;
+  std::vector<uint32_t> set;  // nonzero blocks
+  for (uint32_t blk = 0; blk < nblocks; ++blk) {
+    if ((b[off + 9 + blk / 8] >> (blk % 8)) & 1u) set.push_back(blk);
+  }
+  const size_t len_at = off + 9 + bm;
+  if (sz < 9 + bm + set.size()) return false;
+  const size_t planes_at = len_at + set.size();
+  auto plane_offset = [&](size_t k) {  // where the planes of the k-th nonzero block start
+    size_t at = planes_at;
+    for (size_t j = 0; j < k; ++j) at += 4u * (b[len_at + j] + 1u);
+    return at;
+  };
+  switch (r.below(6)) {
+    case 0: {
+      const uint32_t blk = static_cast<uint32_t>(r.below(nblocks));
+      b[off + 9 + blk / 8] ^= static_cast<uint8_t>(1u << (blk % 8));
+      what = "bitmap bit";
+      return true;
+    }
+    case 1: {  // a padding bit past the last block (no padding: any bit of the last byte)
+      const uint32_t used = nblocks % 8;
+      const uint32_t bit = used ? used + static_cast<uint32_t>(r.below(8 - used)) : static_cast<uint32_t>(r.below(8));
+      b[off + 9 + bm - 1] |= static_cast<uint8_t>(1u << bit);
+      what = "bitmap padding";
+      return true;
+    }
+    case 2: {
+      if (set.empty()) return false;
+      const size_t i = len_at + r.below(set.size());
+      static const uint8_t v[] = {0, 1, 30, 31, 32, 33, 64, 255};
+      b[i] = r.chance(2) ? v[r.below(8)] : static_cast<uint8_t>(b[i] + r.below(5) - 2);
+      what = "code length (v2)";
+      return true;
+    }
+    case 3: {  // a code length change compensated in the planes: the sizes still add up
+      if (set.empty()) return false;
+      const size_t k = r.below(set.size());
+      const int old_len = b[len_at + k];
+      const int new_len = r.chance(8) ? static_cast<int>(r.chance(2) ? 0 : 32 + r.below(224))
+                                      : static_cast<int>(1 + r.below(31));
+      const int64_t delta = 4 * (static_cast<int64_t>(new_len) + (new_len ? 1 : 0)) - 4 * (old_len + (old_len ? 1 : 0));
+      const size_t at = plane_offset(k);
+      if (at > off + sz) return false;  // lengths that overrun the chunk (an earlier edit)
+      if (delta > 0) {
+        insert(at, random_bytes(static_cast<size_t>(delta)));
+      } else if (delta < 0) {
+        if (at + static_cast<size_t>(-delta) > off + sz) return false;
+        erase(at, static_cast<size_t>(-delta));
+      }
+      b[len_at + k] = static_cast<uint8_t>(new_len);
+      set_size(static_cast<size_t>(static_cast<int64_t>(sz) + delta));
+      what = "code length (v2, size-compensated)";
+      return true;
+    }
+    case 4: {  // a block's bit flipped with its length byte and planes added or removed
+      const uint32_t blk = static_cast<uint32_t>(r.below(nblocks));
+      const size_t k = static_cast<size_t>(std::lower_bound(set.begin(), set.end(), blk) - set.begin());
+      const bool was_set = k < set.size() && set[k] == blk;
+      if (was_set) {
+        const size_t at = plane_offset(k), n = 4u * (b[len_at + k] + 1u);
+        if (at + n > off + sz) return false;
+        erase(at, n);
+        erase(len_at + k, 1);
+        set_size(sz - n - 1);
+      } else {
+        const uint8_t len = static_cast<uint8_t>(1 + r.below(r.chance(4) ? 31 : 6));
+        const size_t at = plane_offset(k);
+        if (at > off + sz) return false;
+        insert(at, random_bytes(4u * (len + 1u)));
+        insert(len_at + k, Bytes{len});
+        set_size(sz + 4u * (len + 1u) + 1);
+      }
+      b[off + 9 + blk / 8] ^= static_cast<uint8_t>(1u << (blk % 8));
+      what = "bitmap bit (size-compensated)";
+      return true;
+    }
+    default:
+      return edit_chunk_structure_v1(b, r, what);  // q_start, outliers, payload, ...
   }
 }
 
@@ -834,7 +1273,8 @@ void run_resealed(Rng& r, const std::vector<Entry>& corpus) {
   if (d.full_ok) ++g_stats.resealed_decoded;
 }
 
-// A stream from scratch: random header in valid ranges, random chunk bodies, valid checksums.
+// A version-1 stream from scratch: random header in valid ranges, random chunk bodies, valid
+// checksums.
 void run_synthesized(Rng& r) {
   ++g_stats.synthesized;
   const uint8_t dtype = r.chance(2) ? 1 : 2;
@@ -915,6 +1355,284 @@ void run_synthesized(Rng& r) {
   if (d.full_ok) ++g_stats.synth_decoded;
 }
 
+// The value a version-2 decoder writes for code q: S(C(q) * C(bin)) (fzlight_format.h).
+void model_value(uint8_t dtype, double bin, int32_t q, uint8_t* dst) {
+  if (dtype == 2) {
+    const double v = static_cast<double>(q) * bin;
+    std::memcpy(dst, &v, 8);
+    return;
+  }
+  const float f = static_cast<float>(q) * static_cast<float>(bin);
+  if (dtype == 1) {
+    std::memcpy(dst, &f, 4);
+  } else {
+    const uint16_t h = dtype == 3 ? f32_to_f16(f) : f32_to_bf16(f);
+    std::memcpy(dst, &h, 2);
+  }
+}
+
+// Decodes a well-formed version-2 encoded chunk of m values the way the format says (scalar,
+// written from fzlight_format.h): Lorenzo prefix sums of sign/magnitude planes, then outliers.
+void model_encoded(const Bytes& ch, uint32_t m, uint8_t dtype, double bin, uint8_t* out) {
+  const size_t elem = elem_size(dtype);
+  const uint32_t nblocks = (m + 31) / 32, bm = (nblocks + 7) / 8;
+  int32_t q0;
+  uint32_t n_out;
+  std::memcpy(&q0, ch.data() + 1, 4);
+  std::memcpy(&n_out, ch.data() + 5, 4);
+  uint32_t acc = static_cast<uint32_t>(q0);
+  size_t nz = 0;
+  for (uint32_t i = 0; i < bm; ++i) nz += static_cast<size_t>(__builtin_popcount(ch[9 + i]));
+  size_t len_at = 9 + bm, at = 9 + bm + nz;
+  uint8_t tmp[32 * 8];
+  for (uint32_t blk = 0; blk < nblocks; ++blk) {
+    const bool nonzero = (ch[9 + blk / 8] >> (blk % 8)) & 1u;
+    const int len = nonzero ? ch[len_at++] : 0;
+    uint32_t w[33] = {};
+    if (len) std::memcpy(w, ch.data() + at, 4u * (len + 1u));
+    at += len ? 4u * (len + 1u) : 0u;
+    for (int i = 0; i < 32; ++i) {
+      if (len) {
+        uint32_t mag = 0;
+        for (int j = 0; j < len; ++j) mag |= ((w[1 + j] >> i) & 1u) << j;
+        acc += ((w[0] >> i) & 1u) ? 0u - mag : mag;
+      }
+      model_value(dtype, bin, static_cast<int32_t>(acc), tmp + i * elem);
+    }
+    const uint32_t n = std::min<uint32_t>(32, m - 32 * blk);
+    std::memcpy(out + static_cast<size_t>(32) * blk * elem, tmp, n * elem);
+  }
+  for (uint32_t k = 0; k < n_out; ++k) {
+    uint16_t idx;
+    std::memcpy(&idx, ch.data() + at + 2 * k, 2);
+    std::memcpy(out + static_cast<size_t>(idx) * elem, ch.data() + at + 2 * n_out + k * elem, elem);
+  }
+}
+
+// A version-2 stream from scratch: random header, chunks of every kind (raw, constant, repeat,
+// lossless with hand-made zstd frames, encoded in the bitmap layout), valid checksums. Most are
+// well-formed by construction, and must then decode to exactly the model's values (model_encoded
+// for encoded chunks); the others carry one deliberate defect, and must be refused.
+void run_synthesized_v2(Rng& r) {
+  ++g_stats.synth_v2;
+  std::string defect;  // empty: well-formed
+  auto spoil = [&](const char* why) {
+    if (defect.empty()) defect = why;
+  };
+  const bool zstd = fz::lossless_codec_available(fz::LosslessCodec::ShuffleZstd);
+  const uint8_t dtype = static_cast<uint8_t>(1 + r.below(4));
+  const size_t elem = elem_size(dtype);
+  const uint32_t cl = 32u * static_cast<uint32_t>(1 + r.below(r.chance(4) ? 512 : 8));
+  const uint64_t count = r.below(r.chance(4) ? 3 * cl + 1 : 300);
+  const uint64_t nch = count == 0 ? 0 : (count - 1) / cl + 1;
+  size_t ndim = r.below(3);
+  if (ndim == 0 && count != 1 && !r.chance(8)) ndim = 1;
+  std::vector<uint64_t> shape;
+  if (ndim == 1) shape = {count};
+  if (ndim == 2) shape = {1, count};
+  if (r.chance(16)) shape.assign(ndim, r.below(4));  // a wrong shape (or by chance the right one)
+  uint64_t product = 1;
+  for (uint64_t d : shape) product *= d;
+  if (product != count) spoil("shape");
+  const double eb = r.chance(4) ? 0.0 : std::ldexp(1.0, -static_cast<int>(r.below(30)));
+  double bin = eb == 0.0 ? 0.0 : 2.0 * eb * (1.0 - 1.0 / 1024.0);
+  if (dtype != 2) bin = static_cast<double>(static_cast<float>(bin));
+  if (bin != 0.0 && r.chance(24)) {
+    bin = r.chance(2) ? -bin : 3.0 * eb;
+    spoil("bin");
+  }
+  uint32_t codec = eb == 0.0 && r.chance(2) ? 1 : 0;
+  if (r.chance(24)) {
+    codec = r.chance(2) ? 1 : 2 + static_cast<uint32_t>(r.below(300));
+    if (codec > 1 || bin != 0.0) spoil("codec");
+  }
+  if (codec == 1 && !zstd) spoil("codec 1 without zstd");
+  Bytes b(kFixed + 8 * ndim + 8 * nch + 4);
+  b[0] = 'Z'; b[1] = 'C'; b[2] = 'F'; b[3] = 'Z';
+  b[4] = 2;
+  b[5] = dtype;
+  b[6] = 32;
+  b[7] = static_cast<uint8_t>(ndim);
+  store<uint64_t>(b, kOffCount, count);
+  store<double>(b, kOffEb, eb);
+  store<double>(b, kOffBin, bin);
+  store<uint32_t>(b, kOffChunkLen, cl);
+  store<uint32_t>(b, kOffCodec, codec);
+  for (size_t d = 0; d < ndim; ++d) store<uint64_t>(b, kFixed + 8 * d, shape[d]);
+  const size_t table = kFixed + 8 * ndim;
+  Bytes expect(count * elem);
+  enum Kind { Raw, Constant, Repeat, Lossless, Encoded };
+  Kind prev = Raw;
+  Bytes prev_value(elem);
+  auto random_bytes = [&](size_t n) {
+    Bytes x(n);
+    for (auto& v : x) v = static_cast<uint8_t>(r.next());
+    return x;
+  };
+  for (uint64_t c = 0; c < nch; ++c) {
+    const uint32_t m = static_cast<uint32_t>(std::min<uint64_t>(cl, count - c * cl));
+    const uint32_t nblocks = (m + 31) / 32, bm = (nblocks + 7) / 8;
+    const size_t raw_size = 1 + static_cast<size_t>(m) * elem;
+    uint8_t* want = expect.data() + c * cl * elem;
+    std::vector<Kind> ok = {Raw, Constant};
+    if (c > 0 && (prev == Constant || prev == Repeat)) ok.insert(ok.end(), 2, Repeat);
+    if (codec == 1 && bin == 0.0) ok.insert(ok.end(), 2, Lossless);
+    if (bin > 0.0 && codec == 0) ok.insert(ok.end(), 3, Encoded);
+    Kind kind = ok[r.below(ok.size())];
+    if (r.chance(32)) kind = static_cast<Kind>(r.below(5));  // any kind, allowed here or not
+    Bytes ch;
+    switch (kind) {
+      case Raw:
+        ch = random_bytes(raw_size);
+        ch[0] = 1;
+        std::memcpy(want, ch.data() + 1, raw_size - 1);
+        break;
+      case Constant: {
+        ch = random_bytes(1 + elem);
+        ch[0] = 2;
+        if (r.chance(3)) std::fill(ch.begin() + 1, ch.end(), 0);
+        for (uint32_t i = 0; i < m; ++i) std::memcpy(want + i * elem, ch.data() + 1, elem);
+        prev_value.assign(ch.begin() + 1, ch.end());
+        if (r.chance(32)) {  // one byte more or less
+          if (r.chance(2)) ch.push_back(0); else ch.pop_back();
+          spoil("constant chunk size");
+        }
+        break;
+      }
+      case Repeat:
+        for (uint32_t i = 0; i < m; ++i) std::memcpy(want + i * elem, prev_value.data(), elem);
+        break;
+      case Lossless: {
+        // Byte planes with runs (so RLE blocks make the frame smaller than the raw chunk).
+        Bytes planes(static_cast<size_t>(m) * elem);
+        const size_t run = 8 + r.below(64);
+        for (size_t k = 0; k < planes.size(); k += run) {
+          const uint8_t v = static_cast<uint8_t>(r.next());
+          const bool noisy = r.chance(6);
+          for (size_t i = k; i < std::min(planes.size(), k + run); ++i) planes[i] = noisy ? static_cast<uint8_t>(r.next()) : v;
+        }
+        Bytes frame = zstd_frame(planes);
+        if (1 + frame.size() > raw_size) {  // too noisy: one value per plane
+          for (size_t k = 0; k < elem; ++k) std::fill(planes.begin() + k * m, planes.begin() + (k + 1) * m, static_cast<uint8_t>(r.next()));
+          frame = zstd_frame(planes);
+        }
+        if (1 + frame.size() > raw_size) {  // a chunk too small for a frame: raw instead
+          kind = Raw;
+          ch = random_bytes(raw_size);
+          ch[0] = 1;
+          std::memcpy(want, ch.data() + 1, raw_size - 1);
+          break;
+        }
+        ch.push_back(3);
+        ch.insert(ch.end(), frame.begin(), frame.end());
+        const Bytes v = values_of(planes, m, elem);
+        std::memcpy(want, v.data(), v.size());
+        if (r.chance(24)) {
+          switch (r.below(3)) {
+            case 0: ch.pop_back(); spoil("zstd frame truncated"); break;
+            case 1: ch.push_back(static_cast<uint8_t>(r.next() | 1)); spoil("zstd frame + a byte"); break;
+            default: {
+              const int64_t lie = r.chance(2) ? -1 : 1;
+              ch.resize(1);
+              const Bytes f = zstd_frame(planes, lie);
+              ch.insert(ch.end(), f.begin(), f.end());
+              spoil("zstd content size");
+            }
+          }
+        }
+        if (ch.size() > raw_size) spoil("lossless chunk larger than raw");
+        break;
+      }
+      case Encoded: {
+        ch.assign(9 + bm, 0);
+        const int32_t q0 = static_cast<int32_t>(r.chance(2) ? static_cast<int64_t>(r.below(2000)) - 1000 : static_cast<int64_t>(static_cast<int32_t>(r.next())));
+        std::memcpy(ch.data() + 1, &q0, 4);
+        Bytes lens, planes;
+        const int max_len = r.chance(4) ? 31 : 1 + static_cast<int>(r.below(6));
+        for (uint32_t blk = 0; blk < nblocks; ++blk) {
+          if (r.chance(3)) continue;  // a zero block
+          ch[9 + blk / 8] |= static_cast<uint8_t>(1u << (blk % 8));
+          const uint8_t len = static_cast<uint8_t>(1 + r.below(max_len));
+          lens.push_back(len);
+          const Bytes w = random_bytes(4u * (len + 1u));
+          planes.insert(planes.end(), w.begin(), w.end());
+        }
+        std::vector<uint16_t> idx;
+        const uint32_t n_out = static_cast<uint32_t>(r.chance(2) ? 0 : r.below(std::min<uint32_t>(m, 24) + 1));
+        for (uint32_t i = 0; i < m && idx.size() < n_out; ++i) {
+          if (r.below(m - i) < n_out - idx.size()) idx.push_back(static_cast<uint16_t>(i));
+        }
+        const uint32_t n_stored = static_cast<uint32_t>(idx.size());
+        std::memcpy(ch.data() + 5, &n_stored, 4);
+        ch.insert(ch.end(), lens.begin(), lens.end());
+        ch.insert(ch.end(), planes.begin(), planes.end());
+        for (uint16_t i : idx) {
+          ch.push_back(static_cast<uint8_t>(i));
+          ch.push_back(static_cast<uint8_t>(i >> 8));
+        }
+        const Bytes vals = random_bytes(n_stored * elem);
+        ch.insert(ch.end(), vals.begin(), vals.end());
+        if (ch.size() <= raw_size && bin > 0.0) model_encoded(ch, m, dtype, bin, want);
+        if (ch.size() > raw_size) spoil("encoded chunk larger than raw");
+        if (r.chance(24)) {  // one structural defect
+          switch (r.below(5)) {
+            case 0:
+              if (lens.empty()) break;
+              ch[9 + bm + r.below(lens.size())] = r.chance(2) ? 0 : static_cast<uint8_t>(32 + r.below(224));
+              spoil("code length");
+              break;
+            case 1:
+              if (nblocks % 8 == 0) break;
+              ch[9 + bm - 1] |= static_cast<uint8_t>(1u << (nblocks % 8 + r.below(8 - nblocks % 8)));
+              spoil("bitmap padding");
+              break;
+            case 2:
+              if (n_stored < 2) break;
+              std::swap(ch[ch.size() - n_stored * elem - 2 * n_stored], ch[ch.size() - n_stored * elem - 2 * n_stored + 2]);
+              std::swap(ch[ch.size() - n_stored * elem - 2 * n_stored + 1], ch[ch.size() - n_stored * elem - 2 * n_stored + 3]);
+              spoil("outlier order");
+              break;
+            case 3:
+              ch.push_back(0);
+              spoil("encoded chunk one byte long");
+              break;
+            default: {
+              const uint32_t bad = m + 1 + static_cast<uint32_t>(r.below(3));
+              std::memcpy(ch.data() + 5, &bad, 4);
+              spoil("n_outliers");
+            }
+          }
+        }
+        break;
+      }
+    }
+    // (checked on the kind written: a lossless chunk too small for a frame is written raw)
+    if (std::find(ok.begin(), ok.end(), kind) == ok.end()) spoil("chunk kind not allowed here");
+    store<uint32_t>(b, table + 8 * c, static_cast<uint32_t>(ch.size()));
+    b.insert(b.end(), ch.begin(), ch.end());
+    prev = kind;
+  }
+  reseal(b, true);
+  g_desc = "synthesized v2 stream" + (defect.empty() ? std::string(" (well-formed)") : " (defect: " + defect + ")");
+  const fz::DType dt = static_cast<fz::DType>(dtype);
+  const DecodeResult d = decode_all(b, count, dt, r, true);
+  if (d.full_ok) ++g_stats.synth_decoded;
+  if (defect.empty()) {
+    ++g_stats.synth_v2_valid;
+    if (!d.full_ok) fail("a well-formed synthesized version-2 stream was refused");
+    if (d.full != expect) {
+      size_t i = 0;
+      while (i < expect.size() && d.full[i] == expect[i]) ++i;
+      fail("a well-formed synthesized version-2 stream decoded to other values than the format's "
+           "(first differing byte " + std::to_string(i) + ", value " + std::to_string(i / elem) + ")");
+    }
+    ++g_stats.synth_v2_checked;
+  } else {
+    ++g_stats.synth_v2_invalid;
+    if (d.full_ok) fail("a synthesized version-2 stream with a defect (" + defect + ") was accepted");
+  }
+}
+
 // Self-check of the layout assumptions against the library on the valid corpus.
 void check_corpus(const std::vector<Entry>& corpus, Rng& r) {
   for (const Entry& e : corpus) {
@@ -925,15 +1643,20 @@ void check_corpus(const std::vector<Entry>& corpus, Rng& r) {
         load<uint32_t>(e.stream, L.hdr_crc) != crc32c(e.stream.data(), L.hdr_crc)) {
       fail("stream layout differs from the one this fuzzer assumes (fzlight_format.h changed?): " + e.name);
     }
+    if (info.version != e.version) fail("corpus stream of an unexpected version: " + e.name);
     for (uint64_t c = 0; c < L.nchunks; ++c) {
-      if (load<uint32_t>(e.stream, L.table + 8 * c + 4) != crc32c(e.stream.data() + L.off[c], L.size[c]))
+      size_t at, n;
+      if (!crc_span(e.stream, L, c, at, n) ||
+          load<uint32_t>(e.stream, L.table + 8 * c + 4) != crc32c(e.stream.data() + at, n))
         fail("chunk CRC differs from this fuzzer's CRC-32C: " + e.name);
     }
     Bytes resealed = e.stream;
     reseal(resealed, true);
     if (resealed != e.stream) fail("resealing a valid stream changed it: " + e.name);
     const DecodeResult d = decode_all(e.stream, e.count, e.dt, r, true);
+    // (a version-1 entry's reference is its version-2 source's decode: the two must agree)
     if (!d.full_ok || d.full != e.decoded) fail("valid corpus stream did not decode: " + e.name);
+    ++(e.version == 1 ? g_stats.corpus_v1 : g_stats.corpus_v2);
   }
 }
 
@@ -993,6 +1716,16 @@ int main(int argc, char** argv) {
   std::vector<Entry> corpus;
   add_entries<float>(corpus, r);
   add_entries<double>(corpus, r);
+  for (fz::DType dt : {fz::DType::Float32, fz::DType::Float64, fz::DType::Float16, fz::DType::BFloat16}) {
+    add_v2_entries(corpus, dt, r);
+  }
+  // Every float32/float64 stream again as version 1 (the decoder reads both).
+  const size_t n_v2 = corpus.size();
+  for (size_t i = 0; i < n_v2; ++i) {
+    if (corpus[i].dt == fz::DType::Float32 || corpus[i].dt == fz::DType::Float64) {
+      corpus.push_back(downgrade_to_v1(corpus[i]));
+    }
+  }
   check_corpus(corpus, r);
 
   uint64_t it = 0;
@@ -1009,8 +1742,10 @@ int main(int argc, char** argv) {
       run_plain(ri, corpus);
     } else if (k < 17) {
       run_resealed(ri, corpus);
+    } else if (k < 18) {
+      run_synthesized(ri);  // version 1
     } else {
-      run_synthesized(ri);
+      run_synthesized_v2(ri);
     }
   }
   g_stats.iters = it;
@@ -1023,11 +1758,15 @@ int main(int argc, char** argv) {
       "  plain mutations: %" PRIu64 ", rejected: %" PRIu64 ", decoded to identical values: %" PRIu64
       ", decoded to different values: 0\n"
       "  resealed mutations: %" PRIu64 " (decoded: %" PRIu64 ")\n"
-      "  synthesized streams: %" PRIu64 " (decoded: %" PRIu64 ")\n",
+      "  synthesized streams: %" PRIu64 " version 1, %" PRIu64 " version 2 (decoded: %" PRIu64 ")\n"
+      "  synthesized version-2 streams: well-formed %" PRIu64 " (decoded to the model's values: %" PRIu64
+      "), with a defect %" PRIu64 " (all refused)\n"
+      "  corpus: %" PRIu64 " version-2 and %" PRIu64 " version-1 streams\n",
       g_seed, g_stats.iters, g_stats.decodes, g_stats.lib_errors, g_stats.successes, s,
       g_stats.mutated_decodes, g_stats.random,
       g_stats.plain, g_stats.plain_threw, g_stats.plain_identical, g_stats.resealed, g_stats.resealed_decoded,
-      g_stats.synthesized, g_stats.synth_decoded);
+      g_stats.synthesized, g_stats.synth_v2, g_stats.synth_decoded, g_stats.synth_v2_valid,
+      g_stats.synth_v2_checked, g_stats.synth_v2_invalid, g_stats.corpus_v2, g_stats.corpus_v1);
   if (g_stats.plain_identical > 0) {
     std::printf("  note: %" PRIu64 " mutated streams were accepted (with identical values)\n", g_stats.plain_identical);
   }
