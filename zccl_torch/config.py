@@ -47,10 +47,10 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from zccl_torch import _C
+from zccl_torch.compressor import MODES
 
 ALGORITHMS = ("auto", "ring", "recursive_doubling", "mpi", "cprp2p")
 BASELINES = (None, "mpi", "cprp2p")
-MODES = ("abs", "rel", "lossless")
 
 
 @dataclass(frozen=True)

@@ -101,21 +101,30 @@ class ZstdContexts {
 template <class T>
 using Quantizer = block::Quantizer<T>;
 
-// Per-thread working memory of the chunk coders, sized once for the stream's chunk length so
-// encoding and decoding never allocate per chunk.
+// Per-thread memory of the lossless codec (empty unless the stream uses it): what a decoder
+// needs, and part of what an encoder needs.
+struct LosslessScratch {
+  std::vector<uint8_t> bytes;  // byte planes of one chunk
+  ZstdContexts zstd;
+  LosslessScratch(uint32_t chunk_len, size_t elem, bool lossless)
+      : bytes(lossless ? static_cast<size_t>(chunk_len) * elem : 0) {}
+};
+
+// Per-thread working memory of the chunk encoder, sized once for the stream's chunk length so
+// encoding never allocates per chunk.
 template <class S>
 struct Scratch {
   std::vector<uint16_t> outlier_index;
   std::vector<S> outlier_value;
-  std::vector<uint8_t> planes;   // encoded blocks' planes before they move into place
+  std::vector<uint8_t> planes;   // encoded blocks' planes when they cannot go in place
   std::vector<uint8_t> lengths;  // code lengths of the nonzero blocks
-  std::vector<uint8_t> bytes;    // byte planes of the lossless codec
-  ZstdContexts zstd;
-  explicit Scratch(uint32_t chunk_len, bool lossless)
-      : planes(raw_chunk_bytes(chunk_len, sizeof(S))), lengths(chunk_len / kBlockLen + 1) {
+  LosslessScratch lossless;
+  explicit Scratch(uint32_t chunk_len, bool zstd)
+      : planes(raw_chunk_bytes(chunk_len, sizeof(S))),
+        lengths(chunk_len / kBlockLen + 1),
+        lossless(chunk_len, sizeof(S), zstd) {
     outlier_index.reserve(chunk_len);
     outlier_value.reserve(chunk_len);
-    if (lossless) bytes.resize(static_cast<size_t>(chunk_len) * sizeof(S));
   }
 };
 
@@ -262,8 +271,9 @@ size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename
 template <class S>
 size_t encode_lossless(const S* x, uint32_t m, uint8_t* dst, Scratch<S>& s) {
   const size_t n = static_cast<size_t>(m) * sizeof(S);
-  byte_planes_split(reinterpret_cast<const uint8_t*>(x), m, sizeof(S), s.bytes.data());
-  const size_t coded = s.zstd.compress(s.bytes.data(), n, dst + 1, n);  // 0: no gain
+  LosslessScratch& ls = s.lossless;
+  byte_planes_split(reinterpret_cast<const uint8_t*>(x), m, sizeof(S), ls.bytes.data());
+  const size_t coded = ls.zstd.compress(ls.bytes.data(), n, dst + 1, n);  // 0: no gain
   if (coded == 0) return write_raw(x, m, dst);
   dst[0] = fmt::kChunkLossless;
   return 1 + coded;
@@ -375,7 +385,7 @@ struct StreamTraits {
 // Validates the chunk's structure against its recorded size, then decodes m values into out.
 template <class K>
 void decode_chunk(const uint8_t* src, size_t size, uint32_t m, const StreamTraits& st, uint64_t c,
-                  typename K::S* out, Scratch<typename K::S>& s) {
+                  typename K::S* out, LosslessScratch& s) {
   using S = typename K::S;
   using C = typename K::C;
   const std::string where = "chunk " + std::to_string(c);
@@ -519,12 +529,11 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
       const uint64_t c0 = chunks * static_cast<uint64_t>(t) / static_cast<uint64_t>(nt);
       const uint64_t c1 = chunks * static_cast<uint64_t>(t + 1) / static_cast<uint64_t>(nt);
       size_t at = data_base + c0 * full;
-      bool prev_constant = c0 > 0 && constant_before(c0);
+      bool prev_constant = false;  // a run's first chunk is written in full (see below)
       for (uint64_t c = c0; c < c1; ++c) {
         bool constant = false;
-        size_t bytes = code_chunk<K>(x, count, cl, c, how, prev_constant, constant, dst + at,
-                                     scratch[static_cast<size_t>(t)]);
-        if (bytes == 0 && c == c0) bytes = write_constant(x[c * cl], dst + at);
+        const size_t bytes = code_chunk<K>(x, count, cl, c, how, prev_constant, constant,
+                                           dst + at, scratch[static_cast<size_t>(t)]);
         finish_chunk(c, dst + at, bytes);
         at += bytes;
         prev_constant = constant;
@@ -656,7 +665,7 @@ Parsed parse(const uint8_t* src, size_t len) {
 
 template <class K>
 void decode_one(const uint8_t* src, const Parsed& p, uint64_t c, typename K::S* out,
-                Scratch<typename K::S>& s) {
+                LosslessScratch& s) {
   const uint8_t* at = src + p.offsets[c];
   size_t bytes = p.offsets[c + 1] - p.offsets[c];
   if (bytes == 0) {  // a repeat: the constant chunk that ends here (parse checked it exists)
@@ -673,12 +682,12 @@ void decode_one(const uint8_t* src, const Parsed& p, uint64_t c, typename K::S* 
 template <class K>
 void decompress_typed(const uint8_t* src, const Parsed& p, typename K::S* out, int threads,
                       const Progress* progress) {
-  using S = typename K::S;
+  constexpr size_t kElem = sizeof(typename K::S);
   const uint64_t chunks = p.info.num_chunks;
   const uint32_t cl = p.info.chunk_len;
   const bool lossless = p.traits.codec != LosslessCodec::None;
   if (progress != nullptr) {
-    Scratch<S> scratch(cl, lossless);
+    LosslessScratch scratch(cl, kElem, lossless);
     for (uint64_t c = 0; c < chunks; ++c) {
       decode_one<K>(src, p, c, out + c * cl, scratch);
       (*progress)(c + 1, chunks);
@@ -692,9 +701,9 @@ void decompress_typed(const uint8_t* src, const Parsed& p, typename K::S* out, i
   const int nt = resolve_threads(threads, chunk_units(chunks));
 #pragma omp parallel num_threads(nt)
   {
-    std::optional<Scratch<S>> scratch;
+    std::optional<LosslessScratch> scratch;
     try {
-      scratch.emplace(cl, lossless);
+      scratch.emplace(cl, kElem, lossless);
     } catch (const std::exception& e) {
       const std::lock_guard<std::mutex> guard(failure_lock);
       if (failure.empty()) failure = e.what();
@@ -779,55 +788,72 @@ void finite_minmax(const T* x, uint64_t n, T& lo, T& hi) {
 }
 #endif
 
-template <class T>
-FiniteRange finite_range_typed(const T* x, uint64_t count, int threads) {
-  // At least ~256 KiB per thread: below that a parallel region costs more than it saves.
-  const int nt = resolve_threads(threads, count / (1u << 16) + 1);
-  std::vector<T> lo(static_cast<size_t>(nt)), hi(static_cast<size_t>(nt));
+// float32 <-> half conversions of whole arrays (narrow_to_half, widen_half, finite_range_half).
+template <class K>
+void narrow_typed(const float* src, uint64_t n, uint16_t* dst) {
+  uint64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), block::narrow8<K>(_mm256_loadu_ps(src + i)));
+  }
+#endif
+  for (; i < n; ++i) dst[i] = K::narrow(src[i]);
+}
+template <class K>
+void widen_typed(const uint16_t* src, uint64_t n, float* dst) {
+  uint64_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, block::load8_widen<K>(src + i));
+#endif
+  for (; i < n; ++i) dst[i] = K::widen(src[i]);
+}
+
+// Min and max over the finite values of `count` values, split over threads: minmax_slice(begin,
+// end, lo, hi) handles one contiguous slice in the compute type C. `per_thread`: values below
+// which one more thread costs more than it saves.
+template <class C, class SliceMinMax>
+FiniteRange parallel_finite_range(uint64_t count, int threads, uint64_t per_thread,
+                                  SliceMinMax minmax_slice) {
+  const int nt = resolve_threads(threads, count / per_thread + 1);
+  std::vector<C> lo(static_cast<size_t>(nt)), hi(static_cast<size_t>(nt));
 #pragma omp parallel num_threads(nt)
   {
     const uint64_t t = static_cast<uint64_t>(omp_get_thread_num());
     const uint64_t begin = count * t / static_cast<uint64_t>(nt);
     const uint64_t end = count * (t + 1) / static_cast<uint64_t>(nt);
-    finite_minmax(x + begin, end - begin, lo[t], hi[t]);
+    minmax_slice(begin, end, lo[t], hi[t]);
   }
-  const T l = *std::min_element(lo.begin(), lo.end());
-  const T h = *std::max_element(hi.begin(), hi.end());
+  const C l = *std::min_element(lo.begin(), lo.end());
+  const C h = *std::max_element(hi.begin(), hi.end());
   if (!(l <= h)) return {};  // no finite value at all
   return {static_cast<double>(l), static_cast<double>(h), true};
+}
+
+template <class T>
+FiniteRange finite_range_typed(const T* x, uint64_t count, int threads) {
+  // At least ~256 KiB per thread: below that a parallel region costs more than it saves.
+  return parallel_finite_range<T>(count, threads, 1u << 16, [x](uint64_t b, uint64_t e, T& lo, T& hi) {
+    finite_minmax(x + b, e - b, lo, hi);
+  });
 }
 
 // Half types: widened to float32 (exact) 4096 at a time, then the float32 kernel.
 template <class K>
 FiniteRange finite_range_half(const uint16_t* x, uint64_t count, int threads) {
-  const int nt = resolve_threads(threads, count / (1u << 17) + 1);
-  std::vector<float> lo(static_cast<size_t>(nt)), hi(static_cast<size_t>(nt));
-#pragma omp parallel num_threads(nt)
-  {
-    const uint64_t t = static_cast<uint64_t>(omp_get_thread_num());
-    const uint64_t begin = count * t / static_cast<uint64_t>(nt);
-    const uint64_t end = count * (t + 1) / static_cast<uint64_t>(nt);
-    float l = std::numeric_limits<float>::infinity(), h = -l;
-    float wide[4096];
-    for (uint64_t i = begin; i < end; i += 4096) {
-      const uint64_t n = std::min<uint64_t>(4096, end - i);
-      uint64_t k = 0;
-#if defined(__AVX2__)
-      for (; k + 8 <= n; k += 8) _mm256_storeu_ps(wide + k, block::load8_widen<K>(x + i + k));
-#endif
-      for (; k < n; ++k) wide[k] = K::widen(x[i + k]);
-      float bl, bh;
-      finite_minmax(wide, n, bl, bh);
-      l = std::min(l, bl);
-      h = std::max(h, bh);
-    }
-    lo[t] = l;
-    hi[t] = h;
-  }
-  const float l = *std::min_element(lo.begin(), lo.end());
-  const float h = *std::max_element(hi.begin(), hi.end());
-  if (!(l <= h)) return {};
-  return {static_cast<double>(l), static_cast<double>(h), true};
+  return parallel_finite_range<float>(
+      count, threads, 1u << 17, [x](uint64_t begin, uint64_t end, float& lo, float& hi) {
+        lo = std::numeric_limits<float>::infinity();
+        hi = -lo;
+        float wide[4096];
+        for (uint64_t i = begin; i < end; i += 4096) {
+          const uint64_t n = std::min<uint64_t>(4096, end - i);
+          widen_typed<K>(x + i, n, wide);
+          float bl, bh;
+          finite_minmax(wide, n, bl, bh);
+          lo = std::min(lo, bl);
+          hi = std::max(hi, bh);
+        }
+      });
 }
 
 // Calls f(Kind{}) for the stream value type dt.
@@ -893,26 +919,6 @@ bool lossless_codec_available(LosslessCodec codec) {
   return false;
 }
 
-namespace {
-template <class K>
-void narrow_typed(const float* src, uint64_t n, uint16_t* dst) {
-  uint64_t i = 0;
-#if defined(__AVX2__)
-  for (; i + 8 <= n; i += 8) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), block::narrow8<K>(_mm256_loadu_ps(src + i)));
-  }
-#endif
-  for (; i < n; ++i) dst[i] = K::narrow(src[i]);
-}
-template <class K>
-void widen_typed(const uint16_t* src, uint64_t n, float* dst) {
-  uint64_t i = 0;
-#if defined(__AVX2__)
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, block::load8_widen<K>(src + i));
-#endif
-  for (; i < n; ++i) dst[i] = K::widen(src[i]);
-}
-}  // namespace
 
 void narrow_to_half(const float* src, DType half, uint64_t n, void* dst) {
   if (half == DType::Float16) return narrow_typed<block::KindF16>(src, n, static_cast<uint16_t*>(dst));
@@ -1007,7 +1013,8 @@ uint64_t decompress_chunk(const uint8_t* src, size_t len, uint64_t index, void* 
   if (dst == nullptr) throw ArgumentError("zccl: null destination pointer");
   with_kind(p.info.dtype, [&](auto kind) {
     using K = decltype(kind);
-    Scratch<typename K::S> scratch(p.info.chunk_len, p.traits.codec != LosslessCodec::None);
+    LosslessScratch scratch(p.info.chunk_len, sizeof(typename K::S),
+                            p.traits.codec != LosslessCodec::None);
     decode_one<K>(src, p, index, static_cast<typename K::S*>(dst), scratch);
   });
   return m;

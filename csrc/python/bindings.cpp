@@ -13,6 +13,7 @@
 
 #include "../backend/zccl_backend.h"
 #include "../compress/fzlight.h"
+#include "../compress/fzlight_format.h"
 #include "../transport/comm.h"
 #include "../transport/mpi_info.h"
 
@@ -211,7 +212,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("compress", &compress, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
         py::arg("chunk_len"), py::arg("threads"), py::arg("shape"), py::arg("progress"),
         py::arg("lossless_codec") = static_cast<uint32_t>(fz::LosslessCodec::Auto));
-  m.attr("FORMAT_VERSION") = 2;
+  m.attr("FORMAT_VERSION") = zccl::fz::format::kVersion;
   m.def("lossless_codec_available", [](uint32_t codec) {
     return fz::lossless_codec_available(static_cast<fz::LosslessCodec>(codec));
   });
