@@ -100,7 +100,7 @@ def cuda_enabled() -> bool:
 
 def nvcc_args() -> list[str]:
     # -fmad=false: no FMA contraction, so the GPU encoder reproduces the CPU's streams bit for bit.
-    # C++20: torch's headers (included by csrc/backend/cuda_path.cu) need it; nvcc keeps the last
+    # C++20: torch's headers (included by csrc/backend/cuda_device.cu) need it; nvcc keeps the last
     # -std it is given, so this must not undercut torch's own -std=c++20. MPI's include flags:
     # csrc/gpu_collectives includes mpi.h.
     args = ["-O3", "-fmad=false", "-std=c++20", "-DZCCL_WITH_CUDA=1", "-DOMPI_SKIP_MPICXX=1"]

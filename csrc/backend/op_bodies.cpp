@@ -1,11 +1,12 @@
-// The CPU op bodies of the zccl backend, run on the group's worker thread. Each one:
+// The op bodies of the zccl backend, written once for every device (device.h) and run on the
+// group's worker thread. Each one:
 //   1. decides whether the payload takes the compressed path (float dtype, supported reduce op,
 //      at least min_compress_bytes, algorithm not "mpi");
 //   2. stages the tensor (contiguous; half types widened to float32 for the reductions, which
-//      accumulate in float32; the data-movement ops send them as native half streams);
+//      accumulate in float32, and on devices whose codec has no half streams);
 //   3. agrees with the other ranks on what the call is, in one small exchange that also carries
 //      the value range a REL bound needs (agreement.h): a mismatch raises on every rank;
-//   4. runs the ZCCL collective (collectives/) or the exact MPI one (transport/), records stats;
+//   4. runs the device's compressed collective or the exact one on the transport, records stats;
 //   5. writes the staged result back into the caller's tensor.
 #include "zccl_backend.h"  // first: wraps torch's headers in the warning pragmas
 
@@ -29,32 +30,48 @@ CallDescription describe(OpKind op, at::ScalarType dtype, uint64_t count, int re
 
 int reduce_code(const c10d::ReduceOp& op) { return static_cast<int>(op.op_); }
 
+// A tensor an exact transport call reads (`read`: its values go in) or writes (`write`: the
+// call's result comes back into it). Undefined tensors pass a null pointer (non-root sides).
+struct HostArg {
+  at::Tensor* tensor;
+  bool read;
+  bool write;
+};
+
+// Runs an exact transport call on the device's host views of `args` (device.h: the tensors
+// themselves on the CPU), then writes the results back.
+void on_host(Device& dev, const std::vector<HostArg>& args,
+             const std::function<void(const std::vector<void*>&)>& call) {
+  std::vector<at::Tensor> views;
+  std::vector<void*> ptrs;
+  for (const HostArg& a : args) {
+    views.push_back(a.tensor->defined() ? dev.host_view(*a.tensor, a.read) : at::Tensor());
+    ptrs.push_back(views.back().defined() ? views.back().data_ptr() : nullptr);
+  }
+  call(ptrs);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].write && views[i].defined()) dev.from_host(*args[i].tensor, views[i]);
+  }
+}
+
 }  // namespace
 
 // The absolute bound for data only this rank compresses (broadcast/scatter roots, sends): a REL
 // bound needs no agreement then, the sender's own value range (over all its parts) defines it.
-double ZcclBackend::local_bound(const std::vector<at::Tensor>& parts, const CallConfig& cfg) const {
+double ZcclBackend::local_bound(Device& dev, const std::vector<at::Tensor>& parts,
+                                const CallConfig& cfg) const {
   if (cfg.mode == BoundMode::Lossless) return 0.0;
   if (cfg.mode != BoundMode::Rel) return cfg.error_bound;
   double lo = std::numeric_limits<double>::infinity();
   double hi = -lo;
   for (const auto& part : parts) {
     if (part.numel() == 0) continue;
-    const fz::FiniteRange r = value_range(part, cfg);
+    const fz::FiniteRange r = dev.value_range(part.contiguous(), cfg.threads);
     if (!r.any_finite) continue;
     lo = std::min(lo, r.min);
     hi = std::max(hi, r.max);
   }
   return rel_bound(cfg.error_bound, lo, hi);
-}
-
-fz::FiniteRange ZcclBackend::value_range(const at::Tensor& t, const CallConfig& cfg) const {
-  const at::Tensor c = t.contiguous();
-#ifdef ZCCL_WITH_CUDA
-  if (c.is_cuda()) return cuda_range(c);
-#endif
-  return fz::finite_range(c.data_ptr(), compressed_dtype(c.scalar_type()),
-                          static_cast<uint64_t>(c.numel()), cfg.threads);
 }
 
 void ZcclBackend::record(const char* op, const coll::Stats& stats, double eb) {
@@ -64,11 +81,11 @@ void ZcclBackend::record(const char* op, const coll::Stats& stats, double eb) {
   last_.op = op;
 }
 
-void ZcclBackend::record_exact(const char* op, uint64_t bytes_in) {
+void ZcclBackend::record_exact(const char* op, uint64_t bytes_in, double eb) {
   coll::Stats stats;
   stats.algorithm = coll::Algorithm::Mpi;
   stats.bytes_in = bytes_in;
-  record(op, stats, 0.0);
+  record(op, stats, eb);
 }
 
 bool ZcclBackend::compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const {
@@ -89,114 +106,143 @@ coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb) const {
   return c;
 }
 
-// The reductions accumulate half tensors in float32 (the staged widening) and, when lossy, send
-// every partial result as a half stream: half the bytes of a float32 stream, each hop rounding to
-// the half type as a half-precision allreduce does. Lossless (eb 0) keeps float32 streams, so the
-// result is the float32 sum rounded once, as on the exact path.
-coll::Config ZcclBackend::reduction_config(const CallConfig& cfg, double eb, at::ScalarType t) const {
+// The reductions accumulate half tensors in float32 (the staged widening) and, when lossy and the
+// device's codec has half streams, send every partial result as a half stream: half the bytes of
+// a float32 stream, each hop rounding to the half type as a half-precision allreduce does.
+// Lossless (eb 0) keeps float32 streams, so the result is the float32 sum rounded once, as on the
+// exact path.
+coll::Config ZcclBackend::reduction_config(const Device& dev, const CallConfig& cfg, double eb,
+                                           at::ScalarType t) const {
   coll::Config c = coll_config(cfg, eb);
-  if (eb > 0.0 && (t == at::kHalf || t == at::kBFloat16)) c.wire_half = compressed_dtype(t);
+  if (eb > 0.0 && is_half(t) && !dev.widens_halves()) c.wire_half = compressed_dtype(t);
   return c;
 }
 
-double ZcclBackend::agree(const char* what, const CallDescription& call, const at::Tensor* data,
-                          const CallConfig& cfg, bool rel_needed) const {
+double ZcclBackend::agree(Device& dev, const char* what, const CallDescription& call,
+                          const at::Tensor* data, const CallConfig& cfg, bool rel_needed) const {
   std::optional<fz::FiniteRange> range;
   if (rel_needed && cfg.mode == BoundMode::Rel && data != nullptr && data->numel() > 0) {
-    range = value_range(*data, cfg);
+    range = dev.value_range(data->contiguous(), cfg.threads);
   }
   return backend::agree(*comm_, what, call, cfg, range, rel_needed).error_bound;
 }
 
 // ------------------------------------------------------------------------------------------
 
-void ZcclBackend::run_allreduce(at::Tensor& t, const c10d::ReduceOp& op, const CallConfig& cfg) {
+void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op,
+                                const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const auto cop = compressed_op(op);
-  const bool compress = cop.has_value() && compressed_path(t.scalar_type(), n, cfg);
-  Staged s(t, compress || is_half(t.scalar_type()));
-  const double eb = agree("all_reduce", describe(OpKind::AllReduce, t.scalar_type(), n, reduce_code(op)),
-                          &s.buffer, cfg, compress);
+  const bool chosen = cop.has_value() && compressed_path(t.scalar_type(), n, cfg);
+  Staged s(t, chosen || is_half(t.scalar_type()));
+  const double eb = agree(dev, "all_reduce",
+                          describe(OpKind::AllReduce, t.scalar_type(), n, reduce_code(op)),
+                          &s.buffer, cfg, chosen);
   if (n == 0) return;
+  const at::ScalarType type = s.buffer.scalar_type();
+  const coll::Config cc = reduction_config(dev, cfg, eb, t.scalar_type());
+  const bool compress =
+      chosen && dev.compresses_allreduce(n * s.buffer.element_size(), comm_->size(), cc);
   if (compress) {
     coll::Stats stats;
-    coll::allreduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), *cop,
-                    reduction_config(cfg, eb, t.scalar_type()), &stats);
+    dev.allreduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(type), *cop, cc, &stats);
     record("all_reduce", stats, eb);
   } else {
-    comm_->allreduce(MPI_IN_PLACE, s.buffer.data_ptr(), n, mpi_datatype(s.buffer.scalar_type()),
-                     mpi_op(op, s.buffer.scalar_type()));
+    on_host(dev, {{&s.buffer, true, true}}, [&](const std::vector<void*>& p) {
+      comm_->allreduce(MPI_IN_PLACE, p[0], n, mpi_datatype(type), mpi_op(op, type));
+    });
     if (op.op_ == c10d::ReduceOp::AVG) s.buffer.div_(comm_->size());
-    record_exact("all_reduce", n * t.element_size());
+    // Chosen for compression, then sent exactly by the algorithm choice: the stats say so with
+    // the bound that was in force, as the collectives' own exact fallback reports it.
+    if (chosen) {
+      record_exact("all_reduce", n * s.buffer.element_size(), eb);
+    } else {
+      record_exact("all_reduce", n * t.element_size());
+    }
   }
   s.write_back();
 }
 
-void ZcclBackend::run_broadcast(at::Tensor& t, int root, const CallConfig& cfg) {
+void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const bool compress = compressed_path(t.scalar_type(), n, cfg);
-  Staged s(t, /*widen_half=*/false);  // data movement: half tensors travel as half streams
+  // Data movement: half tensors travel as half streams where the device's codec has them.
+  Staged s(t, compress && dev.widens_halves());
   // Only the root compresses, so a REL bound needs no agreement: the root's own range.
-  double eb = agree("broadcast", describe(OpKind::Broadcast, t.scalar_type(), n, -1, root), nullptr,
-                    cfg, false);
+  double eb = agree(dev, "broadcast", describe(OpKind::Broadcast, t.scalar_type(), n, -1, root),
+                    nullptr, cfg, false);
   if (n == 0) return;
+  const bool at_root = comm_->rank() == root;
   if (compress) {
-    if (comm_->rank() == root) eb = local_bound({s.buffer}, cfg);
+    if (at_root) eb = local_bound(dev, {s.buffer}, cfg);
     coll::Stats stats;
-    coll::broadcast(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), root,
-                    coll_config(cfg, eb), &stats);
+    dev.broadcast(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), root,
+                  coll_config(cfg, eb), &stats);
     record("broadcast", stats, eb);
   } else {
-    comm_->bcast(s.buffer.data_ptr(), n, mpi_datatype(s.buffer.scalar_type()), root);
+    const at::ScalarType type = s.buffer.scalar_type();
+    on_host(dev, {{&s.buffer, at_root, !at_root}}, [&](const std::vector<void*>& p) {
+      comm_->bcast(p[0], n, mpi_datatype(type), root);
+    });
     record_exact("broadcast", n * t.element_size());
   }
   s.write_back();
 }
 
-void ZcclBackend::run_reduce(at::Tensor& t, const c10d::ReduceOp& op, int root, const CallConfig& cfg) {
+void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op, int root,
+                             const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const auto cop = compressed_op(op);
   const bool compress = cop.has_value() && compressed_path(t.scalar_type(), n, cfg);
   Staged s(t, compress || is_half(t.scalar_type()));
-  const double eb = agree("reduce", describe(OpKind::Reduce, t.scalar_type(), n, reduce_code(op), root),
+  const double eb = agree(dev, "reduce",
+                          describe(OpKind::Reduce, t.scalar_type(), n, reduce_code(op), root),
                           &s.buffer, cfg, compress);
   if (n == 0) return;
+  const bool at_root = comm_->rank() == root;
+  const at::ScalarType type = s.buffer.scalar_type();
   if (compress) {
     coll::Stats stats;
-    coll::reduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), *cop, root,
-                 reduction_config(cfg, eb, t.scalar_type()), &stats);
+    dev.reduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(type), *cop, root,
+               reduction_config(dev, cfg, eb, t.scalar_type()), &stats);
     record("reduce", stats, eb);
   } else {
-    const bool at_root = comm_->rank() == root;
-    comm_->reduce(at_root ? MPI_IN_PLACE : s.buffer.data_ptr(), s.buffer.data_ptr(), n,
-                  mpi_datatype(s.buffer.scalar_type()), mpi_op(op, s.buffer.scalar_type()), root);
+    on_host(dev, {{&s.buffer, true, at_root}}, [&](const std::vector<void*>& p) {
+      comm_->reduce(at_root ? MPI_IN_PLACE : p[0], p[0], n, mpi_datatype(type), mpi_op(op, type),
+                    root);
+    });
     if (at_root && op.op_ == c10d::ReduceOp::AVG) s.buffer.div_(comm_->size());
     record_exact("reduce", n * t.element_size());
   }
-  if (comm_->rank() == root) s.write_back();
+  if (at_root) s.write_back();
 }
 
-void ZcclBackend::run_allgather(const at::Tensor& in, at::Tensor& flat_out, const CallConfig& cfg) {
+void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& flat_out,
+                                const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(in.numel());
   const bool compress = compressed_path(in.scalar_type(), n, cfg);
-  Staged src(in, /*widen_half=*/false);
-  Staged dst(flat_out, /*widen_half=*/false);
-  const double eb = agree("all_gather", describe(OpKind::AllGather, in.scalar_type(), n), &src.buffer,
-                          cfg, compress);
+  const bool widen = compress && dev.widens_halves();
+  Staged src(in, widen);
+  Staged dst(flat_out, widen);
+  const double eb = agree(dev, "all_gather", describe(OpKind::AllGather, in.scalar_type(), n),
+                          &src.buffer, cfg, compress);
   if (n == 0) return;
   if (compress) {
     coll::Stats stats;
-    coll::allgather(*comm_, src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
-                    compressed_dtype(src.buffer.scalar_type()), coll_config(cfg, eb), &stats);
+    dev.allgather(*comm_, src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
+                  compressed_dtype(src.buffer.scalar_type()), coll_config(cfg, eb), &stats);
     record("all_gather", stats, eb);
   } else {
-    comm_->allgather(src.buffer.data_ptr(), dst.buffer.data_ptr(), n, mpi_datatype(in.scalar_type()));
+    on_host(dev, {{&src.buffer, true, false}, {&dst.buffer, false, true}},
+            [&](const std::vector<void*>& p) {
+              comm_->allgather(p[0], p[1], n, mpi_datatype(in.scalar_type()));
+            });
     record_exact("all_gather", n * in.element_size());
   }
   dst.write_back();
 }
 
-void ZcclBackend::run_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out,
+void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at::Tensor& out,
                                      const c10d::ReduceOp& op, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(out.numel());
   const auto cop = compressed_op(op);
@@ -204,83 +250,95 @@ void ZcclBackend::run_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out,
   const bool widen = compress || is_half(out.scalar_type());
   Staged src(flat_in, widen);
   Staged dst(out, widen);
-  const double eb = agree("reduce_scatter",
+  const double eb = agree(dev, "reduce_scatter",
                           describe(OpKind::ReduceScatter, out.scalar_type(), n, reduce_code(op)),
                           &src.buffer, cfg, compress);
   if (n == 0) return;
+  const at::ScalarType type = src.buffer.scalar_type();
   if (compress) {
     coll::Stats stats;
-    coll::reduce_scatter(*comm_, src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
-                         compressed_dtype(src.buffer.scalar_type()), *cop,
-                         reduction_config(cfg, eb, out.scalar_type()), &stats);
+    dev.reduce_scatter(*comm_, src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
+                       compressed_dtype(type), *cop,
+                       reduction_config(dev, cfg, eb, out.scalar_type()), &stats);
     record("reduce_scatter", stats, eb);
   } else {
-    comm_->reduce_scatter_block(src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
-                                mpi_datatype(src.buffer.scalar_type()), mpi_op(op, src.buffer.scalar_type()));
+    on_host(dev, {{&src.buffer, true, false}, {&dst.buffer, false, true}},
+            [&](const std::vector<void*>& p) {
+              comm_->reduce_scatter_block(p[0], p[1], n, mpi_datatype(type), mpi_op(op, type));
+            });
     if (op.op_ == c10d::ReduceOp::AVG) dst.buffer.div_(comm_->size());
     record_exact("reduce_scatter", n * out.element_size());
   }
   dst.write_back();
 }
 
-void ZcclBackend::run_gather(const at::Tensor& in, at::Tensor* flat_out, int root, const CallConfig& cfg) {
+void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat_out, int root,
+                             const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(in.numel());
   const bool compress = compressed_path(in.scalar_type(), n, cfg);
-  Staged src(in, /*widen_half=*/false);
+  const bool widen = compress && dev.widens_halves();
+  Staged src(in, widen);
   std::optional<Staged> dst;
-  if (flat_out != nullptr) dst.emplace(*flat_out, /*widen_half=*/false);
-  const double eb = agree("gather", describe(OpKind::Gather, in.scalar_type(), n, -1, root),
+  if (flat_out != nullptr) dst.emplace(*flat_out, widen);
+  const double eb = agree(dev, "gather", describe(OpKind::Gather, in.scalar_type(), n, -1, root),
                           &src.buffer, cfg, compress);
   if (n == 0) return;
-  void* out = dst ? dst->buffer.data_ptr() : nullptr;
   if (compress) {
     coll::Stats stats;
-    coll::gather(*comm_, src.buffer.data_ptr(), out, n, compressed_dtype(src.buffer.scalar_type()), root,
-                 coll_config(cfg, eb), &stats);
+    dev.gather(*comm_, src.buffer.data_ptr(), dst ? dst->buffer.data_ptr() : nullptr, n,
+               compressed_dtype(src.buffer.scalar_type()), root, coll_config(cfg, eb), &stats);
     record("gather", stats, eb);
   } else {
-    comm_->gather(src.buffer.data_ptr(), out, n, mpi_datatype(in.scalar_type()), root);
+    at::Tensor none;
+    on_host(dev, {{&src.buffer, true, false}, {dst ? &dst->buffer : &none, false, true}},
+            [&](const std::vector<void*>& p) {
+              comm_->gather(p[0], p[1], n, mpi_datatype(in.scalar_type()), root);
+            });
     record_exact("gather", n * in.element_size());
   }
   if (dst) dst->write_back();
 }
 
-void ZcclBackend::run_scatter(const std::vector<at::Tensor>& ins, at::Tensor& out, int root,
-                              const CallConfig& cfg) {
+void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, at::Tensor& out,
+                              int root, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(out.numel());
   const bool compress = compressed_path(out.scalar_type(), n, cfg);
-  Staged dst(out, /*widen_half=*/false);
-  double eb = agree("scatter", describe(OpKind::Scatter, out.scalar_type(), n, -1, root), nullptr, cfg,
-                    false);
+  const bool widen = compress && dev.widens_halves();
+  Staged dst(out, widen);
+  double eb = agree(dev, "scatter", describe(OpKind::Scatter, out.scalar_type(), n, -1, root),
+                    nullptr, cfg, false);
   if (n == 0) return;
   if (!compress) {
     // MPI_Scatter wants the blocks back to back; the uncompressed path pays that one copy.
     std::vector<at::Tensor> flat_parts;
     for (const auto& t : ins) flat_parts.push_back(t.reshape({-1}));
-    const at::Tensor flat = ins.empty() ? at::Tensor() : at::cat(flat_parts);
-    comm_->scatter(ins.empty() ? nullptr : flat.data_ptr(), dst.buffer.data_ptr(), n,
-                   mpi_datatype(out.scalar_type()), root);
+    at::Tensor flat = ins.empty() ? at::Tensor() : at::cat(flat_parts);
+    on_host(dev, {{&flat, true, false}, {&dst.buffer, false, true}},
+            [&](const std::vector<void*>& p) {
+              comm_->scatter(p[0], p[1], n, mpi_datatype(out.scalar_type()), root);
+            });
     record_exact("scatter", n * out.element_size());
     dst.write_back();
     return;
   }
-  // The compressed path reads each block where it lies (a contiguous float32/64 block is not
-  // copied at all): packing a list of 64 MB blocks into one buffer took longer than compressing it.
+  // The compressed path reads each block where it lies (a contiguous block of a type the codec
+  // takes is not copied at all): packing a list of 64 MB blocks into one buffer took longer than
+  // compressing it.
   std::vector<at::Tensor> staged;
   std::vector<const void*> blocks;
   for (const auto& t : ins) {
-    staged.push_back(Staged(t, /*widen_half=*/false).buffer);
+    staged.push_back(Staged(t, widen).buffer);
     blocks.push_back(staged.back().data_ptr());
   }
-  if (!staged.empty()) eb = local_bound(staged, cfg);
+  if (!staged.empty()) eb = local_bound(dev, staged, cfg);
   coll::Stats stats;
-  coll::scatter(*comm_, blocks, dst.buffer.data_ptr(), n, compressed_dtype(dst.buffer.scalar_type()),
-                root, coll_config(cfg, eb), &stats);
+  dev.scatter(*comm_, blocks, dst.buffer.data_ptr(), n, compressed_dtype(dst.buffer.scalar_type()),
+              root, coll_config(cfg, eb), &stats);
   record("scatter", stats, eb);
   dst.write_back();
 }
 
-void ZcclBackend::run_alltoall(const at::Tensor& in, at::Tensor& out,
+void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& out,
                                const std::vector<size_t>& send_counts,
                                const std::vector<size_t>& recv_counts, const CallConfig& cfg) {
   const int p = comm_->size();
@@ -294,24 +352,33 @@ void ZcclBackend::run_alltoall(const at::Tensor& in, at::Tensor& out,
   const uint64_t mine = static_cast<uint64_t>(in.numel());
   const bool may_compress =
       is_compressible_dtype(in.scalar_type()) && cfg.algorithm != coll::Algorithm::Mpi;
-  Staged src(in, /*widen_half=*/false);
+  const bool widen = may_compress && dev.widens_halves();
+  Staged src(in, widen);
   CallDescription call = describe(OpKind::AllToAll, in.scalar_type(), mine);
   call.count_must_match = false;
   std::optional<fz::FiniteRange> range;
-  if (may_compress && cfg.mode == BoundMode::Rel && mine > 0) range = value_range(src.buffer, cfg);
+  if (may_compress && cfg.mode == BoundMode::Rel && mine > 0) {
+    range = dev.value_range(src.buffer, cfg.threads);
+  }
   const Agreement agreed =
       backend::agree(*comm_, "all_to_all", call, cfg, range, may_compress, /*largest_needed=*/true);
   const bool compress = compressed_path(in.scalar_type(), agreed.largest_count, cfg);
-  Staged dst(out, /*widen_half=*/false);
+  Staged dst(out, widen);
   if (compress) {
     coll::Stats stats;
-    coll::alltoallv(*comm_, src.buffer.data_ptr(), send_counts, sd, dst.buffer.data_ptr(), recv_counts, rd,
-                    compressed_dtype(src.buffer.scalar_type()), coll_config(cfg, agreed.error_bound),
-                    &stats);
+    dev.alltoallv(*comm_, src.buffer.data_ptr(), send_counts, sd, dst.buffer.data_ptr(),
+                  recv_counts, rd, compressed_dtype(src.buffer.scalar_type()),
+                  coll_config(cfg, agreed.error_bound), &stats);
     record("all_to_all", stats, agreed.error_bound);
   } else {
-    comm_->alltoallv(src.buffer.data_ptr(), send_counts, sd, dst.buffer.data_ptr(), recv_counts, rd,
-                     mpi_datatype(in.scalar_type()));
+    // Exact: the tensors' own dtype (a widened half staging is narrowed back by write_back).
+    at::Tensor sin = src.buffer.scalar_type() == in.scalar_type() ? src.buffer : in.contiguous();
+    at::Tensor sout = dst.buffer.scalar_type() == out.scalar_type() ? dst.buffer : out.contiguous();
+    on_host(dev, {{&sin, true, false}, {&sout, false, true}}, [&](const std::vector<void*>& ptr) {
+      comm_->alltoallv(ptr[0], send_counts, sd, ptr[1], recv_counts, rd,
+                       mpi_datatype(in.scalar_type()));
+    });
+    if (!sout.is_same(dst.buffer)) dst.buffer.copy_(sout);
     record_exact("all_to_all", mine * in.element_size());
   }
   dst.write_back();

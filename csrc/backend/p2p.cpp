@@ -39,6 +39,7 @@ std::string peer_desc(const char* what, size_t bytes, int peer, int tag) {
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   check_single(tensors, "send");
+  check_cpu_dense(tensors[0], "send");
   check_root(dst, getSize(), "send");
   check_tag(tag, "send");
   const at::Tensor t = tensors[0].contiguous();
@@ -49,7 +50,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensor
     // Every floating type travels as its own stream (half types as half streams).
     const fz::DType dt = compressed_dtype(t.scalar_type());
     fz::CompressParams params;
-    params.error_bound = local_bound({t}, cfg);
+    params.error_bound = local_bound(*cpu_, {t}, cfg);
     params.chunk_len = cfg.chunk_len;
     params.threads = cfg.threads;
     auto stream = std::make_shared<std::vector<uint8_t>>(fz::max_compressed_size(dt, n, cfg.chunk_len));
@@ -64,6 +65,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensor
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   check_single(tensors, "recv");
+  check_cpu_dense(tensors[0], "recv");
   check_root(src, getSize(), "recv");
   check_tag(tag, "recv");
   return post_recv(tensors, src, tag, "recv");
@@ -71,6 +73,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::recv(std::vector<at::Tensor>& tensor
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   check_single(tensors, "recv (any source)");
+  check_cpu_dense(tensors[0], "recv (any source)");
   check_tag(tag, "recv (any source)");
   return post_recv(tensors, -1, tag, "recv (any source)");
 }
@@ -132,8 +135,8 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
 
 void ZcclBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   const auto timeout = opts.timeout == c10d::kUnsetTimeout ? timeout_ : opts.timeout;
-  auto work = enqueue("monitored_barrier", c10d::OpType::BARRIER, {},
-                      [this, timeout, waitAllRanks](const CallConfig&) {
+  auto work = enqueue("monitored_barrier", c10d::OpType::BARRIER, {}, *cpu_, {},
+                      [this, timeout, waitAllRanks](Device&, const CallConfig&) {
                         run_monitored_barrier(timeout, waitAllRanks);
                       });
   // The job bounds itself (rank 0 by `timeout`, the others by the group's timeout): wait for it.

@@ -1,5 +1,7 @@
 #include "validate.h"
 
+#include "device.h"
+
 #include <stdexcept>
 #include <string>
 
@@ -9,16 +11,15 @@ namespace zccl::backend {
 
 void check_cpu_dense(const at::Tensor& t, const char* what) {
   if (!t.device().is_cpu()) {
-#ifdef ZCCL_WITH_CUDA
-    throw std::invalid_argument(std::string("zccl: ") + what + ": tensor is on " +
-                                t.device().str() + "; the zccl backend handles CUDA tensors in "
-                                "all_reduce, broadcast, all_gather and scatter only (move the "
-                                "tensor to the CPU for this op)");
-#else
+    if (t.is_cuda() && cuda_device_built()) {
+      throw std::invalid_argument(std::string("zccl: ") + what + ": tensor is on " +
+                                  t.device().str() + "; the zccl backend handles CUDA tensors in "
+                                  "all_reduce, broadcast, all_gather and scatter only (move the "
+                                  "tensor to the CPU for this op)");
+    }
     throw std::invalid_argument(std::string("zccl: ") + what + ": tensor is on " +
                                 t.device().str() + "; this build of the zccl backend handles CPU "
                                 "tensors only");
-#endif
   }
   if (t.layout() != at::kStrided) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors are not supported");
@@ -31,7 +32,6 @@ void check_single(const std::vector<at::Tensor>& tensors, const char* what) {
     throw std::invalid_argument(std::string("zccl: ") + what + " takes exactly one tensor per call, got " +
                                 std::to_string(tensors.size()));
   }
-  check_cpu_dense(tensors[0], what);
 }
 
 void check_root(int64_t root, int size, const char* what) {
@@ -58,8 +58,6 @@ void check_same(const at::Tensor& a, const at::Tensor& b, const char* what) {
 
 // all_gather_into_tensor: output holds world_size * input.numel() values of the input's dtype.
 void check_all_gather_into(const at::Tensor& output, const at::Tensor& input, int p, const char* what) {
-  check_cpu_dense(input, what);
-  check_cpu_dense(output, what);
   if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() * p) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": the output must hold world_size * input.numel() = " +
                                 std::to_string(input.numel() * p) + " elements of the input's dtype " +
@@ -71,8 +69,6 @@ void check_all_gather_into(const at::Tensor& output, const at::Tensor& input, in
 // reduce_scatter_tensor: input holds world_size * output.numel() values of the output's dtype.
 void check_reduce_scatter_into(const at::Tensor& output, const at::Tensor& input, const c10d::ReduceOp& op,
                                int p, const char* what) {
-  check_cpu_dense(input, what);
-  check_cpu_dense(output, what);
   validate_reduce(op, input.scalar_type(), what);
   if (output.scalar_type() != input.scalar_type() || input.numel() != output.numel() * p) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": the input must hold world_size * output.numel() = " +

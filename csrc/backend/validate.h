@@ -13,9 +13,9 @@
 
 namespace zccl::backend {
 
-// A dense CPU tensor of a dtype MPI can move.
+// A dense CPU tensor of a dtype the transport can move (the CPU device's tensor check).
 void check_cpu_dense(const at::Tensor& t, const char* what);
-// Exactly one tensor, dense on the CPU.
+// Exactly one tensor (its device and dtype are checked by the device that serves it).
 void check_single(const std::vector<at::Tensor>& tensors, const char* what);
 // A rank of a group of `size` (roots, peers).
 void check_root(int64_t root, int size, const char* what);

@@ -23,6 +23,7 @@ using transport::Comm;
 ZcclBackend::ZcclBackend(std::unique_ptr<Comm> coll_comm, std::unique_ptr<Comm> p2p_comm,
                          CallConfig defaults, std::chrono::milliseconds timeout)
     : c10d::Backend(coll_comm->rank(), coll_comm->size()),
+      cpu_(make_cpu_device()),
       comm_(std::move(coll_comm)),
       p2p_comm_(std::move(p2p_comm)),
       defaults_(defaults),
@@ -56,16 +57,32 @@ void ZcclBackend::setTimeout(std::chrono::milliseconds timeout) {
   p2p_comm_->set_timeout(timeout);
 }
 
+Device& ZcclBackend::device_for(const at::Tensor& t, DeviceOp op,
+                               const std::vector<at::Tensor>& tensors, const char* what) {
+  Device* dev = cpu_.get();
+  if (!t.device().is_cpu()) {
+    // Names the device this build cannot serve.
+    if (!t.is_cuda() || !cuda_device_built()) check_cpu_dense(t, what);
+    std::lock_guard<std::mutex> lock(cuda_mutex_);
+    if (!cuda_) cuda_ = make_cuda_device();  // throws in a CPU-only build, naming the device
+    dev = cuda_.get();
+  }
+  dev->check_serves(op, t, what);
+  for (const auto& x : tensors) dev->check_tensor(x, what);
+  return *dev;
+}
+
 c10::intrusive_ptr<c10d::Work> ZcclBackend::enqueue(const char* name, c10d::OpType type,
-                                                    std::vector<at::Tensor> outputs, Job job,
-                                                    std::optional<c10::Stream> stream) {
+                                                    std::vector<at::Tensor> outputs, Device& device,
+                                                    const std::vector<at::Tensor>& touched, Job job) {
+  const std::optional<c10::Stream> stream = device.prepare(touched);
   auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_, stream);
   const CallConfig config = resolve_for_thread(defaults_);  // captured on the caller's thread
   seq_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
     if (stopping_) throw std::runtime_error("zccl: the process group has been shut down");
-    queue_.push_back(Queued{work, std::move(job), config});
+    queue_.push_back(Queued{work, std::move(job), config, &device, stream});
   }
   queue_cv_.notify_one();
   return work;
@@ -82,7 +99,8 @@ void ZcclBackend::worker_loop() {
       queue_.pop_front();
     }
     try {
-      item.job(item.config);
+      Device& device = *item.device;
+      device.run(item.stream, [&] { item.job(device, item.config); });
       item.work->complete();
     } catch (...) {
       item.work->fail(std::current_exception());
@@ -155,116 +173,116 @@ LastStats ZcclBackend::last_stats() const {
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                       const c10d::AllreduceOptions& opts) {
-#ifdef ZCCL_WITH_CUDA
-  if (!tensors.empty() && tensors[0].is_cuda()) {
-    return cuda_allreduce(tensors, opts.reduceOp, "all_reduce", c10d::OpType::ALLREDUCE);
-  }
-#endif
   if (tensors.size() == 1 && tensors[0].is_sparse()) {
     check_sparse(tensors[0], opts.reduceOp, "all_reduce");
     at::Tensor t = tensors[0];
-    return enqueue("all_reduce (sparse)", c10d::OpType::ALLREDUCE, tensors,
-                   [this, t](const CallConfig& cfg) mutable { run_sparse_allreduce(t, cfg); });
+    return enqueue("all_reduce (sparse)", c10d::OpType::ALLREDUCE, tensors, *cpu_, tensors,
+                   [this, t](Device&, const CallConfig& cfg) mutable { run_sparse_allreduce(t, cfg); });
   }
   check_single(tensors, "all_reduce");
+  Device& dev = device_for(tensors[0], DeviceOp::AllReduce, tensors, "all_reduce");
   validate_reduce(opts.reduceOp, tensors[0].scalar_type(), "all_reduce");
   at::Tensor t = tensors[0];
   const c10d::ReduceOp op = opts.reduceOp;
-  return enqueue("all_reduce", c10d::OpType::ALLREDUCE, tensors,
-                 [this, t, op](const CallConfig& cfg) mutable { run_allreduce(t, op, cfg); });
+  return enqueue("all_reduce", c10d::OpType::ALLREDUCE, tensors, dev, tensors,
+                 [this, t, op](Device& d, const CallConfig& cfg) mutable {
+                   run_allreduce(d, t, op, cfg);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-#ifdef ZCCL_WITH_CUDA
-  if (!tensors.empty() && tensors[0].is_cuda()) {
-    return cuda_allreduce(tensors, opts.reduceOp, "all_reduce_coalesced",
-                          c10d::OpType::ALLREDUCE_COALESCED);
-  }
-#endif
-  for (const auto& t : tensors) {
-    check_cpu_dense(t, "all_reduce_coalesced");
-    validate_reduce(opts.reduceOp, t.scalar_type(), "all_reduce_coalesced");
-  }
+  Device& dev = tensors.empty() ? *cpu_
+                                 : device_for(tensors[0], DeviceOp::AllReduce, tensors,
+                                              "all_reduce_coalesced");
+  for (const auto& t : tensors) validate_reduce(opts.reduceOp, t.scalar_type(), "all_reduce_coalesced");
   std::vector<at::Tensor> ts = tensors;
   const c10d::ReduceOp op = opts.reduceOp;
-  return enqueue("all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, tensors,
-                 [this, ts, op](const CallConfig& cfg) mutable {
-                   for (auto& t : ts) run_allreduce(t, op, cfg);
+  return enqueue("all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, tensors, dev, tensors,
+                 [this, ts, op](Device& d, const CallConfig& cfg) mutable {
+                   for (auto& t : ts) run_allreduce(d, t, op, cfg);
                  });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                       const c10d::BroadcastOptions& opts) {
-#ifdef ZCCL_WITH_CUDA
-  if (tensors.size() == 1 && tensors[0].is_cuda()) {
-    check_root(opts.rootRank, getSize(), "broadcast");
-    return cuda_broadcast(tensors, static_cast<int>(opts.rootRank));
-  }
-#endif
   check_single(tensors, "broadcast");
+  Device& dev = device_for(tensors[0], DeviceOp::Broadcast, tensors, "broadcast");
   check_root(opts.rootRank, getSize(), "broadcast");
   at::Tensor t = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue("broadcast", c10d::OpType::BROADCAST, tensors,
-                 [this, t, root](const CallConfig& cfg) mutable { run_broadcast(t, root, cfg); });
+  return enqueue("broadcast", c10d::OpType::BROADCAST, tensors, dev, tensors,
+                 [this, t, root](Device& d, const CallConfig& cfg) mutable {
+                   run_broadcast(d, t, root, cfg);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce(std::vector<at::Tensor>& tensors,
                                                    const c10d::ReduceOptions& opts) {
   check_single(tensors, "reduce");
+  Device& dev = device_for(tensors[0], DeviceOp::Reduce, tensors, "reduce");
   check_root(opts.rootRank, getSize(), "reduce");
   validate_reduce(opts.reduceOp, tensors[0].scalar_type(), "reduce");
   at::Tensor t = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
   const c10d::ReduceOp op = opts.reduceOp;
-  return enqueue("reduce", c10d::OpType::REDUCE, tensors,
-                 [this, t, op, root](const CallConfig& cfg) mutable { run_reduce(t, op, root, cfg); });
+  return enqueue("reduce", c10d::OpType::REDUCE, tensors, dev, tensors,
+                 [this, t, op, root](Device& d, const CallConfig& cfg) mutable {
+                   run_reduce(d, t, op, root, cfg);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                             const c10d::AllgatherOptions&) {
-#ifdef ZCCL_WITH_CUDA
-  if (input.is_cuda()) {
-    if (output.scalar_type() != input.scalar_type() || output.numel() != input.numel() * getSize()) {
-      throw std::invalid_argument("zccl: all_gather_into_tensor: output must hold world_size * input.numel() "
-                                  "elements of the input's dtype");
-    }
-    return cuda_allgather({output}, input, true);
-  }
-#endif
-  check_all_gather_into(output, input, getSize(), "all_gather_into_tensor");
+  const char* name = "all_gather_into_tensor";
+  Device& dev = device_for(input, DeviceOp::AllGather, {input, output}, name);
+  check_all_gather_into(output, input, getSize(), name);
   at::Tensor in = input, out = output;
-  return enqueue("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, {output},
-                 [this, in, out](const CallConfig& cfg) mutable { run_allgather(in, out, cfg); });
+  return enqueue(name, c10d::OpType::_ALLGATHER_BASE, {output}, dev, {input, output},
+                 [this, in, out](Device& d, const CallConfig& cfg) mutable {
+                   run_allgather(d, in, out, cfg);
+                 });
 }
+
+namespace {
+
+// Copies block r of `flat` (blocks of outs[r].numel() values, back to back) into outs[r].
+void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& outs) {
+  int64_t at = 0;
+  for (auto& o : outs) {
+    o.copy_(flat.narrow(0, at, o.numel()).view(o.sizes()));
+    at += o.numel();
+  }
+}
+
+// The tensors of `parts`, flattened and concatenated.
+at::Tensor flatten(const std::vector<at::Tensor>& parts) {
+  std::vector<at::Tensor> flat;
+  for (const auto& t : parts) flat.push_back(t.reshape({-1}));
+  return at::cat(flat);
+}
+
+}  // namespace
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::AllgatherOptions&) {
-#ifdef ZCCL_WITH_CUDA
-  if (inputs.size() == 1 && inputs[0].is_cuda()) {
-    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize()) {
-      throw std::invalid_argument("zccl: all_gather needs one output list of world_size tensors");
-    }
-    for (const auto& o : outputs[0]) check_same(o, inputs[0], "all_gather");
-    return cuda_allgather(outputs[0], inputs[0], false);
-  }
-#endif
   check_single(inputs, "all_gather");
+  Device& dev = device_for(inputs[0], DeviceOp::AllGather, inputs, "all_gather");
   if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize()) {
     throw std::invalid_argument("zccl: all_gather needs one output list of world_size tensors");
   }
   for (const auto& o : outputs[0]) check_same(o, inputs[0], "all_gather");
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = outputs[0];
-  return enqueue("all_gather", c10d::OpType::ALLGATHER, outs, [this, in, outs](const CallConfig& cfg) mutable {
-    at::Tensor flat = at::empty({in.numel() * static_cast<int64_t>(outs.size())}, in.options());
-    run_allgather(in, flat, cfg);
-    for (size_t r = 0; r < outs.size(); ++r) {
-      outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * in.numel(), in.numel()).view(outs[r].sizes()));
-    }
-  });
+  std::vector<at::Tensor> touched = outs;
+  touched.push_back(in);
+  return enqueue("all_gather", c10d::OpType::ALLGATHER, outs, dev, touched,
+                 [this, in, outs](Device& d, const CallConfig& cfg) mutable {
+                   at::Tensor flat = at::empty({in.numel() * static_cast<int64_t>(outs.size())}, in.options());
+                   run_allgather(d, in, flat, cfg);
+                   unflatten(flat, outs);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather_coalesced(
@@ -291,32 +309,34 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather_coalesced(
   auto outs = outputs;
   std::vector<at::Tensor> flat_outputs;
   for (const auto& l : outputs) flat_outputs.insert(flat_outputs.end(), l.begin(), l.end());
-  return enqueue("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, flat_outputs,
-                 [this, ins, outs](const CallConfig& cfg) mutable {
+  return enqueue("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, flat_outputs, *cpu_, ins,
+                 [this, ins, outs](Device& d, const CallConfig& cfg) mutable {
                    for (size_t i = 0; i < ins.size(); ++i) {
-                     const int64_t n = ins[i].numel();
-                     at::Tensor flat = at::empty({n * getSize()}, ins[i].options());
-                     run_allgather(ins[i], flat, cfg);
-                     for (int r = 0; r < getSize(); ++r) {
-                       outs[r][i].copy_(flat.narrow(0, r * n, n).view(outs[r][i].sizes()));
-                     }
+                     at::Tensor flat = at::empty({ins[i].numel() * getSize()}, ins[i].options());
+                     run_allgather(d, ins[i], flat, cfg);
+                     std::vector<at::Tensor> column;
+                     for (int r = 0; r < getSize(); ++r) column.push_back(outs[r][i]);
+                     unflatten(flat, column);
                    }
                  });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::AllgatherOptions&) {
+  const char* name = "all_gather_into_tensor_coalesced";
   if (outputs.size() != inputs.size()) {
     throw std::invalid_argument("zccl: all_gather_into_tensor_coalesced: one output per input");
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_all_gather_into(outputs[i], inputs[i], getSize(), "all_gather_into_tensor_coalesced");
+    check_cpu_dense(inputs[i], name);
+    check_cpu_dense(outputs[i], name);
+    check_all_gather_into(outputs[i], inputs[i], getSize(), name);
   }
   auto ins = inputs;
   auto outs = outputs;
-  return enqueue("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED, outputs,
-                 [this, ins, outs](const CallConfig& cfg) mutable {
-                   for (size_t i = 0; i < ins.size(); ++i) run_allgather(ins[i], outs[i], cfg);
+  return enqueue(name, c10d::OpType::COALESCED, outputs, *cpu_, ins,
+                 [this, ins, outs](Device& d, const CallConfig& cfg) mutable {
+                   for (size_t i = 0; i < ins.size(); ++i) run_allgather(d, ins[i], outs[i], cfg);
                  });
 }
 
@@ -324,6 +344,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::gather(std::vector<std::vector<at::T
                                                    std::vector<at::Tensor>& inputs,
                                                    const c10d::GatherOptions& opts) {
   check_single(inputs, "gather");
+  Device& dev = device_for(inputs[0], DeviceOp::Gather, inputs, "gather");
   check_root(opts.rootRank, getSize(), "gather");
   const int root = static_cast<int>(opts.rootRank);
   const bool at_root = getRank() == root;
@@ -337,26 +358,25 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::gather(std::vector<std::vector<at::T
   }
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = at_root ? outputs[0] : std::vector<at::Tensor>{};
-  return enqueue("gather", c10d::OpType::GATHER, outs, [this, in, outs, root](const CallConfig& cfg) mutable {
-    if (outs.empty()) {
-      run_gather(in, nullptr, root, cfg);
-      return;
-    }
-    at::Tensor flat = at::empty({in.numel() * getSize()}, in.options());
-    run_gather(in, &flat, root, cfg);
-    for (int r = 0; r < getSize(); ++r) outs[r].copy_(flat.narrow(0, r * in.numel(), in.numel()).view(outs[r].sizes()));
-  });
+  std::vector<at::Tensor> touched = outs;
+  touched.push_back(in);
+  return enqueue("gather", c10d::OpType::GATHER, outs, dev, touched,
+                 [this, in, outs, root](Device& d, const CallConfig& cfg) mutable {
+                   if (outs.empty()) {
+                     run_gather(d, in, nullptr, root, cfg);
+                     return;
+                   }
+                   at::Tensor flat = at::empty({in.numel() * getSize()}, in.options());
+                   run_gather(d, in, &flat, root, cfg);
+                   unflatten(flat, outs);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::scatter(std::vector<at::Tensor>& outputs,
                                                     std::vector<std::vector<at::Tensor>>& inputs,
                                                     const c10d::ScatterOptions& opts) {
-#ifdef ZCCL_WITH_CUDA
-  const bool on_cuda = outputs.size() == 1 && outputs[0].is_cuda();
-  if (!on_cuda) check_single(outputs, "scatter");
-#else
   check_single(outputs, "scatter");
-#endif
+  Device& dev = device_for(outputs[0], DeviceOp::Scatter, outputs, "scatter");
   check_root(opts.rootRank, getSize(), "scatter");
   const int root = static_cast<int>(opts.rootRank);
   const bool at_root = getRank() == root;
@@ -368,29 +388,34 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::scatter(std::vector<at::Tensor>& out
   } else if (!inputs.empty() && !inputs[0].empty()) {
     throw std::invalid_argument("zccl: scatter: only the root passes input tensors");
   }
-#ifdef ZCCL_WITH_CUDA
-  if (on_cuda) return cuda_scatter(outputs[0], at_root ? inputs[0] : std::vector<at::Tensor>{}, root);
-#endif
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> ins = at_root ? inputs[0] : std::vector<at::Tensor>{};
-  return enqueue("scatter", c10d::OpType::SCATTER, outputs, [this, out, ins, root](const CallConfig& cfg) mutable {
-    run_scatter(ins, out, root, cfg);
-  });
+  std::vector<at::Tensor> touched = ins;
+  touched.push_back(out);
+  return enqueue("scatter", c10d::OpType::SCATTER, outputs, dev, touched,
+                 [this, out, ins, root](Device& d, const CallConfig& cfg) mutable {
+                   run_scatter(d, ins, out, root, cfg);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::ReduceScatterOptions& opts) {
-  check_reduce_scatter_into(output, input, opts.reduceOp, getSize(), "reduce_scatter_tensor");
+  const char* name = "reduce_scatter_tensor";
+  Device& dev = device_for(input, DeviceOp::ReduceScatter, {input, output}, name);
+  check_reduce_scatter_into(output, input, opts.reduceOp, getSize(), name);
   at::Tensor in = input, out = output;
   const c10d::ReduceOp op = opts.reduceOp;
-  return enqueue("reduce_scatter_tensor", c10d::OpType::_REDUCE_SCATTER_BASE, {output},
-                 [this, in, out, op](const CallConfig& cfg) mutable { run_reduce_scatter(in, out, op, cfg); });
+  return enqueue(name, c10d::OpType::_REDUCE_SCATTER_BASE, {output}, dev, {input, output},
+                 [this, in, out, op](Device& d, const CallConfig& cfg) mutable {
+                   run_reduce_scatter(d, in, out, op, cfg);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce_scatter(std::vector<at::Tensor>& outputs,
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const c10d::ReduceScatterOptions& opts) {
   check_single(outputs, "reduce_scatter");
+  Device& dev = device_for(outputs[0], DeviceOp::ReduceScatter, outputs, "reduce_scatter");
   validate_reduce(opts.reduceOp, outputs[0].scalar_type(), "reduce_scatter");
   if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize()) {
     throw std::invalid_argument("zccl: reduce_scatter needs one input list of world_size tensors");
@@ -399,30 +424,32 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce_scatter(std::vector<at::Tenso
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> ins = inputs[0];
   const c10d::ReduceOp op = opts.reduceOp;
-  return enqueue("reduce_scatter", c10d::OpType::REDUCE_SCATTER, outputs,
-                 [this, out, ins, op](const CallConfig& cfg) mutable {
-                   std::vector<at::Tensor> parts;
-                   for (const auto& t : ins) parts.push_back(t.reshape({-1}));
-                   at::Tensor flat = at::cat(parts);
-                   run_reduce_scatter(flat, out, op, cfg);
+  std::vector<at::Tensor> touched = ins;
+  touched.push_back(out);
+  return enqueue("reduce_scatter", c10d::OpType::REDUCE_SCATTER, outputs, dev, touched,
+                 [this, out, ins, op](Device& d, const CallConfig& cfg) mutable {
+                   at::Tensor flat = flatten(ins);
+                   run_reduce_scatter(d, flat, out, op, cfg);
                  });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  const char* name = "reduce_scatter_tensor_coalesced";
   if (outputs.size() != inputs.size()) {
     throw std::invalid_argument("zccl: reduce_scatter_tensor_coalesced: one output per input");
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_reduce_scatter_into(outputs[i], inputs[i], opts.reduceOp, getSize(),
-                              "reduce_scatter_tensor_coalesced");
+    check_cpu_dense(inputs[i], name);
+    check_cpu_dense(outputs[i], name);
+    check_reduce_scatter_into(outputs[i], inputs[i], opts.reduceOp, getSize(), name);
   }
   auto ins = inputs;
   auto outs = outputs;
   const c10d::ReduceOp op = opts.reduceOp;
-  return enqueue("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, outputs,
-                 [this, ins, outs, op](const CallConfig& cfg) mutable {
-                   for (size_t i = 0; i < ins.size(); ++i) run_reduce_scatter(ins[i], outs[i], op, cfg);
+  return enqueue(name, c10d::OpType::COALESCED, outputs, *cpu_, ins,
+                 [this, ins, outs, op](Device& d, const CallConfig& cfg) mutable {
+                   for (size_t i = 0; i < ins.size(); ++i) run_reduce_scatter(d, ins[i], outs[i], op, cfg);
                  });
 }
 
@@ -430,8 +457,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::alltoall_base(at::Tensor& output, at
                                                           std::vector<int64_t>& output_splits,
                                                           std::vector<int64_t>& input_splits,
                                                           const c10d::AllToAllOptions&) {
-  check_cpu_dense(input, "all_to_all_single");
-  check_cpu_dense(output, "all_to_all_single");
+  Device& dev = device_for(input, DeviceOp::AllToAll, {input, output}, "all_to_all_single");
   if (input.scalar_type() != output.scalar_type()) {
     throw std::invalid_argument("zccl: all_to_all_single: input and output dtypes differ");
   }
@@ -466,8 +492,10 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::alltoall_base(at::Tensor& output, at
   const std::vector<size_t> sc = counts(input, input_splits, "input");
   const std::vector<size_t> rc = counts(output, output_splits, "output");
   at::Tensor in = input, out = output;
-  return enqueue("all_to_all_single", c10d::OpType::ALLTOALL_BASE, {output},
-                 [this, in, out, sc, rc](const CallConfig& cfg) mutable { run_alltoall(in, out, sc, rc, cfg); });
+  return enqueue("all_to_all_single", c10d::OpType::ALLTOALL_BASE, {output}, dev, {input, output},
+                 [this, in, out, sc, rc](Device& d, const CallConfig& cfg) mutable {
+                   run_alltoall(d, in, out, sc, rc, cfg);
+                 });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -477,10 +505,11 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::alltoall(std::vector<at::Tensor>& ou
   if (static_cast<int>(inputs.size()) != p || static_cast<int>(outputs.size()) != p) {
     throw std::invalid_argument("zccl: all_to_all needs world_size input and output tensors");
   }
+  std::vector<at::Tensor> touched = inputs;
+  touched.insert(touched.end(), outputs.begin(), outputs.end());
+  Device& dev = device_for(inputs[0], DeviceOp::AllToAll, touched, "all_to_all");
   std::vector<size_t> sc(p), rc(p);
   for (int r = 0; r < p; ++r) {
-    check_cpu_dense(inputs[r], "all_to_all");
-    check_cpu_dense(outputs[r], "all_to_all");
     if (inputs[r].scalar_type() != inputs[0].scalar_type() || outputs[r].scalar_type() != inputs[0].scalar_type()) {
       throw std::invalid_argument("zccl: all_to_all: all tensors must share one dtype");
     }
@@ -489,27 +518,20 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::alltoall(std::vector<at::Tensor>& ou
   }
   auto ins = inputs;
   auto outs = outputs;
-  return enqueue("all_to_all", c10d::OpType::ALLTOALL, outputs,
-                 [this, ins, outs, sc, rc](const CallConfig& cfg) mutable {
-                   std::vector<at::Tensor> parts;
-                   for (const auto& t : ins) parts.push_back(t.reshape({-1}));
-                   at::Tensor flat_in = at::cat(parts);
+  return enqueue("all_to_all", c10d::OpType::ALLTOALL, outputs, dev, touched,
+                 [this, ins, outs, sc, rc](Device& d, const CallConfig& cfg) mutable {
+                   at::Tensor flat_in = flatten(ins);
                    const size_t total = std::accumulate(rc.begin(), rc.end(), size_t{0});
                    at::Tensor flat_out = at::empty({static_cast<int64_t>(total)}, flat_in.options());
-                   run_alltoall(flat_in, flat_out, sc, rc, cfg);
-                   int64_t at = 0;
-                   for (size_t r = 0; r < outs.size(); ++r) {
-                     const int64_t n = static_cast<int64_t>(rc[r]);
-                     outs[r].copy_(flat_out.narrow(0, at, n).view(outs[r].sizes()));
-                     at += n;
-                   }
+                   run_alltoall(d, flat_in, flat_out, sc, rc, cfg);
+                   unflatten(flat_out, outs);
                  });
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::barrier(const c10d::BarrierOptions&) {
   // With agreement checks on, the agreement exchange itself is the barrier (an allreduce returns
   // on no rank before every rank joined), and a rank that called another collective is named.
-  return enqueue("barrier", c10d::OpType::BARRIER, {}, [this](const CallConfig& cfg) {
+  return enqueue("barrier", c10d::OpType::BARRIER, {}, *cpu_, {}, [this](Device&, const CallConfig& cfg) {
     if (cfg.check_agreement) {
       backend::agree(*comm_, "barrier", CallDescription{}, cfg, std::nullopt, false);
     } else {

@@ -19,6 +19,7 @@
 
 #include "agreement.h"
 #include "call_config.h"
+#include "device.h"
 #include "work.h"
 
 namespace zccl::backend {
@@ -101,11 +102,14 @@ class ZcclBackend : public c10d::Backend {
   LastStats last_stats() const;
 
  private:
-  using Job = std::function<void(const CallConfig&)>;
+  // An op body bound to its tensors; runs on the worker thread with the op's device.
+  using Job = std::function<void(Device&, const CallConfig&)>;
   struct Queued {
     c10::intrusive_ptr<ZcclWork> work;
     Job job;
     CallConfig config;
+    Device* device = nullptr;             // owned by the backend (cpu_ or cuda_)
+    std::optional<c10::Stream> stream;    // the device's stream for this op (CUDA)
   };
   // receives the byte count and the sender (receives); may throw
   using P2PDone = std::function<void(size_t, int)>;
@@ -118,10 +122,16 @@ class ZcclBackend : public c10d::Backend {
     std::string waiting_for;            // for the timeout message
   };
 
-  // `stream`: the backend CUDA stream of a CUDA op (its Work gets a device-aware future).
+  // The device serving `t` for `op`, after checking that it serves it and that every tensor of
+  // `tensors` is a dense tensor of that device (caller's thread; the CUDA device is created on
+  // first use).
+  Device& device_for(const at::Tensor& t, DeviceOp op, const std::vector<at::Tensor>& tensors,
+                     const char* what);
+  // Queues `job` on `device`: the op is ordered after what the caller enqueued on `touched`
+  // (device streams), and its Work completes when the job ran.
   c10::intrusive_ptr<c10d::Work> enqueue(const char* name, c10d::OpType type,
-                                         std::vector<at::Tensor> outputs, Job job,
-                                         std::optional<c10::Stream> stream = std::nullopt);
+                                         std::vector<at::Tensor> outputs, Device& device,
+                                         const std::vector<at::Tensor>& touched, Job job);
   void worker_loop();
   void p2p_loop();
   c10::intrusive_ptr<c10d::Work> post_p2p(const char* name, c10d::OpType type,
@@ -134,65 +144,42 @@ class ZcclBackend : public c10d::Backend {
 
   // Agrees with the other ranks on what the call is (agreement.h) and, for REL bounds, on the
   // value range of `data`; returns the absolute error bound to compress with.
-  double agree(const char* what, const CallDescription& call, const at::Tensor* data,
+  double agree(Device& dev, const char* what, const CallDescription& call, const at::Tensor* data,
                const CallConfig& cfg, bool rel_needed) const;
-  // Finite min/max of a float tensor (CPU, or CUDA in the CUDA build).
-  fz::FiniteRange value_range(const at::Tensor& t, const CallConfig& cfg) const;
   // The absolute bound for data only this rank compresses (roots, senders).
-  double local_bound(const std::vector<at::Tensor>& parts, const CallConfig& cfg) const;
+  double local_bound(Device& dev, const std::vector<at::Tensor>& parts,
+                     const CallConfig& cfg) const;
   coll::Config coll_config(const CallConfig& cfg, double eb) const;
   // coll_config for the reductions: half tensors travel as half streams (Config::wire_half).
-  coll::Config reduction_config(const CallConfig& cfg, double eb, at::ScalarType t) const;
+  coll::Config reduction_config(const Device& dev, const CallConfig& cfg, double eb,
+                                at::ScalarType t) const;
   bool compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const;
   void record(const char* op, const coll::Stats& stats, double eb);
-  void record_exact(const char* op, uint64_t bytes_in);  // an uncompressed (MPI) collective
+  // An uncompressed (exact transport) collective; `eb`: the bound in force when the algorithm
+  // choice, not the configuration, sent it exactly.
+  void record_exact(const char* op, uint64_t bytes_in, double eb = 0.0);
 
   // The op bodies, run on the worker thread.
-  void run_allreduce(at::Tensor& t, const c10d::ReduceOp& op, const CallConfig& cfg);
-  void run_broadcast(at::Tensor& t, int root, const CallConfig& cfg);
-  void run_reduce(at::Tensor& t, const c10d::ReduceOp& op, int root, const CallConfig& cfg);
-  void run_allgather(const at::Tensor& in, at::Tensor& flat_out, const CallConfig& cfg);
-  void run_reduce_scatter(const at::Tensor& flat_in, at::Tensor& out, const c10d::ReduceOp& op,
+  void run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op, const CallConfig& cfg);
+  void run_broadcast(Device& dev, at::Tensor& t, int root, const CallConfig& cfg);
+  void run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op, int root, const CallConfig& cfg);
+  void run_allgather(Device& dev, const at::Tensor& in, at::Tensor& flat_out, const CallConfig& cfg);
+  void run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at::Tensor& out, const c10d::ReduceOp& op,
                           const CallConfig& cfg);
-  void run_gather(const at::Tensor& in, at::Tensor* flat_out, int root, const CallConfig& cfg);
+  void run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat_out, int root, const CallConfig& cfg);
   // ins: the root's world_size blocks (empty elsewhere).
-  void run_scatter(const std::vector<at::Tensor>& ins, at::Tensor& out, int root, const CallConfig& cfg);
-  void run_alltoall(const at::Tensor& in, at::Tensor& out, const std::vector<size_t>& send_counts,
+  void run_scatter(Device& dev, const std::vector<at::Tensor>& ins, at::Tensor& out, int root, const CallConfig& cfg);
+  void run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& out, const std::vector<size_t>& send_counts,
                     const std::vector<size_t>& recv_counts, const CallConfig& cfg);
   // Sparse COO SUM, exact (as Gloo does it): every rank's indices and values are all-gathered
   // and summed; `t` is replaced by the coalesced sum.
   void run_sparse_allreduce(at::Tensor& t, const CallConfig& cfg);
   void run_monitored_barrier(std::chrono::milliseconds timeout, bool wait_all_ranks);
 
-#ifdef ZCCL_WITH_CUDA
-  // CUDA tensors (cuda_path.cu): all_reduce, broadcast, all_gather and scatter, compressed on
-  // the device (gpu_collectives/) or moved exactly; other ops raise a clear error.
-  struct CudaState;  // backend streams and gZ workspaces per device
-  struct CudaStateDeleter {
-    void operator()(CudaState* state) const;
-  };
-  std::unique_ptr<CudaState, CudaStateDeleter> cuda_;
-  // Caller's thread: checks that all tensors are dense and on one CUDA device, makes that
-  // device's backend stream wait for the caller's current stream, and records the tensors' use on
-  // the backend stream (recordStream). Returns the backend stream.
-  c10::Stream cuda_prepare(const std::vector<at::Tensor>& tensors, const char* what);
-  c10::intrusive_ptr<c10d::Work> cuda_allreduce(std::vector<at::Tensor>& tensors,
-                                                const c10d::ReduceOp& op, const char* name,
-                                                c10d::OpType type);
-  c10::intrusive_ptr<c10d::Work> cuda_broadcast(std::vector<at::Tensor>& tensors, int root);
-  c10::intrusive_ptr<c10d::Work> cuda_allgather(std::vector<at::Tensor> outputs,
-                                                const at::Tensor& input, bool into_tensor);
-  c10::intrusive_ptr<c10d::Work> cuda_scatter(at::Tensor& output, std::vector<at::Tensor> inputs,
-                                              int root);
-  // Worker-thread bodies (run with the backend stream current).
-  void run_cuda_allreduce(at::Tensor& t, const c10d::ReduceOp& op, const CallConfig& cfg);
-  void run_cuda_broadcast(at::Tensor& t, int root, const CallConfig& cfg);
-  void run_cuda_allgather(const at::Tensor& in, at::Tensor& flat_out, const CallConfig& cfg);
-  void run_cuda_scatter(const std::vector<at::Tensor>& ins, at::Tensor& out, int root,
-                        const CallConfig& cfg);
-  // Min/max over the finite values of a contiguous float32/64 CUDA tensor (current stream).
-  fz::FiniteRange cuda_range(const at::Tensor& t) const;
-#endif
+
+  std::unique_ptr<Device> cpu_;
+  std::mutex cuda_mutex_;         // cuda_ is created on a caller's thread
+  std::unique_ptr<Device> cuda_;  // created by the first CUDA op
 
   std::unique_ptr<transport::Comm> comm_;
   std::unique_ptr<transport::Comm> p2p_comm_;

@@ -1,0 +1,96 @@
+// The CPU device of the zccl backend (device.h): host tensors, the fZ-light collectives of
+// collectives/, no streams. Half tensors travel as native half streams in data movement.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include <ATen/ATen.h>
+#pragma GCC diagnostic pop
+
+#include <stdexcept>
+
+#include "device.h"
+#include "routing.h"
+#include "validate.h"
+
+namespace zccl::backend {
+namespace {
+
+class CpuDevice final : public Device {
+ public:
+  void check_tensor(const at::Tensor& t, const char* what) const override {
+    check_cpu_dense(t, what);
+  }
+  void check_serves(DeviceOp, const at::Tensor&, const char*) const override {}  // every op
+  std::optional<c10::Stream> prepare(const std::vector<at::Tensor>&) override {
+    return std::nullopt;
+  }
+  void run(const std::optional<c10::Stream>&, const std::function<void()>& body) override {
+    body();
+  }
+  bool widens_halves() const override { return false; }
+  bool compresses_allreduce(size_t bytes, int p, const coll::Config& cfg) const override {
+    const coll::Algorithm alg = cfg.algorithm == coll::Algorithm::Auto
+                                    ? coll::choose_allreduce(bytes, p, cfg)
+                                    : cfg.algorithm;
+    return p > 1 && alg != coll::Algorithm::Mpi;
+  }
+  fz::FiniteRange value_range(const at::Tensor& t, int threads) override {
+    return fz::finite_range(t.data_ptr(), compressed_dtype(t.scalar_type()),
+                            static_cast<uint64_t>(t.numel()), threads);
+  }
+  at::Tensor host_view(const at::Tensor& t, bool) override { return t; }
+  void from_host(at::Tensor& t, const at::Tensor& host) override {
+    if (!host.is_same(t)) t.copy_(host);
+  }
+
+  void allreduce(transport::Comm& comm, void* buf, uint64_t n, fz::DType dt, coll::ReduceOp op,
+                 const coll::Config& cfg, coll::Stats* stats) override {
+    coll::allreduce(comm, buf, n, dt, op, cfg, stats);
+  }
+  void reduce(transport::Comm& comm, void* buf, uint64_t n, fz::DType dt, coll::ReduceOp op,
+              int root, const coll::Config& cfg, coll::Stats* stats) override {
+    coll::reduce(comm, buf, n, dt, op, root, cfg, stats);
+  }
+  void broadcast(transport::Comm& comm, void* buf, uint64_t n, fz::DType dt, int root,
+                 const coll::Config& cfg, coll::Stats* stats) override {
+    coll::broadcast(comm, buf, n, dt, root, cfg, stats);
+  }
+  void allgather(transport::Comm& comm, const void* in, void* out, uint64_t n, fz::DType dt,
+                 const coll::Config& cfg, coll::Stats* stats) override {
+    coll::allgather(comm, in, out, n, dt, cfg, stats);
+  }
+  void reduce_scatter(transport::Comm& comm, const void* in, void* out, uint64_t n, fz::DType dt,
+                      coll::ReduceOp op, const coll::Config& cfg, coll::Stats* stats) override {
+    coll::reduce_scatter(comm, in, out, n, dt, op, cfg, stats);
+  }
+  void gather(transport::Comm& comm, const void* in, void* out, uint64_t n, fz::DType dt,
+              int root, const coll::Config& cfg, coll::Stats* stats) override {
+    coll::gather(comm, in, out, n, dt, root, cfg, stats);
+  }
+  void scatter(transport::Comm& comm, const std::vector<const void*>& blocks, void* out,
+               uint64_t n, fz::DType dt, int root, const coll::Config& cfg,
+               coll::Stats* stats) override {
+    coll::scatter(comm, blocks, out, n, dt, root, cfg, stats);
+  }
+  void alltoallv(transport::Comm& comm, const void* in, const std::vector<size_t>& send_counts,
+                 const std::vector<size_t>& send_displs, void* out,
+                 const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                 fz::DType dt, const coll::Config& cfg, coll::Stats* stats) override {
+    coll::alltoallv(comm, in, send_counts, send_displs, out, recv_counts, recv_displs, dt, cfg,
+                    stats);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Device> make_cpu_device() { return std::make_unique<CpuDevice>(); }
+
+// The CUDA build defines these in cuda_device.cu; this is the only place the backend asks which
+// build it is.
+#ifndef ZCCL_WITH_CUDA
+bool cuda_device_built() { return false; }
+std::unique_ptr<Device> make_cuda_device() {
+  throw std::logic_error("zccl: this build of the zccl backend has no CUDA path");
+}
+#endif
+
+}  // namespace zccl::backend

@@ -1,0 +1,100 @@
+// What an op body of the zccl backend needs from the device its tensors live on. The op bodies
+// (op_bodies.cpp) are written once against this interface; CpuDevice (cpu_device.cpp) and
+// CudaDevice (cuda_device.cu, CUDA builds only) implement it. Following c10d's Gloo backend,
+// which writes an op once and lets its CUDA variant override only staging and stream sync.
+#pragma once
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include <torch/csrc/distributed/c10d/Types.hpp>
+#pragma GCC diagnostic pop
+
+#include <c10/core/Stream.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "../collectives/collectives.h"
+
+namespace zccl::backend {
+
+// The collectives a device may serve; its `serves()` says which.
+enum class DeviceOp : uint8_t {
+  AllReduce,
+  Broadcast,
+  Reduce,
+  AllGather,
+  ReduceScatter,
+  Gather,
+  Scatter,
+  AllToAll,
+  Sparse,
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // ---- caller's thread ----
+  // Throws std::invalid_argument naming `what` unless `t` is a dense tensor of this device of a
+  // dtype the transport moves.
+  virtual void check_tensor(const at::Tensor& t, const char* what) const = 0;
+  // Throws std::invalid_argument when this device has no implementation of `op`.
+  virtual void check_serves(DeviceOp op, const at::Tensor& t, const char* what) const = 0;
+  // Orders the op after what the caller enqueued on `tensors` and returns the stream the op runs
+  // on (nullopt: no streams on this device).
+  virtual std::optional<c10::Stream> prepare(const std::vector<at::Tensor>& tensors) = 0;
+
+  // ---- worker thread ----
+  // Runs `body` with `stream` (prepare's result) current.
+  virtual void run(const std::optional<c10::Stream>& stream, const std::function<void()>& body) = 0;
+  // Whether the data-movement collectives take float16/bfloat16 as float32 (a codec without half
+  // streams); the reductions always widen (they accumulate in float32).
+  virtual bool widens_halves() const = 0;
+  // Whether an all_reduce of `bytes` on `p` ranks that the backend chose to compress runs a
+  // compressed algorithm (false: the exact transport, e.g. "auto" at eb 0 or below the size where
+  // compression pays).
+  virtual bool compresses_allreduce(size_t bytes, int p, const coll::Config& cfg) const = 0;
+  // Finite min/max of a contiguous floating tensor.
+  virtual fz::FiniteRange value_range(const at::Tensor& t, int threads) = 0;
+  // A tensor on the host holding `t`'s bytes for the exact (uncompressed) transport: `t` itself
+  // where the transport can read it, else a copy (filled from `t` when `read`). from_host() writes
+  // it back into `t`; it does nothing when host_view returned `t` itself.
+  virtual at::Tensor host_view(const at::Tensor& t, bool read) = 0;
+  virtual void from_host(at::Tensor& t, const at::Tensor& host) = 0;
+
+  // The compressed collectives (collectives.h has their contracts); `dt` is the staged buffer's
+  // type. A device that does not serve an op is never asked for it (check_serves).
+  virtual void allreduce(transport::Comm& comm, void* buf, uint64_t n, fz::DType dt,
+                         coll::ReduceOp op, const coll::Config& cfg, coll::Stats* stats) = 0;
+  virtual void reduce(transport::Comm& comm, void* buf, uint64_t n, fz::DType dt,
+                      coll::ReduceOp op, int root, const coll::Config& cfg, coll::Stats* stats) = 0;
+  virtual void broadcast(transport::Comm& comm, void* buf, uint64_t n, fz::DType dt, int root,
+                         const coll::Config& cfg, coll::Stats* stats) = 0;
+  virtual void allgather(transport::Comm& comm, const void* in, void* out, uint64_t n,
+                         fz::DType dt, const coll::Config& cfg, coll::Stats* stats) = 0;
+  virtual void reduce_scatter(transport::Comm& comm, const void* in, void* out, uint64_t n,
+                              fz::DType dt, coll::ReduceOp op, const coll::Config& cfg,
+                              coll::Stats* stats) = 0;
+  virtual void gather(transport::Comm& comm, const void* in, void* out, uint64_t n, fz::DType dt,
+                      int root, const coll::Config& cfg, coll::Stats* stats) = 0;
+  virtual void scatter(transport::Comm& comm, const std::vector<const void*>& blocks, void* out,
+                       uint64_t n, fz::DType dt, int root, const coll::Config& cfg,
+                       coll::Stats* stats) = 0;
+  virtual void alltoallv(transport::Comm& comm, const void* in,
+                         const std::vector<size_t>& send_counts,
+                         const std::vector<size_t>& send_displs, void* out,
+                         const std::vector<size_t>& recv_counts,
+                         const std::vector<size_t>& recv_displs, fz::DType dt,
+                         const coll::Config& cfg, coll::Stats* stats) = 0;
+};
+
+std::unique_ptr<Device> make_cpu_device();
+// Whether this build has the CUDA device (ZCCL_WITH_CUDA).
+bool cuda_device_built();
+// Throws when the extension was built without its CUDA path.
+std::unique_ptr<Device> make_cuda_device();
+
+}  // namespace zccl::backend
