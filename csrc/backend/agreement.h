@@ -50,13 +50,7 @@ struct CallDescription {
 // A description from its parts (dtype: an at::ScalarType value; -1 for "none").
 inline CallDescription describe_call(OpKind op, int dtype, uint64_t count, int reduce_op = -1,
                                      int root = -1) {
-  CallDescription d;
-  d.op = op;
-  d.dtype = dtype;
-  d.count = count;
-  d.reduce_op = reduce_op;
-  d.root = root;
-  return d;
+  return CallDescription{op, reduce_op, root, dtype, count, /*count_must_match=*/true};
 }
 
 struct Agreement {

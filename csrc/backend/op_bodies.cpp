@@ -95,6 +95,14 @@ bool ZcclBackend::compressed_path(at::ScalarType dtype, uint64_t numel, const Ca
   return bytes >= cfg.min_compress_bytes;
 }
 
+std::optional<coll::ReduceOp> ZcclBackend::reduction_path(const c10d::ReduceOp& op,
+                                                          at::ScalarType dtype, uint64_t numel,
+                                                          const CallConfig& cfg) const {
+  const auto cop = compressed_op(op);
+  if (!cop || !compressed_path(dtype, numel, cfg)) return std::nullopt;
+  return cop;
+}
+
 coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb) const {
   coll::Config c;
   c.error_bound = eb;
@@ -118,6 +126,20 @@ coll::Config ZcclBackend::reduction_config(const Device& dev, const CallConfig& 
   return c;
 }
 
+// Steps 1-3 of an in-place reduction (all_reduce, reduce): the path, the staging (float32 for
+// half types, which accumulate in float32) and the agreed bound.
+ZcclBackend::StagedReduction ZcclBackend::stage_reduction(Device& dev, OpKind kind,
+                                                          const char* what, at::Tensor& t,
+                                                          const c10d::ReduceOp& op, int root,
+                                                          const CallConfig& cfg) const {
+  const uint64_t n = static_cast<uint64_t>(t.numel());
+  const auto cop = reduction_path(op, t.scalar_type(), n, cfg);
+  Staged s(t, cop.has_value() || is_half(t.scalar_type()));
+  const double eb = agree(dev, what, describe(kind, t.scalar_type(), n, reduce_code(op), root),
+                          &s.buffer, cfg, cop.has_value());
+  return StagedReduction{cop, s, eb};
+}
+
 double ZcclBackend::agree(Device& dev, const char* what, const CallDescription& call,
                           const at::Tensor* data, const CallConfig& cfg, bool rel_needed) const {
   std::optional<fz::FiniteRange> range;
@@ -132,12 +154,8 @@ double ZcclBackend::agree(Device& dev, const char* what, const CallDescription& 
 void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op,
                                 const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
-  const auto cop = compressed_op(op);
-  const bool chosen = cop.has_value() && compressed_path(t.scalar_type(), n, cfg);
-  Staged s(t, chosen || is_half(t.scalar_type()));
-  const double eb = agree(dev, "all_reduce",
-                          describe(OpKind::AllReduce, t.scalar_type(), n, reduce_code(op)),
-                          &s.buffer, cfg, chosen);
+  auto [cop, s, eb] = stage_reduction(dev, OpKind::AllReduce, "all_reduce", t, op, -1, cfg);
+  const bool chosen = cop.has_value();
   if (n == 0) return;
   const at::ScalarType type = s.buffer.scalar_type();
   const coll::Config cc = reduction_config(dev, cfg, eb, t.scalar_type());
@@ -192,12 +210,8 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
 void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op, int root,
                              const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
-  const auto cop = compressed_op(op);
-  const bool compress = cop.has_value() && compressed_path(t.scalar_type(), n, cfg);
-  Staged s(t, compress || is_half(t.scalar_type()));
-  const double eb = agree(dev, "reduce",
-                          describe(OpKind::Reduce, t.scalar_type(), n, reduce_code(op), root),
-                          &s.buffer, cfg, compress);
+  auto [cop, s, eb] = stage_reduction(dev, OpKind::Reduce, "reduce", t, op, root, cfg);
+  const bool compress = cop.has_value();
   if (n == 0) return;
   const bool at_root = comm_->rank() == root;
   const at::ScalarType type = s.buffer.scalar_type();
@@ -245,8 +259,8 @@ void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& f
 void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at::Tensor& out,
                                      const c10d::ReduceOp& op, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(out.numel());
-  const auto cop = compressed_op(op);
-  const bool compress = cop.has_value() && compressed_path(out.scalar_type(), n, cfg);
+  const auto cop = reduction_path(op, out.scalar_type(), n, cfg);
+  const bool compress = cop.has_value();
   const bool widen = compress || is_half(out.scalar_type());
   Staged src(flat_in, widen);
   Staged dst(out, widen);

@@ -255,6 +255,31 @@ void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& outs) {
   }
 }
 
+// The root's list of world_size tensors like `like` (gather's outputs, scatter's inputs), checked;
+// an empty list on the other ranks, which must pass none.
+std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& lists,
+                                  const at::Tensor& like, bool at_root, int p, const char* what,
+                                  const char* role) {
+  const std::string prefix = std::string("zccl: ") + what + ": ";
+  if (!at_root) {
+    if (!lists.empty() && !lists[0].empty()) {
+      throw std::invalid_argument(prefix + "only the root passes " + role + " tensors");
+    }
+    return {};
+  }
+  if (lists.size() != 1 || static_cast<int>(lists[0].size()) != p) {
+    throw std::invalid_argument(prefix + "the root needs one " + role + " list of world_size tensors");
+  }
+  for (const auto& t : lists[0]) check_same(t, like, what);
+  return lists[0];
+}
+
+// `list` and `t`: the tensors an op touches, for the device's stream bookkeeping.
+std::vector<at::Tensor> joined(std::vector<at::Tensor> list, const at::Tensor& t) {
+  list.push_back(t);
+  return list;
+}
+
 // The tensors of `parts`, flattened and concatenated.
 at::Tensor flatten(const std::vector<at::Tensor>& parts) {
   std::vector<at::Tensor> flat;
@@ -275,9 +300,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather(std::vector<std::vector<at
   for (const auto& o : outputs[0]) check_same(o, inputs[0], "all_gather");
   at::Tensor in = inputs[0];
   std::vector<at::Tensor> outs = outputs[0];
-  std::vector<at::Tensor> touched = outs;
-  touched.push_back(in);
-  return enqueue("all_gather", c10d::OpType::ALLGATHER, outs, dev, touched,
+  return enqueue("all_gather", c10d::OpType::ALLGATHER, outs, dev, joined(outs, in),
                  [this, in, outs](Device& d, const CallConfig& cfg) mutable {
                    at::Tensor flat = at::empty({in.numel() * static_cast<int64_t>(outs.size())}, in.options());
                    run_allgather(d, in, flat, cfg);
@@ -347,20 +370,9 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::gather(std::vector<std::vector<at::T
   Device& dev = device_for(inputs[0], DeviceOp::Gather, inputs, "gather");
   check_root(opts.rootRank, getSize(), "gather");
   const int root = static_cast<int>(opts.rootRank);
-  const bool at_root = getRank() == root;
-  if (at_root) {
-    if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize()) {
-      throw std::invalid_argument("zccl: gather: the root needs one output list of world_size tensors");
-    }
-    for (const auto& o : outputs[0]) check_same(o, inputs[0], "gather");
-  } else if (!outputs.empty() && !outputs[0].empty()) {
-    throw std::invalid_argument("zccl: gather: only the root passes output tensors");
-  }
   at::Tensor in = inputs[0];
-  std::vector<at::Tensor> outs = at_root ? outputs[0] : std::vector<at::Tensor>{};
-  std::vector<at::Tensor> touched = outs;
-  touched.push_back(in);
-  return enqueue("gather", c10d::OpType::GATHER, outs, dev, touched,
+  std::vector<at::Tensor> outs = root_list(outputs, in, getRank() == root, getSize(), "gather", "output");
+  return enqueue("gather", c10d::OpType::GATHER, outs, dev, joined(outs, in),
                  [this, in, outs, root](Device& d, const CallConfig& cfg) mutable {
                    if (outs.empty()) {
                      run_gather(d, in, nullptr, root, cfg);
@@ -379,20 +391,9 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::scatter(std::vector<at::Tensor>& out
   Device& dev = device_for(outputs[0], DeviceOp::Scatter, outputs, "scatter");
   check_root(opts.rootRank, getSize(), "scatter");
   const int root = static_cast<int>(opts.rootRank);
-  const bool at_root = getRank() == root;
-  if (at_root) {
-    if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize()) {
-      throw std::invalid_argument("zccl: scatter: the root needs one input list of world_size tensors");
-    }
-    for (const auto& i : inputs[0]) check_same(i, outputs[0], "scatter");
-  } else if (!inputs.empty() && !inputs[0].empty()) {
-    throw std::invalid_argument("zccl: scatter: only the root passes input tensors");
-  }
   at::Tensor out = outputs[0];
-  std::vector<at::Tensor> ins = at_root ? inputs[0] : std::vector<at::Tensor>{};
-  std::vector<at::Tensor> touched = ins;
-  touched.push_back(out);
-  return enqueue("scatter", c10d::OpType::SCATTER, outputs, dev, touched,
+  std::vector<at::Tensor> ins = root_list(inputs, out, getRank() == root, getSize(), "scatter", "input");
+  return enqueue("scatter", c10d::OpType::SCATTER, outputs, dev, joined(ins, out),
                  [this, out, ins, root](Device& d, const CallConfig& cfg) mutable {
                    run_scatter(d, ins, out, root, cfg);
                  });
@@ -424,9 +425,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce_scatter(std::vector<at::Tenso
   at::Tensor out = outputs[0];
   std::vector<at::Tensor> ins = inputs[0];
   const c10d::ReduceOp op = opts.reduceOp;
-  std::vector<at::Tensor> touched = ins;
-  touched.push_back(out);
-  return enqueue("reduce_scatter", c10d::OpType::REDUCE_SCATTER, outputs, dev, touched,
+  return enqueue("reduce_scatter", c10d::OpType::REDUCE_SCATTER, outputs, dev, joined(ins, out),
                  [this, out, ins, op](Device& d, const CallConfig& cfg) mutable {
                    at::Tensor flat = flatten(ins);
                    run_reduce_scatter(d, flat, out, op, cfg);

@@ -20,6 +20,7 @@
 #include "agreement.h"
 #include "call_config.h"
 #include "device.h"
+#include "staged.h"
 #include "work.h"
 
 namespace zccl::backend {
@@ -146,6 +147,13 @@ class ZcclBackend : public c10d::Backend {
   // value range of `data`; returns the absolute error bound to compress with.
   double agree(Device& dev, const char* what, const CallDescription& call, const at::Tensor* data,
                const CallConfig& cfg, bool rel_needed) const;
+  struct StagedReduction {
+    std::optional<coll::ReduceOp> cop;  // the compressed reduction, nullopt: exact path
+    Staged staged;
+    double eb;  // the agreed absolute bound
+  };
+  StagedReduction stage_reduction(Device& dev, OpKind kind, const char* what, at::Tensor& t,
+                                  const c10d::ReduceOp& op, int root, const CallConfig& cfg) const;
   // The absolute bound for data only this rank compresses (roots, senders).
   double local_bound(Device& dev, const std::vector<at::Tensor>& parts,
                      const CallConfig& cfg) const;
@@ -154,6 +162,10 @@ class ZcclBackend : public c10d::Backend {
   coll::Config reduction_config(const Device& dev, const CallConfig& cfg, double eb,
                                 at::ScalarType t) const;
   bool compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const;
+  // The compressed reduction a reduction takes, or nullopt for the exact path (an op without a
+  // compressed form, or compressed_path() says no).
+  std::optional<coll::ReduceOp> reduction_path(const c10d::ReduceOp& op, at::ScalarType dtype,
+                                               uint64_t numel, const CallConfig& cfg) const;
   void record(const char* op, const coll::Stats& stats, double eb);
   // An uncompressed (exact transport) collective; `eb`: the bound in force when the algorithm
   // choice, not the configuration, sent it exactly.
