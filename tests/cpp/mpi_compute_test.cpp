@@ -518,36 +518,37 @@ void test_arguments(Comm& comm) {
   Config bad = cfg;
   bad.error_bound = -1;
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
-               std::invalid_argument, "error bound");
+               std::invalid_argument, "zccl: allreduce: error bound must be finite and >= 0");
   bad = cfg;
   bad.error_bound = std::numeric_limits<double>::quiet_NaN();
   CHECK_THROWS(coll::reduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, 0, bad),
-               std::invalid_argument, "error bound");
+               std::invalid_argument, "zccl: reduce: error bound must be finite and >= 0");
   bad = cfg;
   bad.chunk_len = 33;
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
-               std::invalid_argument, "chunk_len");
+               std::invalid_argument, "zccl: allreduce: chunk_len must be a multiple of 32");
   bad = cfg;
   bad.threads = -2;
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
-               std::invalid_argument, "threads");
+               std::invalid_argument, "zccl: allreduce: threads must be >= 0, got -2");
   bad = cfg;
   bad.algorithm = static_cast<Algorithm>(42);
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
-               std::invalid_argument, "algorithm");
+               std::invalid_argument, "zccl: allreduce: unknown algorithm code 42");
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, static_cast<DType>(9), ReduceOp::Sum, cfg),
-               std::invalid_argument, "dtype");
+               std::invalid_argument,
+               "zccl: allreduce: dtype must be float32 or float64 (code 9)");
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, static_cast<ReduceOp>(9), cfg),
-               std::invalid_argument, "op");
+               std::invalid_argument, "zccl: allreduce: unknown reduce op code 9");
   CHECK_THROWS(coll::allreduce(comm, nullptr, 16, DType::Float32, ReduceOp::Sum, cfg),
-               std::invalid_argument, "null");
+               std::invalid_argument, "zccl: allreduce: buf is null but 16 values");
   CHECK_THROWS(
       coll::reduce_scatter(comm, buf.data(), nullptr, 1, DType::Float32, ReduceOp::Sum, cfg),
-      std::invalid_argument, "null");
+      std::invalid_argument, "zccl: reduce_scatter: recv is null but 1 values");
   CHECK_THROWS(coll::reduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, comm.size(), cfg),
-               std::invalid_argument, "root");
+               std::invalid_argument, "zccl: reduce: root");
   CHECK_THROWS(coll::reduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, -1, cfg),
-               std::invalid_argument, "root");
+               std::invalid_argument, "zccl: reduce: root -1 is out of range");
   CHECK_THROWS(coll::output_error_bound(Algorithm::Ring, ReduceOp::Sum, 0, 1e-3, true),
                std::invalid_argument, "p");
   CHECK_THROWS(coll::output_error_bound(Algorithm::Ring, ReduceOp::Sum, 2, -1.0, true),
@@ -633,7 +634,7 @@ void test_stats_and_choice(Comm& comm) {
     saw_rd |= coll::choose_allreduce(b, 4, c) == Algorithm::RecursiveDoubling;
   }
   CHECK_MSG(saw_rd, "the cost model never picks recursive doubling at p=4");
-  // The thresholds choose.cpp documents.
+  // The thresholds route.cpp documents.
   CHECK(coll::choose_allreduce(2048, 4, c) == Algorithm::Mpi);
   CHECK(coll::choose_allreduce(256 << 10, 4, c) == Algorithm::RecursiveDoubling);
   CHECK(coll::choose_allreduce(1 << 20, 4, c) == Algorithm::Ring);
