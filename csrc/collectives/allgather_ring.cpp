@@ -30,8 +30,6 @@
 // already compresses each block exactly once.
 #include <algorithm>
 #include <cstring>
-#include <limits>
-#include <numeric>
 
 #include "datamove_common.h"
 

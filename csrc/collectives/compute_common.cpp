@@ -3,9 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <optional>
-#include <stdexcept>
-#include <string>
 
 namespace zccl::coll::compute {
 

@@ -4,11 +4,9 @@
 #include "../transport/backoff.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
-#include <thread>
 
 namespace zccl::coll::detail {
 

@@ -23,9 +23,7 @@
 // Both stay within output_error_bound(algorithm, op, p, eb, allreduce = true) of the same
 // algorithm (Ring p eb; tree (p-1) eb <= RD's (p + p' - 2) eb and CprP2P's 2 (p-1) eb).
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
-#include <string>
 
 #include "compute_common.h"
 #include "reduce_kernels.h"

@@ -83,9 +83,9 @@ double cost_rd(double n, int p, double ratio, const CostModel& m) {
          (3 * L + 4 * f) * m.kappa;
 }
 
-// The size rules: nothing moves (one rank), nothing to send, or too little to pay for the codec.
-bool too_small(size_t bytes, int p, const Config& cfg) {
-  return p == 1 || bytes == 0 || bytes < cfg.min_compress_bytes;
+// Nothing to send, or too little to pay for the codec.
+bool too_small(size_t bytes, const Config& cfg) {
+  return bytes == 0 || bytes < cfg.min_compress_bytes;
 }
 
 // The GPU allreduce's Auto (see the top of this file).
@@ -116,8 +116,9 @@ Algorithm reduction_algorithm(Collective c, size_t bytes, int p, const Config& c
 }  // namespace
 
 Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device) {
-  const bool one_gpu = device == Device::Cuda && p == 1;
-  if (cfg.algorithm == Algorithm::Mpi || (too_small(bytes, p, cfg) && !one_gpu)) {
+  // One rank moves nothing: the CPU collectives hand that to MPI, the GPU ones do it themselves.
+  const bool alone = p == 1 && device == Device::Cpu;
+  if (cfg.algorithm == Algorithm::Mpi || alone || too_small(bytes, cfg)) {
     return {false, Algorithm::Mpi};
   }
   Algorithm algorithm = Algorithm::Auto;
@@ -146,7 +147,7 @@ Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device)
 }
 
 Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
-  if (too_small(bytes, p, cfg) || cfg.error_bound == 0.0) return Algorithm::Mpi;
+  if (p == 1 || too_small(bytes, cfg) || cfg.error_bound == 0.0) return Algorithm::Mpi;
   const double n = static_cast<double>(bytes);
   const double mpi = cost_mpi(n, p, kModel);
   const double ring = cost_ring(n, p, kModel.ratio, kModel);

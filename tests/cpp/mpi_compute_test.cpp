@@ -656,6 +656,77 @@ void test_stats_and_choice(Comm& comm) {
   }
 }
 
+// route(): the one decision of every entry point, collective by collective, CPU and GPU.
+void test_route(Comm&) {
+  using coll::Collective;
+  using coll::Device;
+  const Algorithm mpi = Algorithm::Mpi, ring = Algorithm::Ring, auto_ = Algorithm::Auto;
+  const Algorithm rd = Algorithm::RecursiveDoubling, cpr = Algorithm::CprP2P;
+  auto alg = [](Collective k, size_t bytes, int p, const Config& cfg, Device d = Device::Cpu) {
+    const coll::Route rt = coll::route(k, bytes, p, cfg, d);
+    CHECK(rt.compressed == (rt.algorithm != Algorithm::Mpi));
+    return rt.algorithm;
+  };
+  const Config c = make_cfg(auto_, 1e-3);
+  Config small = c, small_ring = make_cfg(ring, 1e-3);
+  small.min_compress_bytes = small_ring.min_compress_bytes = 4096;
+  const size_t mib = size_t{1} << 20;
+  const Collective all[] = {Collective::AllReduce, Collective::ReduceScatter, Collective::Reduce,
+                            Collective::Broadcast, Collective::AllGather,     Collective::Gather,
+                            Collective::Scatter,   Collective::AllToAll};
+  for (const Collective k : all) {
+    // Uncompressed: one CPU rank, nothing to send, below min_compress_bytes, or Mpi asked for.
+    CHECK(alg(k, mib, 1, c) == mpi);
+    CHECK(alg(k, 0, 4, c) == mpi);
+    CHECK(alg(k, 4095, 4, small) == mpi);
+    CHECK(alg(k, 4096, 4, small_ring) != mpi);
+    CHECK(alg(k, mib, 4, make_cfg(mpi, 1e-3)) == mpi);
+    CHECK(alg(k, 0, 1, c, Device::Cuda) == mpi);
+  }
+  // Reductions: Auto follows the cost model (Mpi when lossless); reduce_scatter has no recursive
+  // doubling (the ring); an explicit algorithm runs, lossless too.
+  for (const size_t b : {size_t{2048}, size_t{256} << 10, mib, 64 * mib}) {
+    CHECK(alg(Collective::AllReduce, b, 4, c) == coll::choose_allreduce(b, 4, c));
+    CHECK(alg(Collective::Reduce, b, 4, c) == coll::choose_allreduce(b, 4, c));
+    CHECK(alg(Collective::ReduceScatter, b, 4, c) ==
+          (coll::choose_allreduce(b, 4, c) == mpi ? mpi : ring));
+  }
+  CHECK(alg(Collective::AllReduce, 256 << 10, 4, c) == rd);
+  CHECK(alg(Collective::ReduceScatter, 256 << 10, 4, c) == ring);
+  CHECK(alg(Collective::AllReduce, 64 * mib, 8, make_cfg(auto_, 0.0)) == mpi);
+  CHECK(alg(Collective::ReduceScatter, mib, 4, make_cfg(rd, 1e-3)) == ring);
+  CHECK(alg(Collective::Reduce, mib, 4, make_cfg(rd, 1e-3)) == rd);
+  for (const Algorithm a : {ring, rd, cpr}) {
+    CHECK(alg(Collective::AllReduce, 64, 4, make_cfg(a, 0.0)) == a);
+  }
+  // Data movement: allgather's ring, the others' own algorithm (Auto); CprP2P when asked for;
+  // alltoall's per-block size rule leaves only the algorithm and p to route().
+  CHECK(alg(Collective::AllGather, mib, 4, c) == ring);
+  CHECK(alg(Collective::AllGather, mib, 4, make_cfg(rd, 0.0)) == ring);
+  CHECK(alg(Collective::AllGather, mib, 4, make_cfg(cpr, 1e-3)) == cpr);
+  for (const Collective k : {Collective::Broadcast, Collective::Gather, Collective::Scatter}) {
+    CHECK(alg(k, mib, 4, make_cfg(ring, 1e-3)) == auto_);
+    CHECK(alg(k, mib, 4, make_cfg(cpr, 1e-3)) == cpr);
+  }
+  CHECK(alg(Collective::AllToAll, coll::kUnknownBytes, 4, small) == auto_);
+  CHECK(alg(Collective::AllToAll, coll::kUnknownBytes, 1, small) == mpi);
+  // GPU: allreduce Auto is recursive doubling below 1 MiB per rank, the ring above (Mpi when
+  // lossless); CprP2P runs the ring; a single rank keeps the compressed algorithm; the data
+  // movement reports Ring (allgather) or Auto whatever was asked for.
+  const Device gpu = Device::Cuda;
+  CHECK(alg(Collective::AllReduce, 4 * mib - 4, 4, c, gpu) == rd);
+  CHECK(alg(Collective::AllReduce, 4 * mib, 4, c, gpu) == ring);
+  CHECK(alg(Collective::AllReduce, 64, 4, c, gpu) == rd);
+  CHECK(alg(Collective::AllReduce, 64, 1, c, gpu) == rd);
+  CHECK(alg(Collective::AllReduce, 64 * mib, 4, make_cfg(auto_, 0.0), gpu) == mpi);
+  CHECK(alg(Collective::AllReduce, 64, 4, make_cfg(cpr, 1e-3), gpu) == ring);
+  CHECK(alg(Collective::AllReduce, 64 * mib, 4, make_cfg(rd, 0.0), gpu) == rd);
+  CHECK(alg(Collective::AllGather, mib, 4, make_cfg(cpr, 1e-3), gpu) == ring);
+  CHECK(alg(Collective::AllGather, mib, 1, c, gpu) == ring);
+  CHECK(alg(Collective::Broadcast, mib, 4, make_cfg(cpr, 1e-3), gpu) == auto_);
+  CHECK(alg(Collective::Scatter, mib, 1, c, gpu) == auto_);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -689,6 +760,7 @@ int main(int argc, char** argv) {
     phase("recompression property", test_recompression_property);
     phase("arguments", test_arguments);
     phase("stats and choice", test_stats_and_choice);
+    phase("route", test_route);
     phase("allreduce matrix", test_allreduce_matrix);
     phase("reduce_scatter matrix", test_reduce_scatter_matrix);
     phase("reduce matrix", test_reduce_matrix);
