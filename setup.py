@@ -58,7 +58,7 @@ def mpi_flags() -> tuple[list[str], list[str]]:
 def sources() -> list[str]:
     files: list[str] = []
     for folder in SOURCE_DIRS:
-        files += sorted(str(p.relative_to(ROOT)) for p in (ROOT / folder).glob("*.cpp"))
+        files += sorted(str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*.cpp"))
     return files
 
 

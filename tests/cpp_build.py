@@ -111,7 +111,7 @@ def mpi_flags(kind: Literal["compile", "link"]) -> list[str]:
 
 def headers(*dirs: Path) -> list[Path]:
     """The headers (``*.h``) of ``dirs`` plus tests/cpp/*.h; of all of csrc/ if no dirs given."""
-    found = [h for d in dirs for h in sorted(d.glob("*.h"))] if dirs else sorted(CSRC.glob("*/*.h"))
+    found = [h for d in dirs for h in sorted(d.glob("*.h"))] if dirs else sorted(CSRC.rglob("*.h"))
     return found + sorted(CPP_DIR.glob("*.h"))
 
 

@@ -69,7 +69,7 @@ def _sources() -> list[Path]:
         CPP_DIR / "mpi_compute_test.cpp",
         CSRC / "transport" / "comm.cpp",
         *sorted((CSRC / "compress").glob("*.cpp")),
-        *sorted((CSRC / "collectives").glob("*.cpp")),
+        *sorted((CSRC / "collectives").rglob("*.cpp")),
     ]
 
 

@@ -63,10 +63,15 @@ VARIANTS = {
 
 TRANSPORT = [CSRC / "transport" / "comm.cpp"]
 COMPRESS = [CSRC / "compress" / "fzlight.cpp", CSRC / "compress" / "crc32c.cpp"]
-# The data-movement collectives only: the computation collectives are tested elsewhere.
+# The data-movement collectives only (with the toolkit and routing they build on): the
+# computation collectives are tested elsewhere.
 DATAMOVE = [
     CSRC / "collectives" / name
     for name in (
+        "toolkit/buffers.cpp",
+        "toolkit/codec.cpp",
+        "toolkit/validate.cpp",
+        "route.cpp",
         "datamove_common.cpp",
         "allgather_ring.cpp",
         "broadcast_pipelined.cpp",

@@ -226,6 +226,8 @@ GPU_COLL_CU = [
     *sorted((CSRC / "gpu_collectives").glob("*.cu")),
 ]
 GPU_COLL_CPP = [
+    CSRC / "collectives" / "route.cpp",  # the routing and argument checks the gZ entry points use
+    CSRC / "collectives" / "toolkit" / "validate.cpp",
     CSRC / "compress" / "fzlight.cpp",
     CSRC / "compress" / "crc32c.cpp",
     CSRC / "transport" / "comm.cpp",

@@ -155,7 +155,7 @@ def sources() -> list[Path]:
         HERE / "smpi_collectives.cpp",
         csrc / "transport" / "comm.cpp",
         *sorted((csrc / "compress").glob("*.cpp")),
-        *sorted((csrc / "collectives").glob("*.cpp")),
+        *sorted((csrc / "collectives").rglob("*.cpp")),
     ]
 
 
@@ -172,7 +172,7 @@ def build(smpicxx: str, build_dir: Path, jobs: int = 2) -> Path:
     unchanged.
     """
     h = hashlib.sha256(simgrid_version(smpicxx).encode() + repr(CXXFLAGS).encode())
-    for path in [*sources(), *sorted((ROOT / "csrc").glob("*/*.h"))]:
+    for path in [*sources(), *sorted((ROOT / "csrc").rglob("*.h"))]:
         h.update(str(path.relative_to(ROOT)).encode())
         h.update(path.read_bytes())
     key = h.hexdigest()[:16]

@@ -30,8 +30,6 @@
 // already compresses each block exactly once.
 #include <algorithm>
 #include <cstring>
-#include <limits>
-#include <numeric>
 
 #include "datamove_common.h"
 
@@ -39,7 +37,7 @@ namespace zccl::coll {
 
 namespace {
 
-using detail::Bytes;
+using toolkit::Bytes;
 
 uint64_t hash_counts(const std::vector<size_t>& counts) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a over the 64-bit counts
@@ -54,15 +52,16 @@ uint64_t hash_counts(const std::vector<size_t>& counts) {
 
 // The ring over blocks of counts[q] values, packed at displs[q] (in values) in recv.
 void ring(Comm& comm, int tag, const void* send, void* recv, const std::vector<size_t>& counts,
-          const std::vector<size_t>& displs, DType dt, const Config& cfg, detail::CallStats& cs,
+          const std::vector<size_t>& displs, DType dt, const Config& cfg, toolkit::CallStats& cs,
           const char* op) {
   const int p = comm.size(), r = comm.rank();
   const size_t es = fz::dtype_size(dt);
   auto* out = static_cast<uint8_t*>(recv);
+  toolkit::Codec codec = toolkit::Codec::for_data(dt, cfg, cs.s, op);
 
   // 1. Compress the own block once.
   std::vector<Bytes> blocks(p);
-  detail::compress_block(send, counts[r], dt, cfg, blocks[r], cs.s);
+  codec.compress(send, counts[r], blocks[r]);
 
   // 2. Exchange stream sizes and counts; all ranks check the same table.
   const uint64_t mine[3] = {blocks[r].size(), counts[r], hash_counts(counts)};
@@ -71,33 +70,33 @@ void ring(Comm& comm, int tag, const void* send, void* recv, const std::vector<s
   cs.s.bytes_sent += sizeof(mine);
   for (int q = 0; q < p; ++q) {
     if (table[3 * q + 2] != table[2]) {
-      detail::throw_size_mismatch(op, "ranks 0 and " + std::to_string(q) +
-                                          " pass different counts vectors");
+      toolkit::throw_size_mismatch(op, "ranks 0 and " + std::to_string(q) +
+                                           " pass different counts vectors");
     }
   }
   for (int q = 0; q < p; ++q) {
     if (table[3 * q + 1] != counts[q]) {
-      detail::throw_size_mismatch(op, "rank " + std::to_string(q) + " contributes " +
-                                          std::to_string(table[3 * q + 1]) +
-                                          " values, the others expect " +
-                                          std::to_string(counts[q]));
+      toolkit::throw_size_mismatch(op, "rank " + std::to_string(q) + " contributes " +
+                                           std::to_string(table[3 * q + 1]) +
+                                           " values, the others expect " +
+                                           std::to_string(counts[q]));
     }
   }
 
   // 3./4. Ring steps; the block received in step s-1 is forwarded in step s and decompressed
   // while it travels (both only read it), then released.
-  const int right = (r + 1) % p, left = (r - 1 + p) % p;
+  const toolkit::Ring links(p, r);
+  const int right = links.next, left = links.prev;
   auto decode = [&](int q) {
-    detail::decompress_block(blocks[q].data(), blocks[q].size(), out + displs[q] * es, counts[q],
-                             dt, cfg, cs.s, op, q);
+    codec.decompress(blocks[q].data(), blocks[q].size(), out + displs[q] * es, counts[q], q);
   };
   // Unless cfg.owner_exact, the own block is decoded from its stream during step 0 (the stream
   // was made from `send` in step 1, so `send` being recv's own slot does not matter).
   const bool decode_own = !cfg.owner_exact;
   int pending = decode_own ? r : -1;  // block to decode during the next transfer
   for (int s = 0; s < p - 1; ++s) {
-    const int send_q = (r - s + p) % p;  // == pending for s >= 1
-    const int recv_q = (r - s - 1 + p) % p;
+    const int send_q = links.before(s);  // == pending for s >= 1
+    const int recv_q = links.before(s + 1);
     blocks[recv_q].resize(table[3 * recv_q]);
     std::vector<transport::Request> reqs;
     reqs.reserve(2);
@@ -108,10 +107,10 @@ void ring(Comm& comm, int tag, const void* send, void* recv, const std::vector<s
     comm.wait_all(reqs);
     Bytes().swap(blocks[send_q]);  // sent (and decoded): no longer needed
     if (reqs[0].received != blocks[recv_q].size()) {
-      detail::throw_size_mismatch(op, "rank " + std::to_string(left) + " forwarded " +
-                                          std::to_string(reqs[0].received) + " bytes of block " +
-                                          std::to_string(recv_q) + ", announced " +
-                                          std::to_string(blocks[recv_q].size()));
+      toolkit::throw_size_mismatch(op, "rank " + std::to_string(left) + " forwarded " +
+                                           std::to_string(reqs[0].received) + " bytes of block " +
+                                           std::to_string(recv_q) + ", announced " +
+                                           std::to_string(blocks[recv_q].size()));
     }
     pending = recv_q;
   }
@@ -124,66 +123,53 @@ void ring(Comm& comm, int tag, const void* send, void* recv, const std::vector<s
 void allgather(Comm& comm, const void* send, void* recv, size_t count, DType dt,
                const Config& cfg, Stats* stats) {
   const char* op = "allgather";
-  detail::CallStats cs(stats);
+  toolkit::CallStats cs(stats);
   const int tag = comm.next_tag_base();
   const int p = comm.size();
-  const size_t bytes = detail::payload_bytes(count, dt, op);
-  detail::payload_bytes(count * static_cast<size_t>(p), dt, op);  // overflow check of recv
-  detail::check_buffer(send, count, op, "send");
-  detail::check_buffer(recv, count, op, "recv");
-  detail::check_config(cfg, op);
+  const size_t bytes = toolkit::payload_bytes(count, dt, op);
+  toolkit::payload_bytes(count, dt, op, static_cast<size_t>(p));  // recv's
+  toolkit::check_buffer(send, count, op, "send");
+  toolkit::check_buffer(recv, count, op, "recv");
+  toolkit::check_config(cfg, op);
   cs.s.bytes_in = bytes;
-  if (detail::use_mpi_path(cfg, p, count, bytes)) {
+  const Route rt = route(Collective::AllGather, bytes, p, cfg);
+  if (!rt.compressed) {
     comm.allgather(send, recv, count, detail::mpi_type(dt));
     cs.s.bytes_sent = bytes * static_cast<size_t>(p - 1);  // as by a ring
-    cs.done(Algorithm::Mpi);
+    cs.done(rt.algorithm);
     return;
   }
   std::vector<size_t> counts(p, count), displs(p);
   for (int q = 0; q < p; ++q) displs[q] = count * static_cast<size_t>(q);
   ring(comm, tag, send, recv, counts, displs, dt, cfg, cs, op);
-  cs.done(cfg.algorithm == Algorithm::CprP2P ? Algorithm::CprP2P : Algorithm::Ring);
+  cs.done(rt.algorithm);
 }
 
 void allgatherv(Comm& comm, const void* send, size_t count, void* recv,
                 const std::vector<size_t>& counts, DType dt, const Config& cfg, Stats* stats) {
   const char* op = "allgatherv";
-  detail::CallStats cs(stats);
+  toolkit::CallStats cs(stats);
   const int tag = comm.next_tag_base();
-  const int p = comm.size(), r = comm.rank();
-  if (counts.size() != static_cast<size_t>(p)) {
-    throw std::invalid_argument("zccl: allgatherv: counts has " + std::to_string(counts.size()) +
-                                " entries for " + std::to_string(p) + " ranks");
-  }
-  if (counts[r] != count) {
-    throw std::invalid_argument("zccl: allgatherv: count " + std::to_string(count) +
-                                " differs from counts[" + std::to_string(r) +
-                                "] = " + std::to_string(counts[r]));
-  }
+  const int p = comm.size();
+  const size_t total = toolkit::check_counts(counts, count, p, comm.rank(), op);
+  toolkit::payload_bytes(total, dt, op);
+  toolkit::check_buffer(send, count, op, "send");
+  toolkit::check_buffer(recv, total, op, "recv");
+  toolkit::check_config(cfg, op);
   std::vector<size_t> displs(p);
-  size_t total = 0, largest = 0;
-  for (int q = 0; q < p; ++q) {
-    displs[q] = total;
-    if (counts[q] > std::numeric_limits<size_t>::max() - total) {
-      throw std::invalid_argument("zccl: allgatherv: the counts overflow the address space");
-    }
-    total += counts[q];
-    largest = std::max(largest, counts[q]);
-  }
-  detail::payload_bytes(total, dt, op);
-  detail::check_buffer(send, count, op, "send");
-  detail::check_buffer(recv, total, op, "recv");
-  detail::check_config(cfg, op);
+  for (int q = 1; q < p; ++q) displs[q] = displs[q - 1] + counts[q - 1];
   const size_t es = fz::dtype_size(dt);
+  const size_t largest = *std::max_element(counts.begin(), counts.end());
   cs.s.bytes_in = count * es;
-  if (detail::use_mpi_path(cfg, p, largest, largest * es)) {
+  const Route rt = route(Collective::AllGather, largest * es, p, cfg);
+  if (!rt.compressed) {
     comm.allgatherv(send, count, recv, counts, detail::mpi_type(dt));
     cs.s.bytes_sent = (total - count) * es;  // as by a ring
-    cs.done(Algorithm::Mpi);
+    cs.done(rt.algorithm);
     return;
   }
   ring(comm, tag, send, recv, counts, displs, dt, cfg, cs, op);
-  cs.done(cfg.algorithm == Algorithm::CprP2P ? Algorithm::CprP2P : Algorithm::Ring);
+  cs.done(rt.algorithm);
 }
 
 }  // namespace zccl::coll

@@ -23,7 +23,7 @@
 //       + f * n w (beta/R + 1/C + 1/D + gamma)          (fold in)
 //       + f * n w (2 beta/R + 2/D + gamma)              (fold out)
 //   Latency-optimal (log p messages) but every round moves and compresses the whole buffer: the
-//   choice for small and medium messages (see choose.cpp).
+//   choice for small and medium messages (see route.cpp).
 //
 // Output error bound, exact arithmetic:
 //   SUM: every merge op(D(C(a)), D(C(b))) adds at most eb to each of its two operands. With E_k
@@ -53,15 +53,13 @@ void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op,
                                   const Config& cfg, Stats& st) {
   const int p = comm.size(), r = comm.rank();
   if (p == 1) return;
-  const int pp = pow2_floor(p), rem = p - pp;
-  const int rounds = log2_exact(pp);
-  const int stages = rounds + (rem > 0 ? 1 : 0);
-  const double eb_s = is_min_max(op) ? split_bound(eb, stages) : eb;
+  const Doubling rd(p, r);
+  const double eb_s = is_min_max(op) ? split_bound(eb, rd.stages()) : eb;
 
   const int tag = comm.next_tag_base();
   const int tag_fold_in = tag, tag_round = tag + 1, tag_lo = tag + 2, tag_hi = tag + 3;
 
-  Codec codec(dtype_of<T>(), eb_s, cfg, st);
+  Codec codec = Codec::for_reduction(dtype_of<T>(), eb_s, cfg, st);
   const size_t cap = codec.capacity(count);
   uint8_t* const own_s = workspace_bytes(kSlotSend0, cap);
   uint8_t* const peer_s = workspace_bytes(kSlotRecv, cap);
@@ -70,7 +68,7 @@ void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op,
   size_t own_bytes = 0, peer_bytes = 0;
 
   // ---- Fold in: odd ranks below 2*rem hand their data to the even rank below them. ----
-  if (r < 2 * rem && r % 2 == 1) {
+  if (rd.fold_sender()) {
     // Post the receives of the final two streams first; compress while polling them.
     rx.start(comm.irecv(own_s, cap, r - 1, tag_lo));
     rx2.start(comm.irecv(peer_s, cap, r - 1, tag_hi));
@@ -92,18 +90,17 @@ void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op,
     if (op == ReduceOp::Avg) kernels::divide(buf, count, p, cfg.threads);
     return;
   }
-  if (r < 2 * rem) {  // even folded rank: absorb r+1 (only this rank holds the sum: own exact)
+  if (rd.in_fold()) {  // even folded rank: absorb r+1 (only this rank holds the sum: own exact)
     const size_t got = comm.recv(peer_s, cap, r + 1, tag_fold_in);
     codec.decompress(peer_s, got, other, count, r + 1);
     kernels::reduce_into(buf, buf, other, count, op, cfg.threads);
   }
-  const int newrank = r < 2 * rem ? r / 2 : r - rem;
-  auto real_rank = [&](int nr) { return nr < rem ? 2 * nr : nr + rem; };
+  const int newrank = rd.newrank;
 
   // ---- Rounds: whole-buffer exchange with newrank ^ mask. ----
-  for (int mask = 1; mask < pp; mask <<= 1) {
+  for (int mask = 1; mask < rd.pp; mask <<= 1) {
     const int pn = newrank ^ mask;
-    const int peer = real_rank(pn);
+    const int peer = rd.real_rank(pn);
     rx.start(comm.irecv(peer_s, cap, peer, tag_round));
     const fz::Progress poll = [&](uint64_t, uint64_t) { rx.poll(comm); };
     own_bytes = codec.compress(buf, count, own_s, cap, &poll);
@@ -124,8 +121,8 @@ void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op,
   }
 
   // ---- Fold out: forward the last round's two streams (lower newrank's first). ----
-  if (r < 2 * rem) {
-    const int last_partner = newrank ^ (pp >> 1);
+  if (rd.in_fold()) {
+    const int last_partner = newrank ^ (rd.pp >> 1);
     const bool lower = newrank < last_partner;
     const uint8_t* lo = lower ? own_s : peer_s;
     const uint8_t* hi = lower ? peer_s : own_s;

@@ -58,7 +58,7 @@ void allgather_decompressed(Comm& comm, T* buf, const Blocks& blocks, double eb,
   add_stats(st, sub);
   if (!kAllgathervDecodesOwnBlock) {
     // Deterministic codec, same parameters: the same values the other ranks decoded.
-    Codec codec(dtype_of<T>(), eb, c, st);
+    Codec codec = Codec::for_reduction(dtype_of<T>(), eb, c, st);
     const size_t cap = codec.capacity(mine);
     uint8_t* stream = workspace_bytes(kSlotSend0, cap);
     const size_t bytes = codec.compress(own, mine, stream, cap);
@@ -72,12 +72,12 @@ namespace {
 template <class T>
 void pipelined_sum_allreduce(Comm& comm, T* buf, const Blocks& blocks, ReduceOp op, double eb,
                              const Config& cfg, Stats& st) {
-  const int p = comm.size(), r = comm.rank();
-  const int next = (r + 1) % p, prev = (r + p - 1) % p;
+  const Ring ring(comm.size(), comm.rank());
+  const int p = ring.p, r = ring.rank, next = ring.next, prev = ring.prev;
   const int tag = comm.next_tag_base();  // the allgather's; the reduce-scatter takes the next
   const RingSegments seg = RingSegments::plan(blocks, dtype_of<T>(), cfg);
   const int S = seg.per_block;
-  Codec codec(dtype_of<T>(), eb, cfg, st);
+  Codec codec = Codec::for_reduction(dtype_of<T>(), eb, cfg, st);
   const size_t cap = codec.capacity(seg.seg_len);
   // Own segments' streams (S slots), then every received segment (one slot each: a received
   // stream is forwarded from where it landed, so no slot is reused within a call).
@@ -105,7 +105,7 @@ void pipelined_sum_allreduce(Comm& comm, T* buf, const Blocks& blocks, ReduceOp 
                       &start_allgather);
 
   for (int t = 0; t <= p - 2; ++t) {
-    const int b = ((r - t - 1) % p + p) % p;
+    const int b = ring.before(t + 1);
     for (int j = 0; j < S; ++j) {
       const size_t k = static_cast<size_t>(t) * S + j;
       const size_t got = rx[k].finish(comm);

@@ -53,7 +53,7 @@ size_t check_layout(const std::vector<size_t>& counts, const std::vector<size_t>
                                   std::to_string(displs[q]) + ", count " +
                                   std::to_string(counts[q]) + ") is out of range");
     }
-    detail::payload_bytes(displs[q] + counts[q], dt, "alltoallv");
+    toolkit::payload_bytes(displs[q] + counts[q], dt, "alltoallv");
     extent = std::max(extent, displs[q] + counts[q]);
   }
   return extent;
@@ -79,7 +79,7 @@ void check_disjoint(const std::vector<size_t>& counts, const std::vector<size_t>
 struct Incoming {
   int src = -1;
   bool raw = false;
-  detail::Bytes stream;  // compressed blocks only
+  toolkit::Bytes stream;  // compressed blocks only
   transport::Request req;
 };
 
@@ -90,7 +90,7 @@ void alltoallv(Comm& comm, const void* send, const std::vector<size_t>& send_cou
                const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
                DType dt, const Config& cfg, Stats* stats) {
   const char* op = "alltoallv";
-  detail::CallStats cs(stats);
+  toolkit::CallStats cs(stats);
   const int tag = comm.next_tag_base();
   const int p = comm.size(), r = comm.rank();
   const size_t send_extent = check_layout(send_counts, send_displs, p, dt, "send");
@@ -102,21 +102,24 @@ void alltoallv(Comm& comm, const void* send, const std::vector<size_t>& send_cou
                                 " but recv_counts[" + std::to_string(r) +
                                 "] = " + std::to_string(recv_counts[r]));
   }
-  detail::check_buffer(send, send_extent, op, "send");
-  detail::check_buffer(recv, recv_extent, op, "recv");
-  detail::check_config(cfg, op);
+  toolkit::check_buffer(send, send_extent, op, "send");
+  toolkit::check_buffer(recv, recv_extent, op, "recv");
+  toolkit::check_config(cfg, op);
   const size_t es = fz::dtype_size(dt);
   const auto* in = static_cast<const uint8_t*>(send);
   auto* out = static_cast<uint8_t*>(recv);
   for (int q = 0; q < p; ++q) cs.s.bytes_in += send_counts[q] * es;
 
-  if (cfg.algorithm == Algorithm::Mpi || p == 1) {
+  // The ranks do not know each other's counts: the size rules apply per block (travels_raw).
+  const Route rt = route(Collective::AllToAll, kUnknownBytes, p, cfg);
+  if (!rt.compressed) {
     comm.alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs,
                    detail::mpi_type(dt));
     cs.s.bytes_sent = cs.s.bytes_in - send_counts[r] * es;
-    cs.done(Algorithm::Mpi);
+    cs.done(rt.algorithm);
     return;
   }
+  toolkit::Codec codec = toolkit::Codec::for_data(dt, cfg, cs.s, op);
   auto travels_raw = [&](size_t count) {
     return count == 0 || count * es < cfg.min_compress_bytes;
   };
@@ -131,13 +134,13 @@ void alltoallv(Comm& comm, const void* send, const std::vector<size_t>& send_cou
     if (b.raw) {
       b.req = comm.irecv(out + recv_displs[b.src] * es, count * es, b.src, tag);
     } else {
-      b.stream.resize(detail::max_stream_bytes(count, dt, cfg));
+      b.stream.resize(codec.capacity(count));
       b.req = comm.irecv(b.stream.data(), b.stream.size(), b.src, tag);
     }
   }
 
   // 2. Pairwise steps: compress + send to r+k, receive + decompress from r-k.
-  std::vector<detail::Bytes> outgoing(static_cast<size_t>(p));
+  std::vector<toolkit::Bytes> outgoing(static_cast<size_t>(p));
   std::vector<transport::Request> sends;
   sends.reserve(static_cast<size_t>(p));
   std::exception_ptr error;  // the first size mismatch / corrupt block, reported at the end
@@ -149,7 +152,7 @@ void alltoallv(Comm& comm, const void* send, const std::vector<size_t>& send_cou
       sends.push_back(comm.isend(block, count * es, dst, tag));
       cs.s.bytes_sent += count * es;
     } else {
-      detail::compress_block(block, count, dt, cfg, outgoing[dst], cs.s);
+      codec.compress(block, count, outgoing[dst]);
       sends.push_back(comm.isend(outgoing[dst].data(), outgoing[dst].size(), dst, tag));
       cs.s.bytes_sent += outgoing[dst].size();
     }
@@ -161,22 +164,22 @@ void alltoallv(Comm& comm, const void* send, const std::vector<size_t>& send_cou
         comm.wait(b.req);
       } catch (const transport::MpiError& e) {
         if (e.error_class() != MPI_ERR_TRUNCATE) throw;
-        detail::throw_size_mismatch(op, "rank " + std::to_string(b.src) +
-                                            " sent a block larger than the " +
-                                            std::to_string(expect) +
-                                            " values this rank expects from it");
+        toolkit::throw_size_mismatch(op, "rank " + std::to_string(b.src) +
+                                             " sent a block larger than the " +
+                                             std::to_string(expect) +
+                                             " values this rank expects from it");
       }
       if (b.raw) {
         if (b.req.received != expect * es) {
-          detail::throw_size_mismatch(
+          toolkit::throw_size_mismatch(
               op, "rank " + std::to_string(b.src) + " sent " + std::to_string(b.req.received) +
                       " bytes, this rank expects " + std::to_string(expect) + " raw values (" +
                       std::to_string(expect * es) + " bytes)");
         }
       } else {
-        detail::decompress_block(b.stream.data(), b.req.received, out + recv_displs[b.src] * es,
-                                 expect, dt, cfg, cs.s, op, b.src);
-        detail::Bytes().swap(b.stream);
+        codec.decompress(b.stream.data(), b.req.received, out + recv_displs[b.src] * es, expect,
+                         b.src);
+        toolkit::Bytes().swap(b.stream);
       }
     } catch (const transport::TimeoutError&) {
       throw;  // a peer is gone: waiting for more would only multiply the delay
@@ -191,7 +194,7 @@ void alltoallv(Comm& comm, const void* send, const std::vector<size_t>& send_cou
   detail::copy_exact(in + send_displs[r] * es, out + recv_displs[r] * es, send_counts[r] * es);
   comm.wait_all(sends);
   if (error) std::rethrow_exception(error);
-  cs.done(cfg.algorithm == Algorithm::CprP2P ? Algorithm::CprP2P : Algorithm::Auto);
+  cs.done(rt.algorithm);
 }
 
 }  // namespace zccl::coll

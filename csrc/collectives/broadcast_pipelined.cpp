@@ -5,7 +5,7 @@
 //      chunk-aligned segments of at most 64 KiB .. 1 MiB, picked by the cost model below, or
 //      m = 1 when the message is too small to pipeline) and sends the plan (count, values per
 //      segment, receive capacity, frame size: 32 bytes) down the binomial tree
-//      (detail::Binomial) before it compresses anything, so the plan reaches every rank while
+//      (toolkit::Binomial) before it compresses anything, so the plan reaches every rank while
 //      the root compresses segment 0. Each rank forwards the plan to its binomial children and
 //      then follows it: segmentation is never agreed in advance, only the root's count and
 //      Config decide it.
@@ -78,17 +78,11 @@ static_assert(kTagSegments + static_cast<int>(detail::kSegmentWindow) <= Comm::k
 
 constexpr const char* kOp = "broadcast";
 
-int ceil_log2(int p) {
-  int l = 0;
-  while ((1 << l) < p) ++l;
-  return l;
-}
-
 // m == 1: one stream down the binomial tree; every frame is forwarded to the children as it
 // arrives. `decode`: this rank's count matches the plan.
-void tree_stream(Comm& comm, uint8_t* buf, DType dt, const Config& cfg,
-                 const detail::Binomial& tree, int tag, const detail::SegmentPlan& plan,
-                 bool decode, detail::CallStats& cs, std::exception_ptr& error) {
+void tree_stream(Comm& comm, uint8_t* buf, const Config& cfg,
+                 const toolkit::Binomial& tree, int tag, const detail::SegmentPlan& plan,
+                 bool decode, toolkit::Codec& codec, Stats& st, std::exception_ptr& error) {
   const detail::SegmentBuffers slots(1, static_cast<size_t>(plan.seg_capacity));
   uint8_t* stream = slots.slot(0);
   const size_t n = static_cast<size_t>(plan.count), frame = static_cast<size_t>(plan.frame_bytes);
@@ -97,15 +91,13 @@ void tree_stream(Comm& comm, uint8_t* buf, DType dt, const Config& cfg,
   std::vector<transport::Request> sends;  // after slots: destroyed (cancelled) first
   size_t len = 0;
   if (tree.v == 0) {
-    len = detail::compress_into(buf, n, dt, cfg, stream, slots.capacity(), cs.s);
+    len = codec.compress(buf, n, stream, slots.capacity());
     for (int child : children) {
-      cs.s.bytes_sent += detail::send_frames(comm, stream, len, child, tag + kTagStream, frame,
-                                             sends);
+      st.bytes_sent += detail::send_frames(comm, stream, len, child, tag + kTagStream, frame,
+                                           sends);
     }
     // The root takes the values the others get (while the sends travel; they read the stream).
-    if (!cfg.owner_exact) {
-      detail::decompress_block(stream, len, buf, n, dt, cfg, cs.s, kOp, tree.root);
-    }
+    if (!cfg.owner_exact) codec.decompress(stream, len, buf, n, tree.root);
   } else {
     const int parent = tree.rank_of(tree.parent());
     detail::FrameReceiver rx;
@@ -113,15 +105,13 @@ void tree_stream(Comm& comm, uint8_t* buf, DType dt, const Config& cfg,
     auto forward = [&](const uint8_t* data, size_t bytes) {
       for (int child : children) {
         sends.push_back(comm.isend(data, bytes, child, tag + kTagStream));
-        cs.s.bytes_sent += bytes;
+        st.bytes_sent += bytes;
       }
     };
     detail::wait_until(comm, [&] { return rx.poll(comm, forward); }, kOp, "the stream", parent);
     len = rx.bytes();
     if (decode) {
-      detail::run_recording(error, [&] {
-        detail::decompress_block(stream, len, buf, n, dt, cfg, cs.s, kOp, tree.root);
-      });
+      detail::run_recording(error, [&] { codec.decompress(stream, len, buf, n, tree.root); });
     }
   }
   detail::wait_until(comm, [&] { return detail::all_done(comm, sends); }, kOp,
@@ -132,32 +122,34 @@ void tree_stream(Comm& comm, uint8_t* buf, DType dt, const Config& cfg,
 
 void broadcast(Comm& comm, void* buf, size_t count, DType dt, int root, const Config& cfg,
                Stats* stats) {
-  detail::CallStats cs(stats);
+  toolkit::CallStats cs(stats);
   const int tag = comm.next_tag_base();
   const int p = comm.size(), r = comm.rank();
-  detail::check_root(comm, root, kOp);
-  const size_t bytes = detail::payload_bytes(count, dt, kOp);
-  detail::check_buffer(buf, count, kOp, "buf");
-  detail::check_config(cfg, kOp);
-  const detail::Binomial tree(p, root, r);
+  toolkit::check_root(root, p, kOp);
+  const size_t bytes = toolkit::payload_bytes(count, dt, kOp);
+  toolkit::check_buffer(buf, count, kOp, "buf");
+  toolkit::check_config(cfg, kOp);
+  const toolkit::Binomial tree(p, root, r);
   cs.s.bytes_in = r == root ? bytes : 0;
-  if (detail::use_mpi_path(cfg, p, count, bytes)) {
+  const Route rt = route(Collective::Broadcast, bytes, p, cfg);
+  if (!rt.compressed) {
     comm.bcast(buf, count, detail::mpi_type(dt), root);
     cs.s.bytes_sent = bytes * tree.children().size();  // as by a binomial tree
-    cs.done(Algorithm::Mpi);
+    cs.done(rt.algorithm);
     return;
   }
+  toolkit::Codec codec = toolkit::Codec::for_data(dt, cfg, cs.s, kOp);
 
   // 1. The root's plan goes down the binomial tree before any data.
   detail::SegmentPlan plan;
   if (tree.v == 0) {
-    plan = detail::plan_segments(count, dt, cfg, 1, p - 1, ceil_log2(p));
+    plan = detail::plan_segments(count, dt, cfg, 1, p - 1, toolkit::ceil_log2(p));
   } else {
     const int parent = tree.rank_of(tree.parent());
     const size_t got = comm.recv(&plan, sizeof(plan), parent, tag + kTagPlan);
     if (got != sizeof(plan)) {
-      detail::throw_size_mismatch(kOp, "malformed segment header from rank " +
-                                           std::to_string(parent));
+      toolkit::throw_size_mismatch(kOp, "malformed segment header from rank " +
+                                            std::to_string(parent));
     }
   }
   std::vector<transport::Request> plan_sends;  // after `plan`: destroyed first
@@ -178,22 +170,21 @@ void broadcast(Comm& comm, void* buf, size_t count, DType dt, int root, const Co
   std::exception_ptr error;
   const bool decode = tree.v != 0 && plan.count == count;
   if (tree.v != 0 && !decode) {
-    error = detail::size_mismatch(kOp, "the root broadcasts " + std::to_string(plan.count) +
-                                           " values, this rank expects " +
-                                           std::to_string(count));
+    error = toolkit::size_mismatch(kOp, "the root broadcasts " + std::to_string(plan.count) +
+                                            " values, this rank expects " +
+                                            std::to_string(count));
   }
   auto* data = static_cast<uint8_t*>(buf);
   const size_t es = fz::dtype_size(dt);
   if (plan.segments() == 1) {
-    tree_stream(comm, data, dt, cfg, tree, tag, plan, decode, cs, error);
+    tree_stream(comm, data, cfg, tree, tag, plan, decode, codec, cs.s, error);
   } else if (tree.v == 0) {
     // Unless cfg.owner_exact, the root decodes each segment it sent into place (the segment's
     // values were compressed already and no later segment reads them).
     detail::SegmentSink own_decode;
     if (!cfg.owner_exact) {
       own_decode = [&](int, size_t k, const uint8_t* stream, size_t len) {
-        detail::decompress_block(stream, len, data + plan.offset(k) * es, plan.values(k), dt,
-                                 cfg, cs.s, kOp, root);
+        codec.decompress(stream, len, data + plan.offset(k) * es, plan.values(k), root);
       };
     }
     detail::send_segments(
@@ -206,8 +197,7 @@ void broadcast(Comm& comm, void* buf, size_t count, DType dt, int root, const Co
           comm, plan, tree.rank_of(tree.v - 1), next, tag + kTagSegments, cs.s, kOp,
           [&](size_t k, const uint8_t* stream, size_t len) {
             if (!decode) return;
-            detail::decompress_block(stream, len, data + plan.offset(k) * es, plan.values(k),
-                                     dt, cfg, cs.s, kOp, root);
+            codec.decompress(stream, len, data + plan.offset(k) * es, plan.values(k), root);
           });
     } catch (const transport::MpiError&) {
       throw;
@@ -219,7 +209,7 @@ void broadcast(Comm& comm, void* buf, size_t count, DType dt, int root, const Co
   }
   comm.wait_all(plan_sends);
   if (error) std::rethrow_exception(error);
-  cs.done(cfg.algorithm == Algorithm::CprP2P ? Algorithm::CprP2P : Algorithm::Auto);
+  cs.done(rt.algorithm);
 }
 
 }  // namespace zccl::coll

@@ -1,26 +1,5 @@
 // Public entry points of the computation framework for allreduce and reduce_scatter (dispatch to
-// one algorithm file each), the automatic algorithm choice, and the documented output bounds.
-//
-// Automatic choice: an alpha-beta model with compression terms. All constants live in
-// CostModel below; they are deliberately round numbers for the bandwidth-limited networks
-// compression is for (1 Gb/s; 25 us latency, as calibrated on the emulated cluster of
-// benchmarks/cluster), fZ-light's measured single-core throughput (~3 GB/s compress, ~4 GB/s
-// decompress) and a conservative compression ratio of 5 at a lossy bound (the benchmark
-// wavefield gives 12-17 at REL 1e-4). With these constants: p = 4 -> Mpi below 4 KiB,
-// RecursiveDoubling up to 512 KiB, Ring above; p = 2 -> Ring from 4 MiB; p = 8..64 -> Ring from
-// 256-512 KiB. (benchmarks/model.py holds the same model with calibrated parameters.)
-// For n bytes on p ranks (p' = largest power of two <= p, L = log2 p', f = p > p', s = the
-// ring's segment, min(1 MiB, n/p), S = segments per block):
-//   Mpi   min( ceil(log2 p) (alpha + n beta + n gamma),                    -- binomial / RD
-//              2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma )       -- Rabenseifner
-//   Ring  max(2 (p-1)/p n beta/R, n/(pC) + n/(pD) + (p-1)/p n (1/C + 2/D + gamma))
-//         + 2(p-1)(alpha + s beta/R) + s/C + s/D + (3p - 2) S kappa
-//         (the segmented pipeline overlaps wire and codec; kappa: fixed cost of one codec call)
-//   RD    (L + 2f) alpha + L n (beta/R + 1/C + 2/D + gamma) + f n (beta/R + 1/C + 1/D + gamma)
-//         + f n (2 beta/R + 2/D) + (3L + 4f) kappa
-// The cheapest wins (ties go to Mpi): small messages -> Mpi (compression cannot pay for its fixed
-// costs), medium -> RecursiveDoubling (log p latency terms), large -> Ring (bandwidth-optimal).
-// eb == 0 means lossless streams (ratio ~1), where compression never pays: Mpi.
+// one algorithm file each, as route() decides), and the documented output bounds.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -35,53 +14,6 @@ namespace {
 
 using namespace compute;
 
-struct CostModel {
-  double alpha = 25e-6;          // s per message (latency)
-  double beta = 1.0 / 1.25e8;    // s per byte on the wire (1 Gb/s)
-  double gamma = 1.0 / 5e9;      // s per byte of elementwise reduction
-  double compress = 3e9;         // bytes/s, one core, pipelined (measured on fZ-light)
-  double decompress = 4e9;       // bytes/s, one core
-  double ratio = 5.0;            // assumed compression ratio at a lossy bound (1 when eb == 0)
-  double kappa = 5e-6;           // s of fixed cost per compress/decompress call
-};
-
-constexpr CostModel kModel{};
-
-double cost_mpi(double n, int p, const CostModel& m) {
-  const double lp = std::log2(static_cast<double>(p));
-  const double tree = std::ceil(lp) * (m.alpha + n * m.beta + n * m.gamma);
-  const double frac = (p - 1.0) / p;
-  const double raben = 2 * lp * m.alpha + 2 * frac * n * m.beta + frac * n * m.gamma;
-  return std::min(tree, raben);
-}
-
-double cost_ring(double n, int p, double ratio, const CostModel& m) {
-  const double frac = (p - 1.0) / p;
-  constexpr double kSegment = 1 << 20;  // RingSegments' default segment, in bytes
-  const double seg = std::min(kSegment, n / p);
-  const double segments = std::max(1.0, std::ceil(n / p / kSegment));
-  const double wire = 2 * frac * n * m.beta / ratio;
-  const double codec = n / p / m.compress + n / p / m.decompress +
-                       frac * n * (1 / m.compress + 2 / m.decompress + m.gamma);
-  return std::max(wire, codec) + 2 * (p - 1) * (m.alpha + seg * m.beta / ratio) +
-         seg / m.compress + seg / m.decompress + (3.0 * p - 2) * segments * m.kappa;
-}
-
-double cost_rd(double n, int p, double ratio, const CostModel& m) {
-  const int pp = pow2_floor(p);
-  const double L = log2_exact(pp), f = p > pp ? 1.0 : 0.0;
-  const double per_round = n * (m.beta / ratio + 1 / m.compress + 2 / m.decompress + m.gamma);
-  const double fold_in = n * (m.beta / ratio + 1 / m.compress + 1 / m.decompress + m.gamma);
-  const double fold_out = n * (2 * m.beta / ratio + 2 / m.decompress);
-  return (L + 2 * f) * m.alpha + L * per_round + f * (fold_in + fold_out) +
-         (3 * L + 4 * f) * m.kappa;
-}
-
-// True when the payload goes through plain MPI regardless of the algorithm asked for.
-bool uncompressed(size_t bytes, int p, const Config& cfg) {
-  return p == 1 || bytes == 0 || bytes < cfg.min_compress_bytes;
-}
-
 template <class T>
 void mpi_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, const Config& cfg) {
   comm.allreduce(MPI_IN_PLACE, buf, count, mpi_type(dtype_of<T>()), mpi_op(op));
@@ -90,13 +22,9 @@ void mpi_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, const Config& 
 
 template <class T>
 void allreduce_typed(Comm& comm, T* buf, size_t count, ReduceOp op, const Config& cfg,
-                     Stats& st) {
+                     Algorithm alg, Stats& st) {
   const int p = comm.size();
   const size_t bytes = count * sizeof(T);
-  Algorithm alg = cfg.algorithm;
-  if (alg == Algorithm::Auto) alg = choose_allreduce(bytes, p, cfg);
-  if (uncompressed(bytes, p, cfg)) alg = Algorithm::Mpi;
-  st.algorithm = alg;
   const double eb = cfg.error_bound;
   switch (alg) {
     case Algorithm::Mpi:
@@ -116,23 +44,16 @@ void allreduce_typed(Comm& comm, T* buf, size_t count, ReduceOp op, const Config
 
 template <class T>
 void reduce_scatter_typed(Comm& comm, const T* send, T* recv, size_t count, ReduceOp op,
-                          const Config& cfg, Stats& st) {
+                          const Config& cfg, Algorithm alg, Stats& st) {
   const int p = comm.size();
   const size_t total = count * static_cast<size_t>(p);
   const size_t bytes = total * sizeof(T);
-  Algorithm alg = cfg.algorithm;
-  if (alg == Algorithm::Auto) {
-    alg = choose_allreduce(bytes, p, cfg) == Algorithm::Mpi ? Algorithm::Mpi : Algorithm::Ring;
-  }
-  if (alg == Algorithm::RecursiveDoubling) alg = Algorithm::Ring;  // no RD reduce-scatter
-  if (uncompressed(bytes, p, cfg)) alg = Algorithm::Mpi;
-  st.algorithm = alg;
 
   // Our algorithms keep a partial in the output between steps and read the input until the
   // last step: an output overlapping the input goes through a temporary.
   const bool alias = overlaps(send, bytes, recv, count * sizeof(T));
-  Array<T> tmp(alias ? count : 0);
-  T* out = alias ? tmp.get() : recv;
+  Buffer<T> tmp(alias ? count : 0);
+  T* out = alias ? tmp.data() : recv;
 
   if (alg == Algorithm::Mpi) {
     if (p == 1) {
@@ -163,52 +84,41 @@ void reduce_scatter_typed(Comm& comm, const T* send, T* recv, size_t count, Redu
 
 void allreduce(Comm& comm, void* buf, size_t count, DType dt, ReduceOp op, const Config& cfg,
                Stats* stats) {
-  validate("allreduce", buf, count, dt, op, cfg);
-  const Clock clock;
-  Stats st;
-  st.bytes_in = count * fz::dtype_size(dt);
+  const char* name = "allreduce";
+  check_reduction(dt, op, name);
+  check_config(cfg, name);
+  check_buffer(buf, count, name, "buf");
+  CallStats cs(stats);
+  cs.s.bytes_in = count * fz::dtype_size(dt);
+  const Route rt = route(Collective::AllReduce, cs.s.bytes_in, comm.size(), cfg);
   if (dt == DType::Float32) {
-    allreduce_typed(comm, static_cast<float*>(buf), count, op, cfg, st);
+    allreduce_typed(comm, static_cast<float*>(buf), count, op, cfg, rt.algorithm, cs.s);
   } else {
-    allreduce_typed(comm, static_cast<double*>(buf), count, op, cfg, st);
+    allreduce_typed(comm, static_cast<double*>(buf), count, op, cfg, rt.algorithm, cs.s);
   }
-  st.total_seconds = clock.seconds();
-  if (stats != nullptr) *stats = st;
+  cs.done(rt.algorithm);
 }
 
 void reduce_scatter(Comm& comm, const void* send, void* recv, size_t count, DType dt, ReduceOp op,
                     const Config& cfg, Stats* stats) {
-  validate("reduce_scatter", send, count, dt, op, cfg);
-  if (recv == nullptr && count > 0) {
-    throw std::invalid_argument("zccl reduce_scatter: null output buffer with count " +
-                                std::to_string(count));
-  }
-  const size_t p = static_cast<size_t>(comm.size());
-  if (count > 0 && count > SIZE_MAX / p / fz::dtype_size(dt)) {
-    throw std::invalid_argument("zccl reduce_scatter: size() * count overflows");
-  }
-  const Clock clock;
-  Stats st;
-  st.bytes_in = p * count * fz::dtype_size(dt);
+  const char* name = "reduce_scatter";
+  const int p = comm.size();
+  check_reduction(dt, op, name);
+  check_config(cfg, name);
+  const size_t bytes = payload_bytes(count, dt, name, static_cast<size_t>(p));
+  check_buffer(send, count, name, "send");
+  check_buffer(recv, count, name, "recv");
+  CallStats cs(stats);
+  cs.s.bytes_in = bytes;
+  const Route rt = route(Collective::ReduceScatter, bytes, p, cfg);
   if (dt == DType::Float32) {
     reduce_scatter_typed(comm, static_cast<const float*>(send), static_cast<float*>(recv), count,
-                         op, cfg, st);
+                         op, cfg, rt.algorithm, cs.s);
   } else {
     reduce_scatter_typed(comm, static_cast<const double*>(send), static_cast<double*>(recv), count,
-                         op, cfg, st);
+                         op, cfg, rt.algorithm, cs.s);
   }
-  st.total_seconds = clock.seconds();
-  if (stats != nullptr) *stats = st;
-}
-
-Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
-  if (uncompressed(bytes, p, cfg) || cfg.error_bound == 0.0) return Algorithm::Mpi;
-  const double n = static_cast<double>(bytes);
-  const double mpi = cost_mpi(n, p, kModel);
-  const double ring = cost_ring(n, p, kModel.ratio, kModel);
-  const double rd = cost_rd(n, p, kModel.ratio, kModel);
-  if (mpi <= ring && mpi <= rd) return Algorithm::Mpi;
-  return rd < ring ? Algorithm::RecursiveDoubling : Algorithm::Ring;
+  cs.done(rt.algorithm);
 }
 
 // Worst-case |output - exact| in exact arithmetic (floating-point rounding of the reductions

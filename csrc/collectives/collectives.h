@@ -128,7 +128,38 @@ const char* algorithm_name(Algorithm a);
 // The inverse; throws std::invalid_argument naming the unknown value.
 Algorithm algorithm_from_name(const std::string& name);
 
-// What Algorithm::Auto resolves to for an allreduce of `bytes` on `p` ranks.
+// ---- Routing: compressed or not, and which algorithm (route.cpp) ----
+
+enum class Collective : uint8_t {
+  AllReduce, ReduceScatter, Reduce, Broadcast, AllGather, Gather, Scatter, AllToAll
+};
+// Where the call's buffers live: the CPU collectives above, or the gZ collectives
+// (csrc/gpu_collectives) for device memory.
+enum class Device : uint8_t { Cpu, Cuda };
+
+struct Route {
+  bool compressed;      // false: the exact MPI collective moves the data
+  Algorithm algorithm;  // what runs, as Stats.algorithm reports it; Mpi iff !compressed
+};
+
+// The one decision of every collective call (each entry point takes it; so does the backend).
+// Every argument must be the same on all ranks so that all take one path. `bytes` is what the
+// size rules look at: the whole buffer of allreduce, reduce and broadcast; reduce_scatter's
+// whole input (p blocks); one block of allgather, gather and scatter (allgatherv: the largest);
+// the largest block of alltoall (kUnknownBytes where the ranks do not share one: blocks below
+// min_compress_bytes then travel raw inside the compressed exchange).
+//   Uncompressed: p == 1 (CPU only: the GPU collectives do a single rank's local work
+//   themselves), bytes == 0, bytes < cfg.min_compress_bytes, or cfg.algorithm == Mpi.
+//   AllReduce, Reduce: Auto -> the cost model (choose_allreduce; Mpi when eb == 0); on Cuda Auto
+//     -> recursive doubling below 1 MiB per rank, ring above (Mpi when eb == 0), CprP2P -> Ring.
+//   ReduceScatter: Auto -> Ring unless the cost model says Mpi; RecursiveDoubling -> Ring.
+//   AllGather: Ring (CprP2P when asked for, CPU only); Broadcast, Gather, Scatter, AllToAll:
+//     Auto, meaning the collective's own compressed algorithm (CprP2P when asked for, CPU only).
+Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device = Device::Cpu);
+inline constexpr size_t kUnknownBytes = SIZE_MAX;
+
+// What Algorithm::Auto resolves to for a CPU allreduce of `bytes` on `p` ranks (the cost model
+// of route.cpp).
 Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg);
 
 // Worst-case output error of allreduce/reduce_scatter for (algorithm, op, p, eb), as documented.

@@ -1,22 +1,29 @@
-// What the computation-framework algorithms share (internal to csrc/collectives): argument
-// validation, block layouts, a compressor wrapper that checks received streams and fills Stats,
-// pending-request polling for the pipelined compressor, and the internal entry points of each
-// algorithm file (one algorithm per .cpp; the public functions of collectives.h dispatch to these
-// from choose.cpp and reduce.cpp).
+// What only the computation-framework algorithms share (internal to csrc/collectives): the MPI
+// types of their exact path, Stats arithmetic for nested calls, the ring's segment plan,
+// pending-request polling for the pipelined compressor, error-bound splitting, and the internal
+// entry points of each algorithm file (one algorithm per .cpp; the public functions of
+// collectives.h dispatch to these from choose.cpp and reduce.cpp). Timing, buffers, the codec,
+// the schedules and the argument checks come from the toolkit.
 #pragma once
 
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "collectives.h"
+#include "toolkit/buffers.h"
+#include "toolkit/codec.h"
+#include "toolkit/schedules.h"
+#include "toolkit/timing.h"
+#include "toolkit/validate.h"
 
 namespace zccl::coll::compute {
+
+// The algorithms are written in terms of the toolkit.
+using namespace toolkit;
 
 template <class T>
 constexpr DType dtype_of() {
@@ -24,45 +31,14 @@ constexpr DType dtype_of() {
   return std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
 }
 
-// Wall-clock seconds since construction.
-class Clock {
- public:
-  Clock() : start_(std::chrono::steady_clock::now()) {}
-  double seconds() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-
- private:
-  std::chrono::steady_clock::time_point start_;
-};
-
-// Throws std::invalid_argument (with `fn` in the message) for unusable arguments.
-void validate(const char* fn, const void* buf, size_t count, DType dt, ReduceOp op,
-              const Config& cfg);
 bool is_min_max(ReduceOp op);
-const char* op_name(ReduceOp op);
 MPI_Datatype mpi_type(DType dt);
 MPI_Op mpi_op(ReduceOp op);  // Avg maps to MPI_SUM (the caller divides)
 // a += b for the traffic and codec counters of Stats (not bytes_in: a nested call's input is
 // part of ours; not total_seconds or algorithm).
 void add_stats(Stats& a, const Stats& b);
-// Largest power of two <= p (p >= 1), and its log2.
-int pow2_floor(int p);
-int log2_exact(int p2);
 // True when [a, a+abytes) and [b, b+bbytes) share a byte.
 bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes);
-
-// p blocks over `total` values: block b is [offset[b], offset[b] + count[b]).
-struct Blocks {
-  std::vector<size_t> count;
-  std::vector<size_t> offset;
-  size_t max_count = 0;
-  // The first total % p blocks hold ceil(total / p) values, the rest floor(total / p).
-  static Blocks balanced(size_t total, int p);
-  // Every block holds c = ceil(total / p) values except the last non-empty one (fewer) and any
-  // after it (empty): padded to c, all blocks have one size (for equal-count gathers).
-  static Blocks padded(size_t total, int p);
-};
 
 // Segments of the pipelined ring (reduce-scatter and the allreduce's allgather stage). Every block
 // is cut into the same number of segments of seg_len values (the last segments of a shorter
@@ -80,64 +56,6 @@ struct RingSegments {
     return b >= block_count ? 0 : std::min(seg_len, block_count - b);
   }
   static RingSegments plan(const Blocks& blocks, DType dt, const Config& cfg);
-};
-
-// Uninitialised heap arrays (std::vector would zero-fill compressed-buffer capacity per call).
-template <class T>
-struct Array {
-  std::unique_ptr<T[]> data;
-  size_t size = 0;
-  Array() = default;
-  explicit Array(size_t n) : data(n ? new T[n] : nullptr), size(n) {}
-  T* get() { return data.get(); }
-  const T* get() const { return data.get(); }
-};
-using Bytes = Array<uint8_t>;
-
-// Per-thread buffers reused across calls. Fresh large allocations cost a page fault per 4 KiB on
-// first touch -- on the test VM decoding 16 MB into new memory takes 20 ms instead of 3.5 ms --
-// so the algorithms keep their streams and scratch arrays here. Each slot is grown on demand and
-// kept (the memory held is the largest message seen per slot: like NCCL's buffers); contents are
-// unspecified. One slot per purpose: an algorithm never hands a slot to something it calls while
-// it still uses it. The backend runs each group's collectives on one worker thread.
-enum Slot : int {
-  kSlotSend0, kSlotSend1, kSlotRecv, kSlotScratch, kSlotScratch2,
-  kSlotWireOut, kSlotWireIn,  // the Codec's half-precision staging (Config::wire_half)
-  kSlotCount
-};
-uint8_t* workspace_bytes(Slot slot, size_t bytes);
-template <class T>
-T* workspace(Slot slot, size_t n) {
-  return reinterpret_cast<T*>(workspace_bytes(slot, n * sizeof(T)));
-}
-
-// fZ-light with one error bound, accounting into Stats. Received streams are validated against
-// the expected element count and dtype before decoding. With cfg.wire_half (float32 data only),
-// values are narrowed to that half type before compression and widened after decoding: the
-// algorithms keep working on float32 while the streams are half streams.
-class Codec {
- public:
-  Codec(DType dt, double eb, const Config& cfg, Stats& stats)
-      : dt_(dt), wire_(wire_dtype(dt, cfg)), eb_(eb), cfg_(cfg), stats_(stats) {}
-  double error_bound() const { return eb_; }
-  // Worst-case stream size for n values.
-  size_t capacity(size_t n) const;
-  // Compresses n values into dst (capacity(n) bytes); returns the stream size. With `progress`,
-  // chunk by chunk on this thread (pipelined), otherwise with cfg.threads OpenMP threads.
-  size_t compress(const void* src, size_t n, uint8_t* dst, size_t cap,
-                  const fz::Progress* progress = nullptr);
-  // Decodes a stream of `len` bytes that must hold exactly `expected` values of our dtype
-  // (std::runtime_error "size mismatch across ranks ..." otherwise); `peer` names the sender.
-  void decompress(const uint8_t* src, size_t len, void* dst, size_t expected, int peer,
-                  const fz::Progress* progress = nullptr);
-
- private:
-  static DType wire_dtype(DType dt, const Config& cfg);
-  DType dt_;    // the values the algorithm works on
-  DType wire_;  // the values the streams hold (dt_, or the half type of cfg.wire_half)
-  double eb_;
-  const Config& cfg_;
-  Stats& stats_;
 };
 
 // A non-blocking operation polled from the compressor's progress hook.

@@ -40,12 +40,11 @@ namespace {
 template <class T>
 size_t step(Comm& comm, Codec& codec, const T* src, size_t n_send, T* dst, size_t n_recv,
             uint8_t* sbuf, uint8_t* rbuf, size_t cap, int tag, Stats& st) {
-  const int p = comm.size(), r = comm.rank();
-  const int next = (r + 1) % p, prev = (r + p - 1) % p;
+  const Ring ring(comm.size(), comm.rank());
   const size_t bytes = codec.compress(src, n_send, sbuf, cap);
   st.bytes_sent += bytes;
-  const size_t got = comm.sendrecv(sbuf, bytes, next, rbuf, cap, prev, tag);
-  codec.decompress(rbuf, got, dst, n_recv, prev);
+  const size_t got = comm.sendrecv(sbuf, bytes, ring.next, rbuf, cap, ring.prev, tag);
+  codec.decompress(rbuf, got, dst, n_recv, ring.prev);
   return bytes;
 }
 
@@ -54,17 +53,18 @@ size_t step(Comm& comm, Codec& codec, const T* src, size_t n_send, T* dst, size_
 template <class T>
 void cprp2p_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blocks,
                            ReduceOp op, double eb, const Config& cfg, Stats& st) {
-  const int p = comm.size(), r = comm.rank();
+  const Ring ring(comm.size(), comm.rank());
+  const int p = ring.p;
   if (p == 1) return;
   const int tag = comm.next_tag_base();
-  Codec codec(dtype_of<T>(), eb, cfg, st);
+  Codec codec = Codec::for_reduction(dtype_of<T>(), eb, cfg, st);
   const size_t cap = codec.capacity(blocks.max_count);
   uint8_t* const sbuf = workspace_bytes(kSlotSend0, cap);
   uint8_t* const rbuf = workspace_bytes(kSlotRecv, cap);
   T* const scratch = workspace<T>(kSlotScratch, blocks.max_count);
   for (int s = 0; s < p - 1; ++s) {
-    const int bs = ((r - s - 1) % p + p) % p;
-    const int br = ((r - s - 2) % p + p) % p;
+    const int bs = ring.before(s + 1);
+    const int br = ring.before(s + 2);
     const T* src = s == 0 ? io.loc(blocks, bs) : io.acc(blocks, bs);
     step(comm, codec, src, blocks.count[bs], scratch, blocks.count[br], sbuf, rbuf, cap, tag,
          st);
@@ -76,7 +76,8 @@ void cprp2p_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& b
 template <class T>
 void cprp2p_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb,
                       const Config& cfg, Stats& st) {
-  const int p = comm.size(), r = comm.rank();
+  const Ring ring(comm.size(), comm.rank());
+  const int p = ring.p, r = ring.rank;
   if (p == 1) return;
   const double eb_hop = is_min_max(op) ? split_bound(eb, 2 * (p - 1)) : eb;
   const Blocks blocks = Blocks::balanced(count, p);
@@ -84,13 +85,13 @@ void cprp2p_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb,
   cprp2p_reduce_scatter(comm, io, blocks, op, eb_hop, cfg, st);
 
   const int tag = comm.next_tag_base();
-  Codec codec(dtype_of<T>(), eb_hop, cfg, st);
+  Codec codec = Codec::for_reduction(dtype_of<T>(), eb_hop, cfg, st);
   const size_t cap = codec.capacity(blocks.max_count);
   uint8_t* const sbuf = workspace_bytes(kSlotSend0, cap);
   uint8_t* const rbuf = workspace_bytes(kSlotRecv, cap);
   for (int s = 0; s < p - 1; ++s) {
-    const int bs = ((r - s) % p + p) % p;
-    const int br = ((r - s - 1) % p + p) % p;
+    const int bs = ring.before(s);
+    const int br = ring.before(s + 1);
     T* src = buf + blocks.offset[bs];
     const size_t sent = step(comm, codec, src, blocks.count[bs], buf + blocks.offset[br],
                              blocks.count[br], sbuf, rbuf, cap, tag, st);

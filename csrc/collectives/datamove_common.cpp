@@ -1,20 +1,14 @@
-// Helpers shared by the data-movement collectives (see datamove_common.h).
+// What the data-movement collectives share (see datamove_common.h).
 #include "datamove_common.h"
 
 #include "../transport/backoff.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
-#include <thread>
 
 namespace zccl::coll::detail {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 MPI_Datatype mpi_type(DType dt) {
   switch (dt) {
@@ -29,127 +23,8 @@ MPI_Datatype mpi_type(DType dt) {
   throw std::invalid_argument("zccl: unknown dtype " + std::to_string(static_cast<int>(dt)));
 }
 
-size_t payload_bytes(size_t count, DType dt, const char* op) {
-  const size_t es = fz::dtype_size(dt);
-  if (count > std::numeric_limits<size_t>::max() / es) {
-    throw std::invalid_argument(std::string("zccl: ") + op + ": " + std::to_string(count) +
-                                " values overflow the address space");
-  }
-  return count * es;
-}
-
-void check_buffer(const void* p, size_t count, const char* op, const char* name) {
-  if (p == nullptr && count > 0) {
-    throw std::invalid_argument(std::string("zccl: ") + op + ": " + name + " is null but " +
-                                std::to_string(count) + " values are expected there");
-  }
-}
-
-void check_root(const Comm& comm, int root, const char* op) {
-  if (root < 0 || root >= comm.size()) {
-    throw std::invalid_argument(std::string("zccl: ") + op + ": root " + std::to_string(root) +
-                                " is out of range [0, " + std::to_string(comm.size()) + ")");
-  }
-}
-
-void check_config(const Config& cfg, const char* op) {
-  if (!std::isfinite(cfg.error_bound) || cfg.error_bound < 0) {
-    throw std::invalid_argument(std::string("zccl: ") + op +
-                                ": error bound must be finite and >= 0, got " +
-                                std::to_string(cfg.error_bound));
-  }
-  if (cfg.chunk_len < fz::kBlockLen || cfg.chunk_len > fz::kMaxChunkLen ||
-      cfg.chunk_len % fz::kBlockLen != 0) {
-    throw std::invalid_argument(std::string("zccl: ") + op + ": chunk_len " +
-                                std::to_string(cfg.chunk_len) + " must be a multiple of " +
-                                std::to_string(fz::kBlockLen) + " in [" +
-                                std::to_string(fz::kBlockLen) + ", " +
-                                std::to_string(fz::kMaxChunkLen) + "]");
-  }
-}
-
-bool use_mpi_path(const Config& cfg, int p, size_t count, size_t payload) {
-  return cfg.algorithm == Algorithm::Mpi || p <= 1 || count == 0 ||
-         payload < cfg.min_compress_bytes;
-}
-
-size_t max_stream_bytes(size_t count, DType dt, const Config& cfg) {
-  return fz::max_compressed_size(dt, count, cfg.chunk_len);
-}
-
-size_t compress_into(const void* src, size_t count, DType dt, const Config& cfg, uint8_t* dst,
-                     size_t cap, Stats& st) {
-  const auto t0 = Clock::now();
-  fz::CompressParams params;
-  params.error_bound = cfg.error_bound;
-  params.chunk_len = cfg.chunk_len;
-  params.threads = cfg.threads;
-  const size_t n = fz::compress(src, dt, count, params, dst, cap);
-  st.compress_seconds += seconds_since(t0);
-  st.bytes_compressed += count * fz::dtype_size(dt);
-  return n;
-}
-
-void compress_block(const void* src, size_t count, DType dt, const Config& cfg, Bytes& out,
-                    Stats& st) {
-  out.resize(max_stream_bytes(count, dt, cfg));
-  out.resize(compress_into(src, count, dt, cfg, out.data(), out.size(), st));
-}
-
-void throw_size_mismatch(const char* op, const std::string& detail) {
-  throw std::runtime_error(std::string("zccl: size mismatch across ranks: ") + op + ": " + detail);
-}
-
-std::exception_ptr size_mismatch(const char* op, const std::string& detail) {
-  try {
-    throw_size_mismatch(op, detail);
-  } catch (...) {
-    return std::current_exception();
-  }
-}
-
-void decompress_block(const uint8_t* stream, size_t len, void* dst, size_t count, DType dt,
-                      const Config& cfg, Stats& st, const char* op, int from_rank) {
-  const auto t0 = Clock::now();
-  const fz::StreamInfo info = fz::read_info(stream, len);
-  if (info.count != count || info.dtype != dt) {
-    throw_size_mismatch(op, "the block from rank " + std::to_string(from_rank) + " holds " +
-                                std::to_string(info.count) + " " + fz::dtype_name(info.dtype) +
-                                " values, this rank expects " + std::to_string(count) + " " +
-                                fz::dtype_name(dt) + " values");
-  }
-  fz::decompress(stream, len, dst, count, cfg.threads);
-  st.decompress_seconds += seconds_since(t0);
-}
-
 void copy_exact(const void* src, void* dst, size_t bytes) {
   if (src != dst && bytes > 0) std::memmove(dst, src, bytes);
-}
-
-Binomial::Binomial(int p_, int root_, int rank) : p(p_), root(root_), v((rank - root_ + p_) % p_) {}
-
-int Binomial::span(int vrank) const {
-  if (vrank == 0) {
-    int s = 1;
-    while (s < p) s <<= 1;
-    return s;
-  }
-  return vrank & -vrank;
-}
-
-int Binomial::subtree_end(int vrank) const {
-  const long end = static_cast<long>(vrank) + span(vrank);
-  return end < p ? static_cast<int>(end) : p;
-}
-
-int Binomial::parent() const { return v == 0 ? -1 : v - span(v); }
-
-std::vector<int> Binomial::children() const {
-  std::vector<int> out;
-  for (int m = span(v) / 2; m >= 1; m /= 2) {
-    if (v + m < p) out.push_back(v + m);
-  }
-  return out;
 }
 
 // ---- Segmented pipelines ----
@@ -202,13 +77,6 @@ constexpr size_t kDefaultFrameBytes = 63 * 1024;
 // Largest count a plan may announce: keeps every byte computation far from overflow.
 constexpr uint64_t kMaxPlanCount = uint64_t{1} << 56;
 
-// Per-thread buffer behind SegmentBuffers.
-struct SegmentWorkspace {
-  std::unique_ptr<uint8_t[]> data;
-  size_t capacity = 0;
-};
-thread_local SegmentWorkspace t_segments;
-
 }  // namespace
 
 SegmentPlan plan_segments(size_t count, DType dt, const Config& cfg, int streams, int seg_hops,
@@ -218,7 +86,7 @@ SegmentPlan plan_segments(size_t count, DType dt, const Config& cfg, int streams
     SegmentPlan plan;
     plan.count = count;
     plan.seg_values = std::max<size_t>(1, std::min(seg, count));
-    plan.seg_capacity = max_stream_bytes(static_cast<size_t>(plan.seg_values), dt, cfg);
+    plan.seg_capacity = fz::max_compressed_size(dt, plan.seg_values, cfg.chunk_len);
     plan.frame_bytes = cfg.frame_bytes > 0 ? cfg.frame_bytes : kDefaultFrameBytes;
     return plan;
   };
@@ -258,7 +126,7 @@ void check_plan(const SegmentPlan& plan, const char* op, int from) {
     ok = plan.seg_capacity >= lo && plan.seg_capacity <= hi;
   }
   if (!ok) {
-    throw_size_mismatch(op, "malformed segment header from rank " + std::to_string(from) +
+    toolkit::throw_size_mismatch(op, "malformed segment header from rank " + std::to_string(from) +
                                 " (count " + std::to_string(plan.count) + ", segment " +
                                 std::to_string(plan.seg_values) + " values, capacity " +
                                 std::to_string(plan.seg_capacity) + " bytes, frames of " +
@@ -276,16 +144,7 @@ SegmentBuffers::SegmentBuffers(size_t slots, size_t capacity) {
                             std::to_string(capacity) + " bytes overflow the address space");
   }
   capacity_ = (capacity + kAlign - 1) / kAlign * kAlign;
-  const size_t bytes = slots * capacity_;
-  SegmentWorkspace& w = t_segments;
-  if (w.capacity < bytes || !w.data) {
-    constexpr size_t kGrain = size_t{1} << 16;  // sizes vary a little between calls
-    const size_t rounded = (std::max<size_t>(bytes, 1) + kGrain - 1) / kGrain * kGrain;
-    w.data.reset();  // release before allocating: never hold both
-    w.data.reset(new uint8_t[rounded]);
-    w.capacity = rounded;
-  }
-  base_ = w.data.get();
+  base_ = toolkit::workspace_bytes(toolkit::kSlotSegments, slots * capacity_);
 }
 
 size_t send_frames(const Comm& comm, const uint8_t* data, size_t len, int peer, int tag,
@@ -320,14 +179,14 @@ void FrameReceiver::start(const Comm& comm, uint8_t* buf, size_t capacity, int p
 
 void wait_until(const Comm& comm, const std::function<bool()>& done, const char* op,
                 const char* what, int peer) {
-  const auto t0 = Clock::now();
+  const auto t0 = toolkit::Clock::now();
   const auto timeout = comm.timeout();
   // Waits back off like Comm::wait's, but with half its sleep cap: a relay that oversleeps delays
   // every rank behind it. (Sleeping after 96 polls made 1 MB broadcasts ~0.3 ms slower on the
   // test cluster; longer sleeps, or none, made large broadcasts no faster.)
   Backoff backoff(/*cap_us=*/100);
   while (!done()) {
-    if (Clock::now() - t0 > timeout) {
+    if (toolkit::Clock::now() - t0 > timeout) {
       throw transport::TimeoutError(std::string("zccl: ") + op + ": Timed out after " +
                                     std::to_string(timeout.count()) + " ms waiting for " + what +
                                     " (rank " + std::to_string(peer) + ")");
@@ -345,6 +204,7 @@ void send_segments(const Comm& comm, const SegmentPlan& plan, int series,
   const size_t w = std::min(kSegmentWindow, total);
   const SegmentBuffers slots(w, static_cast<size_t>(plan.seg_capacity));
   std::vector<std::vector<transport::Request>> sends(w);  // after slots: destroyed first
+  toolkit::Codec codec = toolkit::Codec::for_data(dt, cfg, st, op);
   size_t posted = 0;
   for (int i = 0; i < series; ++i) {
     const uint8_t* src = src_of(i);
@@ -354,8 +214,8 @@ void send_segments(const Comm& comm, const SegmentPlan& plan, int series,
       std::vector<transport::Request>& slot_sends = sends[posted % w];
       uint8_t* buf = slots.slot(posted % w);
       wait_until(comm, [&] { return all_done(comm, slot_sends); }, op, "a segment send", dest);
-      const size_t len = compress_into(src + plan.offset(k) * es, plan.values(k), dt, cfg, buf,
-                                       slots.capacity(), st);
+      const size_t len =
+          codec.compress(src + plan.offset(k) * es, plan.values(k), buf, slots.capacity());
       st.bytes_sent += send_frames(comm, buf, len, dest, segment_tag(tag_base, k),
                                    static_cast<size_t>(plan.frame_bytes), slot_sends);
       if (sent) sent(i, k, buf, len);

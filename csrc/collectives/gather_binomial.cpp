@@ -1,7 +1,7 @@
 // Binomial-tree gather of compressed blocks (ZCCL data-movement framework).
 //
 // Steps (virtual ranks v = (rank - root) mod p; node v owns the subtree [v, end(v)), see
-// detail::Binomial):
+// toolkit::Binomial):
 //   1. Every node posts the receives of its children's headers (the stream size of each block of
 //      the child's subtree), then compresses its own block once (the root does not: its block is
 //      copied exactly) while the children do the same.
@@ -32,23 +32,23 @@ namespace zccl::coll {
 void gather(Comm& comm, const void* send, void* recv, size_t count, DType dt, int root,
             const Config& cfg, Stats* stats) {
   const char* op = "gather";
-  detail::CallStats cs(stats);
+  toolkit::CallStats cs(stats);
   const int tag = comm.next_tag_base();
   const int p = comm.size(), r = comm.rank();
-  detail::check_root(comm, root, op);
-  const size_t bytes = detail::payload_bytes(count, dt, op);
-  detail::payload_bytes(count * static_cast<size_t>(p), dt, op);
-  detail::check_buffer(send, count, op, "send");
-  if (r == root) detail::check_buffer(recv, count, op, "recv");
-  detail::check_config(cfg, op);
-  const detail::Binomial tree(p, root, r);
+  const size_t bytes = toolkit::check_rooted_blocks(root, p, count, dt, op);
+  toolkit::check_buffer(send, count, op, "send");
+  if (r == root) toolkit::check_buffer(recv, count, op, "recv");
+  toolkit::check_config(cfg, op);
+  const toolkit::Binomial tree(p, root, r);
   cs.s.bytes_in = bytes;
-  if (detail::use_mpi_path(cfg, p, count, bytes)) {
+  const Route rt = route(Collective::Gather, bytes, p, cfg);
+  if (!rt.compressed) {
     comm.gather(send, recv, count, detail::mpi_type(dt), root);
     cs.s.bytes_sent = r == root ? 0 : bytes;
-    cs.done(Algorithm::Mpi);
+    cs.done(rt.algorithm);
     return;
   }
+  toolkit::Codec codec = toolkit::Codec::for_data(dt, cfg, cs.s, op);
 
   // 1. Children's headers, then the own block.
   const std::vector<int> children = tree.children();
@@ -60,13 +60,13 @@ void gather(Comm& comm, const void* send, void* recv, size_t count, DType dt, in
                                      child_sizes[k].size() * sizeof(uint64_t),
                                      tree.rank_of(children[k]), tag));
   }
-  detail::Bytes own;
-  if (tree.v != 0) detail::compress_block(send, count, dt, cfg, own, cs.s);
+  toolkit::Bytes own;
+  if (tree.v != 0) codec.compress(send, count, own);
   comm.wait_all(header_reqs);
   for (size_t k = 0; k < children.size(); ++k) {
     if (header_reqs[k].received != child_sizes[k].size() * sizeof(uint64_t)) {
-      detail::throw_size_mismatch(op, "malformed header from rank " +
-                                          std::to_string(tree.rank_of(children[k])));
+      toolkit::throw_size_mismatch(op, "malformed header from rank " +
+                                           std::to_string(tree.rank_of(children[k])));
     }
   }
 
@@ -81,9 +81,9 @@ void gather(Comm& comm, const void* send, void* recv, size_t count, DType dt, in
   }
   std::vector<size_t> offset(nblocks + 1, 0);
   for (size_t i = 0; i < nblocks; ++i) offset[i + 1] = offset[i] + sizes[i];
-  detail::Bytes data(offset[nblocks]);
+  toolkit::Bytes data(offset[nblocks]);
   if (!own.empty()) std::memcpy(data.data(), own.data(), own.size());
-  detail::Bytes().swap(own);
+  toolkit::Bytes().swap(own);
   std::vector<transport::Request> data_reqs;
   for (size_t k = 0; k < children.size(); ++k) {
     const size_t lo = static_cast<size_t>(children[k] - tree.v);
@@ -96,10 +96,10 @@ void gather(Comm& comm, const void* send, void* recv, size_t count, DType dt, in
     const size_t lo = static_cast<size_t>(children[k] - tree.v);
     const size_t hi = static_cast<size_t>(tree.subtree_end(children[k]) - tree.v);
     if (data_reqs[k].received != offset[hi] - offset[lo]) {
-      detail::throw_size_mismatch(op, "rank " + std::to_string(tree.rank_of(children[k])) +
-                                          " sent " + std::to_string(data_reqs[k].received) +
-                                          " bytes, announced " +
-                                          std::to_string(offset[hi] - offset[lo]));
+      toolkit::throw_size_mismatch(op, "rank " + std::to_string(tree.rank_of(children[k])) +
+                                           " sent " + std::to_string(data_reqs[k].received) +
+                                           " bytes, announced " +
+                                           std::to_string(offset[hi] - offset[lo]));
     }
   }
 
@@ -116,12 +116,12 @@ void gather(Comm& comm, const void* send, void* recv, size_t count, DType dt, in
     auto* out = static_cast<uint8_t*>(recv);
     for (size_t i = 1; i < nblocks; ++i) {
       const int q = tree.rank_of(static_cast<int>(i));
-      detail::decompress_block(data.data() + offset[i], sizes[i],
-                               out + static_cast<size_t>(q) * bytes, count, dt, cfg, cs.s, op, q);
+      codec.decompress(data.data() + offset[i], sizes[i], out + static_cast<size_t>(q) * bytes,
+                       count, q);
     }
     detail::copy_exact(send, out + static_cast<size_t>(r) * bytes, bytes);
   }
-  cs.done(cfg.algorithm == Algorithm::CprP2P ? Algorithm::CprP2P : Algorithm::Auto);
+  cs.done(rt.algorithm);
 }
 
 }  // namespace zccl::coll

@@ -23,9 +23,7 @@
 // Both stay within output_error_bound(algorithm, op, p, eb, allreduce = true) of the same
 // algorithm (Ring p eb; tree (p-1) eb <= RD's (p + p' - 2) eb and CprP2P's 2 (p-1) eb).
 #include <algorithm>
-#include <cmath>
 #include <stdexcept>
-#include <string>
 
 #include "compute_common.h"
 #include "reduce_kernels.h"
@@ -63,54 +61,43 @@ void ring_reduce(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const 
 template <class T>
 void tree_reduce(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const Config& cfg,
                  Stats& st) {
-  const int p = comm.size(), r = comm.rank();
-  const int v = (r - root + p) % p;
-  int depth = 0;
-  while ((1 << depth) < p) ++depth;
-  const double eb = is_min_max(op) ? split_bound(cfg.error_bound, depth) : cfg.error_bound;
+  const int p = comm.size();
+  const Binomial tree(p, root, comm.rank());
+  const double eb =
+      is_min_max(op) ? split_bound(cfg.error_bound, ceil_log2(p)) : cfg.error_bound;
   const int tag = comm.next_tag_base();
-  Codec codec(dtype_of<T>(), eb, cfg, st);
+  Codec codec = Codec::for_reduction(dtype_of<T>(), eb, cfg, st);
   const size_t cap = codec.capacity(count);
 
-  // Children (in increasing mask order) and the parent.
-  std::vector<int> children;
-  int parent = -1;
-  for (int mask = 1; mask < p; mask <<= 1) {
-    if (v & mask) {
-      parent = (v - mask + root) % p;
-      break;
-    }
-    if (v + mask < p) children.push_back((v + mask + root) % p);
-  }
+  // Children smallest subtree first: the order of the reductions into buf.
+  std::vector<int> children = tree.children();
+  std::reverse(children.begin(), children.end());
+  for (int& child : children) child = tree.rank_of(child);
   std::vector<Bytes> rbufs;
   std::vector<Pending> rx(children.size());
   for (size_t i = 0; i < children.size(); ++i) {
     rbufs.emplace_back(cap);
-    rx[i].start(comm.irecv(rbufs[i].get(), cap, children[i], tag));
+    rx[i].start(comm.irecv(rbufs[i].data(), cap, children[i], tag));
   }
-  Array<T> scratch(children.empty() ? 0 : count);
+  Buffer<T> scratch(children.empty() ? 0 : count);
   for (size_t i = 0; i < children.size(); ++i) {
     const size_t got = rx[i].finish(comm);
-    codec.decompress(rbufs[i].get(), got, scratch.get(), count, children[i]);
-    kernels::reduce_into(buf, buf, scratch.get(), count, op, cfg.threads);
+    codec.decompress(rbufs[i].data(), got, scratch.data(), count, children[i]);
+    kernels::reduce_into(buf, buf, scratch.data(), count, op, cfg.threads);
   }
-  if (parent >= 0) {
+  if (tree.parent() >= 0) {
     Bytes sbuf(cap);
-    const size_t bytes = codec.compress(buf, count, sbuf.get(), cap);
+    const size_t bytes = codec.compress(buf, count, sbuf.data(), cap);
     st.bytes_sent += bytes;
-    comm.send(sbuf.get(), bytes, parent, tag);
+    comm.send(sbuf.data(), bytes, tree.rank_of(tree.parent()), tag);
   }
 }
 
 template <class T>
 void reduce_typed(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const Config& cfg,
-                  Stats& st) {
+                  Algorithm alg, Stats& st) {
   const int p = comm.size(), r = comm.rank();
   const size_t bytes = count * sizeof(T);
-  Algorithm alg = cfg.algorithm;
-  if (alg == Algorithm::Auto) alg = choose_allreduce(bytes, p, cfg);
-  if (p == 1 || bytes == 0 || bytes < cfg.min_compress_bytes) alg = Algorithm::Mpi;
-  st.algorithm = alg;
   switch (alg) {
     case Algorithm::Mpi:
       if (p > 1) {
@@ -131,21 +118,20 @@ void reduce_typed(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const
 
 void reduce(Comm& comm, void* buf, size_t count, DType dt, ReduceOp op, int root,
             const Config& cfg, Stats* stats) {
-  validate("reduce", buf, count, dt, op, cfg);
-  if (root < 0 || root >= comm.size()) {
-    throw std::invalid_argument("zccl reduce: root " + std::to_string(root) +
-                                " is out of range [0, " + std::to_string(comm.size()) + ")");
-  }
-  const Clock clock;
-  Stats st;
-  st.bytes_in = count * fz::dtype_size(dt);
+  const char* name = "reduce";
+  check_reduction(dt, op, name);
+  check_config(cfg, name);
+  check_buffer(buf, count, name, "buf");
+  check_root(root, comm.size(), name);
+  CallStats cs(stats);
+  cs.s.bytes_in = count * fz::dtype_size(dt);
+  const Route rt = route(Collective::Reduce, cs.s.bytes_in, comm.size(), cfg);
   if (dt == DType::Float32) {
-    reduce_typed(comm, static_cast<float*>(buf), count, op, root, cfg, st);
+    reduce_typed(comm, static_cast<float*>(buf), count, op, root, cfg, rt.algorithm, cs.s);
   } else {
-    reduce_typed(comm, static_cast<double*>(buf), count, op, root, cfg, st);
+    reduce_typed(comm, static_cast<double*>(buf), count, op, root, cfg, rt.algorithm, cs.s);
   }
-  st.total_seconds = clock.seconds();
-  if (stats != nullptr) *stats = st;
+  cs.done(rt.algorithm);
 }
 
 }  // namespace zccl::coll

@@ -52,14 +52,14 @@ void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blo
   if (is_min_max(op)) {
     throw std::logic_error("zccl: ring_reduce_scatter handles SUM/AVG only (MIN/MAX: exchange)");
   }
-  const int p = comm.size(), r = comm.rank();
+  const Ring ring(comm.size(), comm.rank());
+  const int p = ring.p, next = ring.next, prev = ring.prev;
   if (p == 1) return;
-  const int next = (r + 1) % p, prev = (r + p - 1) % p;
   const int tag = comm.next_tag_base();
 
   const RingSegments seg = RingSegments::plan(blocks, dtype_of<T>(), cfg);
   const int S = seg.per_block;
-  Codec codec(dtype_of<T>(), eb, cfg, st);
+  Codec codec = Codec::for_reduction(dtype_of<T>(), eb, cfg, st);
   const size_t cap = codec.capacity(seg.seg_len);
   // Two send and two receive areas of S slots each, by step parity.
   const size_t slots = 2 * static_cast<size_t>(S);
@@ -82,7 +82,7 @@ void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blo
     for (int j = 0; j < S; ++j) post_recv(s, j);
   }
   for (int s = 0; s <= p - 1; ++s) {
-    const int b = ((r - s - 1) % p + p) % p;  // sent at step s, received at step s-1
+    const int b = ring.before(s + 1);  // sent at step s, received at step s-1
     const size_t count = blocks.count[b];
     for (int j = 0; j < S; ++j) {
       const size_t n = seg.len(count, j);

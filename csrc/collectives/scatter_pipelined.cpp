@@ -63,26 +63,22 @@ constexpr const char* kOp = "scatter";
 
 void scatter(Comm& comm, const std::vector<const void*>& blocks, void* recv, size_t count,
              DType dt, int root, const Config& cfg, Stats* stats) {
-  detail::CallStats cs(stats);
+  toolkit::CallStats cs(stats);
   const int tag = comm.next_tag_base();
   const int p = comm.size(), r = comm.rank();
-  detail::check_root(comm, root, kOp);
-  const size_t bytes = detail::payload_bytes(count, dt, kOp);
-  detail::payload_bytes(count * static_cast<size_t>(p), dt, kOp);
+  const size_t bytes = toolkit::check_rooted_blocks(root, p, count, dt, kOp);
   if (r == root) {
-    if (blocks.size() != static_cast<size_t>(p)) {
-      throw std::invalid_argument("zccl: scatter: the root needs " + std::to_string(p) +
-                                  " blocks, got " + std::to_string(blocks.size()));
-    }
-    for (const void* b : blocks) detail::check_buffer(b, count, kOp, "a block");
+    toolkit::check_block_list(blocks.size(), p, kOp);
+    for (const void* b : blocks) toolkit::check_buffer(b, count, kOp, "a block");
   }
-  detail::check_buffer(recv, count, kOp, "recv");
-  detail::check_config(cfg, kOp);
+  toolkit::check_buffer(recv, count, kOp, "recv");
+  toolkit::check_config(cfg, kOp);
   cs.s.bytes_in = r == root ? bytes * static_cast<size_t>(p) : 0;
-  if (detail::use_mpi_path(cfg, p, count, bytes)) {
+  const Route rt = route(Collective::Scatter, bytes, p, cfg);
+  if (!rt.compressed) {
     // MPI_Scatter wants the blocks packed in rank order; pack them unless they already are.
     const void* packed = nullptr;
-    detail::Bytes staging;
+    toolkit::Bytes staging;
     if (r == root) {
       const auto* base = static_cast<const uint8_t*>(blocks[0]);
       bool contiguous = true;
@@ -101,10 +97,9 @@ void scatter(Comm& comm, const std::vector<const void*>& blocks, void* recv, siz
     }
     comm.scatter(packed, recv, count, detail::mpi_type(dt), root);
     cs.s.bytes_sent = r == root ? bytes * static_cast<size_t>(p - 1) : 0;
-    cs.done(Algorithm::Mpi);
+    cs.done(rt.algorithm);
     return;
   }
-  const Algorithm ran = cfg.algorithm == Algorithm::CprP2P ? Algorithm::CprP2P : Algorithm::Auto;
   auto rank_of = [&](int v) { return (v + root) % p; };  // virtual rank v = (rank - root) mod p
 
   if (r == root) {
@@ -122,7 +117,7 @@ void scatter(Comm& comm, const std::vector<const void*>& blocks, void* recv, siz
         [&](int i) { return rank_of(i + 1); }, tag + kTagSegments, dt, cfg, cs.s, kOp);
     detail::copy_exact(blocks[root], recv, bytes);
     comm.wait_all(plan_sends);
-    cs.done(ran);
+    cs.done(rt.algorithm);
     return;
   }
 
@@ -130,34 +125,34 @@ void scatter(Comm& comm, const std::vector<const void*>& blocks, void* recv, siz
   detail::SegmentPlan plan;
   const size_t got = comm.recv(&plan, sizeof(plan), root, tag + kTagPlan);
   if (got != sizeof(plan)) {
-    detail::throw_size_mismatch(kOp, "malformed segment header from rank " +
-                                         std::to_string(root));
+    toolkit::throw_size_mismatch(kOp, "malformed segment header from rank " +
+                                          std::to_string(root));
   }
   detail::check_plan(plan, kOp, root);
   const bool decode = plan.count == count;
+  toolkit::Codec codec = toolkit::Codec::for_data(dt, cfg, cs.s, kOp);
   auto* out = static_cast<uint8_t*>(recv);
   const size_t es = fz::dtype_size(dt);
   detail::receive_segments(
       comm, plan, root, -1, tag + kTagSegments, cs.s, kOp,
       [&](size_t k, const uint8_t* stream, size_t len) {
         if (!decode) return;  // drain only: the root's sends must complete
-        detail::decompress_block(stream, len, out + plan.offset(k) * es, plan.values(k), dt,
-                                 cfg, cs.s, kOp, root);
+        codec.decompress(stream, len, out + plan.offset(k) * es, plan.values(k), root);
       });
   if (!decode) {
-    detail::throw_size_mismatch(kOp, "the root scatters blocks of " + std::to_string(plan.count) +
-                                         " values, this rank expects " + std::to_string(count));
+    toolkit::throw_size_mismatch(kOp, "the root scatters blocks of " +
+                                          std::to_string(plan.count) + " values, this rank expects " +
+                                          std::to_string(count));
   }
-  cs.done(ran);
+  cs.done(rt.algorithm);
 }
 
 void scatter(Comm& comm, const void* send, void* recv, size_t count, DType dt, int root,
              const Config& cfg, Stats* stats) {
   std::vector<const void*> blocks;
   if (comm.rank() == root) {
-    const size_t bytes = detail::payload_bytes(count, dt, kOp);
-    detail::payload_bytes(count * static_cast<size_t>(comm.size()), dt, kOp);
-    detail::check_buffer(send, count, kOp, "send");
+    const size_t bytes = toolkit::check_rooted_blocks(root, comm.size(), count, dt, kOp);
+    toolkit::check_buffer(send, count, kOp, "send");
     for (int q = 0; q < comm.size(); ++q) {
       blocks.push_back(static_cast<const uint8_t*>(send) + static_cast<size_t>(q) * bytes);
     }

@@ -5,7 +5,6 @@
 //
 // Cost: one compression and p-1 decompressions of n values, (p-1) n w / R bytes sent per rank,
 // p-1 latency terms. Output error: eb per foreign value, own block exact.
-#include <chrono>
 #include <vector>
 
 #include "gpu_common.h"
@@ -14,50 +13,55 @@ namespace zccl::gpucoll {
 
 void allgather(Comm& comm, GpuWorkspace& ws, const void* send, void* recv, size_t count, DType dt,
                const Config& cfg, GpuStream stream, Stats* stats) {
-  Stats local;
-  Stats& st = stats != nullptr ? *stats : local;
-  st = Stats{};
-  st.algorithm = Algorithm::Ring;
-  if (count == 0) return;
-  const auto start = std::chrono::steady_clock::now();
-  detail::DeviceScope scope(ws.device());
-  auto& w = ws.impl();
-  const cudaStream_t s = detail::raw(stream);
+  const char* name = "allgather";
+  coll::toolkit::check_config(cfg, name);
+  coll::toolkit::check_buffer(send, count, name, "send");
+  coll::toolkit::check_buffer(recv, count, name, "recv");
+  coll::toolkit::CallStats cs(stats);
   const int p = comm.size(), r = comm.rank();
   const size_t es = detail::dtype_size(dt), own = static_cast<size_t>(r);
+  cs.s.bytes_in = count * es;
+  const coll::Route rt =
+      coll::route(coll::Collective::AllGather, cs.s.bytes_in, p, cfg, coll::Device::Cuda);
+  detail::require_compressed(rt, count, name);
+  if (count == 0) {
+    cs.done(rt.algorithm);
+    return;
+  }
+  detail::Call call(ws, stream);
   auto* out = static_cast<uint8_t*>(recv);
-  st.bytes_in = count * es;
 
   // The own block, exactly (nothing to do when send already is recv's own slot).
   if (send != out + own * count * es) {
-    detail::check(cudaMemcpyAsync(out + own * count * es, send, count * es, cudaMemcpyDeviceToDevice, s),
+    detail::check(cudaMemcpyAsync(out + own * count * es, send, count * es, cudaMemcpyDeviceToDevice, call.s),
                   "cudaMemcpyAsync (own block)");
   }
   if (p == 1) {
-    detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    detail::check(cudaStreamSynchronize(call.s), "cudaStreamSynchronize");
+    cs.done(rt.algorithm);
     return;
   }
 
   const size_t cap = detail::capacity(dt, count, cfg.chunk_len);
   const int tag = comm.next_tag_base();
-  detail::Wire all(w, detail::kStreams, cap * static_cast<size_t>(p));
-  const size_t own_len = detail::compress_sync(w, send, dt, count, cfg.error_bound, cfg.chunk_len,
-                                               all.dev(own * cap), cap, s);
-  all.publish(own * cap, own_len, s);
-  st.bytes_compressed = count * es;
+  detail::Wire all(call.w, detail::kStreams, cap * static_cast<size_t>(p));
+  const size_t own_len = detail::compress_sync(call.w, send, dt, count, cfg.error_bound, cfg.chunk_len,
+                                               all.dev(own * cap), cap, call.s);
+  all.publish(own * cap, own_len, call.s);
+  cs.s.bytes_compressed = count * es;
 
   const std::vector<bool> nonempty(static_cast<size_t>(p), true);
   const std::vector<size_t> lens =
-      detail::ring_allgather_streams(comm, all, cap, own_len, nonempty, tag, s);
+      detail::ring_allgather_streams(comm, all, cap, own_len, nonempty, tag, call.s);
   const size_t next = static_cast<size_t>((r + 1) % p);
   for (size_t q = 0; q < lens.size(); ++q) {
-    if (q != next) st.bytes_sent += lens[q];  // every stream but next's passes through here
+    if (q != next) cs.s.bytes_sent += lens[q];  // every stream but next's passes through here
   }
   std::vector<void*> dsts(static_cast<size_t>(p));
   for (size_t q = 0; q < dsts.size(); ++q) dsts[q] = out + q * count * es;
-  detail::decode_batch(w, all, cap, lens, dsts, std::vector<size_t>(static_cast<size_t>(p), count), r, dt,
-                       cfg.chunk_len, s, "all_gather");
-  st.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  detail::decode_batch(call.w, all, cap, lens, dsts, std::vector<size_t>(static_cast<size_t>(p), count), r,
+                       dt, cfg.chunk_len, call.s, "all_gather");
+  cs.done(rt.algorithm);
 }
 
 }  // namespace zccl::gpucoll

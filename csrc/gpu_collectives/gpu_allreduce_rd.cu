@@ -18,38 +18,20 @@
 //
 // Output error (exact arithmetic, as the CPU file proves): SUM (p + p' - 2) eb, AVG that / p
 // (one divide at the end); MIN/MAX: each of the L + f stages runs with eb / (L + f), total eb.
-#include <cmath>
-#include <vector>
-
 #include "gpu_common.h"
 
 namespace zccl::gpucoll::detail {
-namespace {
-
-int pow2_floor(int p) {
-  int v = 1;
-  while (v * 2 <= p) v *= 2;
-  return v;
-}
-
-}  // namespace
 
 void rd_allreduce(Comm& comm, GpuWorkspace::Impl& ws, void* buf, size_t count, DType dt,
                   ReduceOp op, const Config& cfg, cudaStream_t stream, Stats& st) {
   const int p = comm.size(), r = comm.rank();
-  const int pp = pow2_floor(p), rem = p - pp;
-  int rounds = 0;
-  while ((1 << rounds) < pp) ++rounds;
-  const int stages = rounds + (rem > 0 ? 1 : 0);
+  const coll::toolkit::Doubling rd(p, r);
   const bool min_max = op == ReduceOp::Min || op == ReduceOp::Max;
-  const double eb = min_max ? cfg.error_bound / stages : cfg.error_bound;
+  const double eb = min_max ? cfg.error_bound / rd.stages() : cfg.error_bound;
   const gpu::ReduceOp gop = gpu_op(op == ReduceOp::Avg ? ReduceOp::Sum : op);
-  const GpuStream gs = reinterpret_cast<GpuStream>(stream);
   const size_t es = dtype_size(dt);
   const size_t cap = capacity(dt, count, cfg.chunk_len);
   const int tag = comm.next_tag_base();
-  size_t cws_bytes = 0;
-  void* cws = ws.codec_ws(0, dt, count, cfg.chunk_len, &cws_bytes);
 
   Wire own(ws, kSend, cap);   // this rank's stream of the current round
   Wire peer(ws, kRecv, cap);  // the partner's
@@ -57,15 +39,8 @@ void rd_allreduce(Comm& comm, GpuWorkspace::Impl& ws, void* buf, size_t count, D
   bool own_is_lower = true;
 
   auto decode_into = [&](Wire& w, size_t len, bool reduce, const char* what, int from) {
-    int32_t* err = ws.errs(1);
-    if (reduce) {
-      gpu::decompress_reduce(w.dev(), len, buf, buf, dt, count, gop, cws, cws_bytes, gs, err);
-    } else {
-      gpu::decompress(w.dev(), len, buf, dt, count, cws, cws_bytes, gs, err);
-    }
-    w.release(stream);
-    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (after decode)");
-    check_decoded(*err, what, from);
+    decode(ws, w, 0, len, buf, dt, count, cfg.chunk_len, stream, what, from,
+           reduce ? std::optional<gpu::ReduceOp>(gop) : std::nullopt);
   };
   auto compress_own = [&]() {
     own_len = compress_sync(ws, buf, dt, count, eb, cfg.chunk_len, own.dev(), cap, stream);
@@ -74,29 +49,22 @@ void rd_allreduce(Comm& comm, GpuWorkspace::Impl& ws, void* buf, size_t count, D
   };
 
   // Fold in.
-  int newrank = r;
-  if (r < 2 * rem) {
-    if (r % 2 == 1) {
-      compress_own();
-      comm.send(own.wire(), own_len, r - 1, tag);
-      st.bytes_sent += own_len;
-      newrank = -1;
-    } else {
-      peer.before_receive();
-      peer_len = comm.recv(peer.wire(), cap, r + 1, tag);
-      peer.land(0, peer_len, stream);
-      decode_into(peer, peer_len, true, "all_reduce (recursive doubling, fold in)", r + 1);
-      newrank = r / 2;
-    }
-  } else {
-    newrank = r - rem;
+  const int newrank = rd.newrank;
+  if (rd.fold_sender()) {
+    compress_own();
+    comm.send(own.wire(), own_len, r - 1, tag);
+    st.bytes_sent += own_len;
+  } else if (rd.in_fold()) {
+    peer.before_receive();
+    peer_len = comm.recv(peer.wire(), cap, r + 1, tag);
+    peer.land(0, peer_len, stream);
+    decode_into(peer, peer_len, true, "all_reduce (recursive doubling, fold in)", r + 1);
   }
-  auto real_rank = [rem](int nr) { return nr < rem ? nr * 2 : nr + rem; };
 
   // Rounds.
   if (newrank >= 0) {
-    for (int mask = 1; mask < pp; mask <<= 1) {
-      const int partner = real_rank(newrank ^ mask);
+    for (int mask = 1; mask < rd.pp; mask <<= 1) {
+      const int partner = rd.real_rank(newrank ^ mask);
       peer.before_receive();
       transport::Request rreq = comm.irecv(peer.wire(), cap, partner, tag + 1);
       compress_own();
@@ -116,8 +84,8 @@ void rd_allreduce(Comm& comm, GpuWorkspace::Impl& ws, void* buf, size_t count, D
   }
 
   // Fold out: forward the last round's two streams, lower first.
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
+  if (rd.in_fold()) {
+    if (!rd.fold_sender()) {
       Wire& lower = own_is_lower ? own : peer;
       Wire& higher = own_is_lower ? peer : own;
       // Staged, the wires' host sides still hold both streams (own: published; peer: received).
@@ -137,7 +105,7 @@ void rd_allreduce(Comm& comm, GpuWorkspace::Impl& ws, void* buf, size_t count, D
   }
 
   if (op == ReduceOp::Avg) {
-    gpu::divide(buf, dt, count, p, gs);
+    gpu::divide(buf, dt, count, p, reinterpret_cast<GpuStream>(stream));
     check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (after divide)");
   }
 }

@@ -29,12 +29,12 @@ namespace zccl::gpucoll::detail {
 
 void ring_allreduce(Comm& comm, GpuWorkspace::Impl& ws, void* buf, size_t count, DType dt,
                     ReduceOp op, const Config& cfg, cudaStream_t stream, Stats& st) {
-  const int p = comm.size(), r = comm.rank();
-  const int next = (r + 1) % p, prev = (r + p - 1) % p;
+  const coll::toolkit::Ring ring(comm.size(), comm.rank());
+  const int p = ring.p, r = ring.rank, next = ring.next, prev = ring.prev;
   const size_t es = dtype_size(dt);
   const double eb = cfg.error_bound;
   auto* base = static_cast<uint8_t*>(buf);
-  const BlockSplit blocks(count, p);
+  const coll::toolkit::Blocks blocks = coll::toolkit::Blocks::balanced(count, p);
   const size_t cap = capacity(dt, blocks.max_count, cfg.chunk_len);
   const int tag = comm.next_tag_base();
 
@@ -42,11 +42,11 @@ void ring_allreduce(Comm& comm, GpuWorkspace::Impl& ws, void* buf, size_t count,
   {
     Wire send(ws, kSend, cap);
     Wire recv(ws, kRecv, cap);
-    size_t rs_ws = 0;
-    void* codec = ws.codec_ws(0, dt, blocks.max_count, cfg.chunk_len, &rs_ws);
+    size_t ws_bytes = 0;  // the codec workspace, sized once for the largest block
+    ws.codec_ws(0, dt, blocks.max_count, cfg.chunk_len, &ws_bytes);
     for (int s = 0; s < p - 1; ++s) {
-      const size_t sb = static_cast<size_t>((r - s - 1 + 2 * p) % p);
-      const size_t rb = static_cast<size_t>((r - s - 2 + 2 * p) % p);
+      const size_t sb = static_cast<size_t>(ring.before(s + 1));
+      const size_t rb = static_cast<size_t>(ring.before(s + 2));
       transport::Request rreq, sreq;
       if (blocks.count[rb] > 0) {
         recv.before_receive();
@@ -63,13 +63,8 @@ void ring_allreduce(Comm& comm, GpuWorkspace::Impl& ws, void* buf, size_t count,
       if (blocks.count[rb] > 0) {
         const size_t got = comm.wait(rreq);
         recv.land(0, got, stream);
-        int32_t* err = ws.errs(1);
-        void* dst = base + blocks.offset[rb] * es;
-        gpu::decompress_reduce(recv.dev(), got, dst, dst, dt, blocks.count[rb], gpu::ReduceOp::Sum,
-                               codec, rs_ws, reinterpret_cast<GpuStream>(stream), err);
-        recv.release(stream);
-        check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (after decompress_reduce)");
-        check_decoded(*err, "all_reduce (ring reduce-scatter)", prev);
+        decode(ws, recv, 0, got, base + blocks.offset[rb] * es, dt, blocks.count[rb], cfg.chunk_len,
+               stream, "all_reduce (ring reduce-scatter)", prev, gpu::ReduceOp::Sum);
       }
       if (blocks.count[sb] > 0) comm.wait(sreq);
     }

@@ -8,8 +8,6 @@
 //
 // Cost: one compression, one decompression per rank, ceil(log2 p) (alpha + n w beta / R).
 // Output error: eb.
-#include <chrono>
-#include <stdexcept>
 #include <vector>
 
 #include "gpu_common.h"
@@ -18,56 +16,48 @@ namespace zccl::gpucoll {
 
 void broadcast(Comm& comm, GpuWorkspace& ws, void* buf, size_t count, DType dt, int root,
                const Config& cfg, GpuStream stream, Stats* stats) {
-  Stats local;
-  Stats& st = stats != nullptr ? *stats : local;
-  st = Stats{};
+  const char* name = "broadcast";
   const int p = comm.size(), r = comm.rank();
-  if (root < 0 || root >= p) throw std::invalid_argument("zccl gpu broadcast: root out of range");
-  if (count == 0 || p == 1) return;
-  const auto start = std::chrono::steady_clock::now();
-  detail::DeviceScope scope(ws.device());
-  auto& w = ws.impl();
-  const cudaStream_t s = detail::raw(stream);
-  const size_t es = detail::dtype_size(dt);
+  coll::toolkit::check_root(root, p, name);
+  coll::toolkit::check_config(cfg, name);
+  coll::toolkit::check_buffer(buf, count, name, "buf");
+  coll::toolkit::CallStats cs(stats);
+  const size_t bytes = count * detail::dtype_size(dt);
+  const coll::Route rt = coll::route(coll::Collective::Broadcast, bytes, p, cfg, coll::Device::Cuda);
+  detail::require_compressed(rt, count, name);
+  if (count == 0 || p == 1) {
+    cs.done(rt.algorithm);
+    return;
+  }
+  detail::Call call(ws, stream);
   const size_t cap = detail::capacity(dt, count, cfg.chunk_len);
   const int tag = comm.next_tag_base();
-  st.bytes_in = r == root ? count * es : 0;
-  detail::Wire wire(w, detail::kRecv, cap);
+  cs.s.bytes_in = r == root ? bytes : 0;
+  detail::Wire wire(call.w, detail::kRecv, cap);
 
-  // Binomial tree on virtual ranks (root = 0): the parent clears vr's lowest set bit; children
-  // are vr + m for the powers of two m below that bit.
-  const int vr = (r - root + p) % p;
-  int low = 1;
-  while (low < p && (vr & low) == 0) low <<= 1;
+  const coll::toolkit::Binomial tree(p, root, r);
   size_t len = 0;
-  if (vr == 0) {
-    len = detail::compress_sync(w, buf, dt, count, cfg.error_bound, cfg.chunk_len, wire.dev(), cap, s);
-    wire.publish(0, len, s);
-    st.bytes_compressed = count * es;
+  if (tree.v == 0) {
+    len = detail::compress_sync(call.w, buf, dt, count, cfg.error_bound, cfg.chunk_len, wire.dev(), cap,
+                                call.s);
+    wire.publish(0, len, call.s);
+    cs.s.bytes_compressed = bytes;
   } else {
-    const int parent = ((vr - low) + root) % p;
     wire.before_receive();
-    len = comm.recv(wire.wire(), cap, parent, tag);
-    wire.land(0, len, s);  // async: overlaps the forwarding below
+    len = comm.recv(wire.wire(), cap, tree.rank_of(tree.parent()), tag);
+    wire.land(0, len, call.s);  // async: overlaps the forwarding below
   }
   std::vector<transport::Request> sends;
-  for (int m = low >> 1; m >= 1; m >>= 1) {  // largest subtree first
-    if (vr + m < p) {
-      sends.push_back(comm.isend(wire.wire(), len, (vr + m + root) % p, tag));
-      st.bytes_sent += len;
-    }
+  for (const int child : tree.children()) {  // largest subtree first
+    sends.push_back(comm.isend(wire.wire(), len, tree.rank_of(child), tag));
+    cs.s.bytes_sent += len;
   }
-  if (vr != 0) {
-    size_t dws = 0;
-    void* codec = w.codec_ws(0, dt, count, cfg.chunk_len, &dws);
-    int32_t* err = w.errs(1);
-    gpu::decompress(wire.dev(), len, buf, dt, count, codec, dws, stream, err);
-    wire.release(s);
-    detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (after decompress)");
-    detail::check_decoded(*err, "broadcast", (vr - low + root) % p);
+  if (tree.v != 0) {
+    detail::decode(call.w, wire, 0, len, buf, dt, count, cfg.chunk_len, call.s, "broadcast",
+                   tree.rank_of(tree.parent()));
   }
   comm.wait_all(sends);
-  st.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cs.done(rt.algorithm);
 }
 
 }  // namespace zccl::gpucoll

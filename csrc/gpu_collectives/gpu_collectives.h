@@ -68,14 +68,18 @@ class GpuWorkspace {
   std::unique_ptr<Impl> impl_;
 };
 
-// What Algorithm::Auto means for a GPU allreduce of `bytes` on p ranks: Mpi when eb == 0 (a
-// lossless stream does not pay), RecursiveDoubling while a rank's block (bytes / p) is small
-// (whole-buffer rounds keep the GPU busy, log p latency terms), Ring above. An explicit choice
-// is kept (CprP2P maps to Ring). Untuned first guess: calibrate on a GPU cluster.
-Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg);
+// The algorithm of a GPU allreduce of `bytes` on p ranks: coll::route's (Device::Cuda), kept
+// under this name for the backend's CUDA path until it calls coll::route itself.
+inline Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
+  return coll::route(coll::Collective::AllReduce, bytes, p, cfg, coll::Device::Cuda).algorithm;
+}
 
-// In place on `buf` (count values of dt, device memory). cfg.algorithm must not resolve to Mpi
-// (the caller moves uncompressed data itself); throws std::invalid_argument if it does.
+// Every entry point below takes coll::route(..., Device::Cuda) and moves compressed data only:
+// where the route says uncompressed (cfg.algorithm == Mpi, a lossless Auto allreduce,
+// min_compress_bytes) and there is data to move, it throws std::invalid_argument (the caller
+// moves uncompressed data itself). Arguments are checked as the CPU collectives check theirs.
+
+// In place on `buf` (count values of dt, device memory).
 void allreduce(Comm& comm, GpuWorkspace& ws, void* buf, size_t count, DType dt, ReduceOp op,
                const Config& cfg, GpuStream stream, Stats* stats = nullptr);
 

@@ -24,47 +24,54 @@ void check(cudaError_t rc, const char* what) {
   }
 }
 
-DeviceBuffer::~DeviceBuffer() {
-  if (ptr_ != nullptr) cudaFree(ptr_);
+namespace {
+
+void* allocate(Memory kind, size_t bytes) {
+  void* p = nullptr;
+  if (kind == Memory::Device) {
+    check(cudaMalloc(&p, bytes), "cudaMalloc (gZ workspace)");
+  } else {
+    check(cudaMallocHost(&p, bytes), "cudaMallocHost (gZ staging)");
+  }
+  return p;
 }
 
-uint8_t* DeviceBuffer::get(size_t bytes) {
+cudaError_t release(Memory kind, void* p) { return kind == Memory::Device ? cudaFree(p) : cudaFreeHost(p); }
+
+}  // namespace
+
+template <Memory kind>
+GrowingBuffer<kind>::~GrowingBuffer() {
+  if (ptr_ != nullptr) release(kind, ptr_);
+}
+
+template <Memory kind>
+uint8_t* GrowingBuffer<kind>::get(size_t bytes) {
   if (bytes > cap_ || ptr_ == nullptr) {
     // Grow by half again so a slowly growing message size does not reallocate every call.
     const size_t want = std::max<size_t>({bytes, cap_ + cap_ / 2, 4096});
-    if (ptr_ != nullptr) check(cudaFree(ptr_), "cudaFree");
+    if (ptr_ != nullptr) check(release(kind, ptr_), kind == Memory::Device ? "cudaFree" : "cudaFreeHost");
     ptr_ = nullptr;
     cap_ = 0;
-    check(cudaMalloc(&ptr_, want), "cudaMalloc (gZ workspace)");
+    ptr_ = allocate(kind, want);
     cap_ = want;
   }
   return static_cast<uint8_t*>(ptr_);
 }
 
-PinnedBuffer::~PinnedBuffer() {
-  if (ptr_ != nullptr) cudaFreeHost(ptr_);
+template class GrowingBuffer<Memory::Device>;
+template class GrowingBuffer<Memory::Pinned>;
+
+cudaStream_t new_stream() {
+  cudaStream_t s = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  return s;
 }
 
-uint8_t* PinnedBuffer::get(size_t bytes) {
-  if (bytes > cap_ || ptr_ == nullptr) {
-    const size_t want = std::max<size_t>({bytes, cap_ + cap_ / 2, 4096});
-    if (ptr_ != nullptr) check(cudaFreeHost(ptr_), "cudaFreeHost");
-    ptr_ = nullptr;
-    cap_ = 0;
-    check(cudaMallocHost(&ptr_, want), "cudaMallocHost (gZ staging)");
-    cap_ = want;
-  }
-  return static_cast<uint8_t*>(ptr_);
-}
-
-Stream::Stream() { check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate"); }
-Stream::~Stream() {
-  if (s_ != nullptr) cudaStreamDestroy(s_);
-}
-
-Event::Event() { check(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming), "cudaEventCreate"); }
-Event::~Event() {
-  if (e_ != nullptr) cudaEventDestroy(e_);
+cudaEvent_t new_event() {
+  cudaEvent_t e = nullptr;
+  check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  return e;
 }
 
 DeviceScope::DeviceScope(int device) {
@@ -83,6 +90,14 @@ size_t capacity(DType dt, uint64_t count, uint32_t chunk_len) {
   constexpr size_t kAlign = 256;
   const size_t bytes = gpu::max_compressed_size(dt, count, chunk_len);
   return (bytes + kAlign - 1) / kAlign * kAlign;
+}
+
+void require_compressed(const coll::Route& route, size_t count, const char* op) {
+  if (!route.compressed && count > 0) {
+    throw std::invalid_argument(std::string("zccl gpu ") + op +
+                                ": the Mpi algorithm moves uncompressed data; the caller handles "
+                                "it (route() returned Mpi)");
+  }
 }
 
 void check_decoded(int32_t err, const char* what, int peer) {
@@ -105,17 +120,6 @@ size_t compress_sync(GpuWorkspace::Impl& ws, const void* src, DType dt, uint64_t
                 reinterpret_cast<GpuStream>(stream), size);
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (after compress)");
   return *size;
-}
-
-BlockSplit::BlockSplit(size_t n, int p) : count(static_cast<size_t>(p)), offset(static_cast<size_t>(p)) {
-  const size_t np = static_cast<size_t>(p), base = n / np, extra = n % np;
-  size_t at = 0;
-  for (size_t i = 0; i < np; ++i) {
-    count[i] = base + (i < extra ? 1 : 0);
-    offset[i] = at;
-    at += count[i];
-  }
-  max_count = base + (extra ? 1 : 0);
 }
 
 Wire::Wire(GpuWorkspace::Impl& ws, Slot slot, size_t bytes)
@@ -153,17 +157,35 @@ void Wire::release(cudaStream_t stream) {
   check(cudaEventRecord(ws_.host_free[slot_].get(), stream), "cudaEventRecord");
 }
 
+void decode(GpuWorkspace::Impl& ws, Wire& wire, size_t offset, size_t len, void* dst, DType dt,
+            uint64_t count, uint32_t chunk_len, cudaStream_t stream, const char* what, int peer,
+            std::optional<gpu::ReduceOp> reduce) {
+  size_t ws_bytes = 0;
+  void* codec = ws.codec_ws(0, dt, count, chunk_len, &ws_bytes);
+  int32_t* err = ws.errs(1);
+  const GpuStream gs = reinterpret_cast<GpuStream>(stream);
+  if (reduce) {
+    gpu::decompress_reduce(wire.dev(offset), len, dst, dst, dt, count, *reduce, codec, ws_bytes,
+                           gs, err);
+  } else {
+    gpu::decompress(wire.dev(offset), len, dst, dt, count, codec, ws_bytes, gs, err);
+  }
+  wire.release(stream);
+  check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (after decompress)");
+  check_decoded(*err, what, peer);
+}
+
 std::vector<size_t> ring_allgather_streams(Comm& comm, Wire& wire, size_t cap, size_t own_len,
                                            const std::vector<bool>& nonempty, int tag,
                                            cudaStream_t stream) {
-  const int p = comm.size(), r = comm.rank();
-  const int next = (r + 1) % p, prev = (r + p - 1) % p;
+  const coll::toolkit::Ring ring(comm.size(), comm.rank());
+  const int p = ring.p, r = ring.rank, next = ring.next, prev = ring.prev;
   std::vector<size_t> lens(static_cast<size_t>(p), 0);
   lens[static_cast<size_t>(r)] = own_len;
   // Step t: forward block r-t (own at t = 0, else what arrived at step t-1), receive block r-t-1.
   // Each block has its own region, so nothing is overwritten while it is still being sent.
   for (int t = 0; t < p - 1; ++t) {
-    const size_t sb = static_cast<size_t>((r - t + p) % p), rb = static_cast<size_t>((r - t - 1 + 2 * p) % p);
+    const size_t sb = static_cast<size_t>(ring.before(t)), rb = static_cast<size_t>(ring.before(t + 1));
     transport::Request recv, send;
     if (nonempty[rb]) recv = comm.irecv(wire.wire(rb * cap), cap, prev, tag);
     if (nonempty[sb]) send = comm.isend(wire.wire(sb * cap), lens[sb], next, tag);
@@ -199,16 +221,12 @@ void decode_batch(GpuWorkspace::Impl& ws, Wire& wire, size_t cap, const std::vec
     job.dst = dsts[q];
     job.dtype = dt;
     job.count = counts[q];
-    // Job j runs on aux stream j % width: workspace 1 + j % width belongs to that stream.
-    job.workspace = ws.codec_ws(1 + static_cast<int>(j % static_cast<size_t>(width)), dt,
-                                largest, chunk_len, &job.ws_bytes);
+    job.workspace = ws.job_ws(j, width, dt, largest, chunk_len, &job.ws_bytes);
     job.err_pinned = errs + j;
     jobs.push_back(job);
   }
   if (!jobs.empty()) {
-    ws.fork(stream, width);
-    std::vector<GpuStream> streams;
-    for (int i = 0; i < width; ++i) streams.push_back(reinterpret_cast<GpuStream>(ws.aux[i].get()));
+    const std::vector<GpuStream> streams = ws.fork(stream, width);
     gpu::decompress_batch(jobs.data(), jobs.size(), streams.data(), streams.size());
     ws.join(stream, width);
   }
@@ -264,11 +282,19 @@ void* GpuWorkspace::Impl::codec_ws(int i, DType dt, uint64_t count, uint32_t chu
   return codec[i].get(*bytes);
 }
 
-void GpuWorkspace::Impl::fork(cudaStream_t main, int n) {
+void* GpuWorkspace::Impl::job_ws(size_t j, int width, DType dt, uint64_t count, uint32_t chunk_len,
+                                 size_t* bytes) {
+  return codec_ws(1 + static_cast<int>(j % static_cast<size_t>(width)), dt, count, chunk_len, bytes);
+}
+
+std::vector<GpuStream> GpuWorkspace::Impl::fork(cudaStream_t main, int n) {
   detail::check(cudaEventRecord(fork_event.get(), main), "cudaEventRecord (fork)");
+  std::vector<GpuStream> streams;
   for (int i = 0; i < n; ++i) {
     detail::check(cudaStreamWaitEvent(aux[i].get(), fork_event.get(), 0), "cudaStreamWaitEvent (fork)");
+    streams.push_back(reinterpret_cast<GpuStream>(aux[i].get()));
   }
+  return streams;
 }
 
 void GpuWorkspace::Impl::join(cudaStream_t main, int n) {

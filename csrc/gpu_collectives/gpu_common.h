@@ -1,15 +1,21 @@
 // Shared machinery of the gZ collectives (CUDA side): RAII wrappers of CUDA resources, the
-// workspace's slots, and the movement of compressed bytes between device memory and MPI
-// (straight from device memory with CUDA-aware MPI, else staged through pinned host memory).
-// Only the gpu_*.cu files include this header.
+// workspace's slots, the movement of compressed bytes between device memory and MPI (straight
+// from device memory with CUDA-aware MPI, else staged through pinned host memory) and the
+// device codec calls with their checks. Timing, schedules, routing and argument checks are the
+// CPU collectives' toolkit (csrc/collectives/toolkit). Only the gpu_*.cu files include this
+// header.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "../collectives/toolkit/schedules.h"
+#include "../collectives/toolkit/timing.h"
+#include "../collectives/toolkit/validate.h"
 #include "gpu_collectives.h"
 
 namespace zccl::gpucoll::detail {
@@ -17,57 +23,47 @@ namespace zccl::gpucoll::detail {
 // Throws gpu::CudaError naming `what` and cudaGetErrorString(rc) unless rc == cudaSuccess.
 void check(cudaError_t rc, const char* what);
 
-// Device memory grown on demand (contents are not kept when it grows).
-class DeviceBuffer {
+// Device or pinned (page-locked) host memory grown on demand (contents are not kept when it
+// grows): the workspace's slots, and what async copies and staged MPI use.
+enum class Memory { Device, Pinned };
+template <Memory kind>
+class GrowingBuffer {
  public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer();
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), cap_(o.cap_) { o.ptr_ = nullptr, o.cap_ = 0; }
+  GrowingBuffer() = default;
+  ~GrowingBuffer();
+  GrowingBuffer(const GrowingBuffer&) = delete;
+  GrowingBuffer& operator=(const GrowingBuffer&) = delete;
   uint8_t* get(size_t bytes);  // at least `bytes` (256-byte aligned, as cudaMalloc gives)
 
  private:
   void* ptr_ = nullptr;
   size_t cap_ = 0;
 };
+using DeviceBuffer = GrowingBuffer<Memory::Device>;
+using PinnedBuffer = GrowingBuffer<Memory::Pinned>;
 
-// Pinned (page-locked) host memory grown on demand: what async copies and staged MPI use.
-class PinnedBuffer {
+// Owns a CUDA stream or event handle, destroyed with the workspace.
+template <class Handle, cudaError_t (*destroy)(Handle)>
+class CudaHandle {
  public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer();
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  uint8_t* get(size_t bytes);
+  explicit CudaHandle(Handle h) : h_(h) {}
+  ~CudaHandle() {
+    if (h_ != nullptr) destroy(h_);
+  }
+  CudaHandle(const CudaHandle&) = delete;
+  CudaHandle& operator=(const CudaHandle&) = delete;
+  Handle get() const { return h_; }
 
  private:
-  void* ptr_ = nullptr;
-  size_t cap_ = 0;
+  Handle h_;
 };
-
-class Stream {  // a non-blocking stream (never synchronises with the legacy default stream)
- public:
-  Stream();
-  ~Stream();
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  cudaStream_t get() const { return s_; }
-
- private:
-  cudaStream_t s_ = nullptr;
+cudaStream_t new_stream();  // non-blocking: never synchronises with the legacy default stream
+cudaEvent_t new_event();    // timing disabled: used for ordering only
+struct Stream : CudaHandle<cudaStream_t, cudaStreamDestroy> {
+  Stream() : CudaHandle(new_stream()) {}
 };
-
-class Event {  // timing disabled: used for ordering only
- public:
-  Event();
-  ~Event();
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  cudaEvent_t get() const { return e_; }
-
- private:
-  cudaEvent_t e_ = nullptr;
+struct Event : CudaHandle<cudaEvent_t, cudaEventDestroy> {
+  Event() : CudaHandle(new_event()) {}
 };
 
 // Makes `device` current for a scope (the worker thread may serve several devices).
@@ -108,14 +104,31 @@ struct GpuWorkspace::Impl {
   int32_t* errs(size_t n);  // zeroed
   // cuSZp workspace i (0: the main stream's) for (dt, count, chunk_len).
   void* codec_ws(int i, DType dt, uint64_t count, uint32_t chunk_len, size_t* bytes);
-  // Aux streams 0..n-1 wait for `main`'s work so far / `main` waits for theirs.
-  void fork(cudaStream_t main, int n);
+  // Job j of a batch over `width` aux streams runs on aux stream j % width, with its workspace
+  // (that stream's, sized for `count` values).
+  void* job_ws(size_t j, int width, DType dt, uint64_t count, uint32_t chunk_len, size_t* bytes);
+  // Aux streams 0..n-1 wait for `main`'s work so far (fork returns them) / `main` waits for
+  // theirs.
+  std::vector<GpuStream> fork(cudaStream_t main, int n);
   void join(cudaStream_t main, int n);
 };
 
 namespace detail {
 
 inline cudaStream_t raw(GpuStream s) { return reinterpret_cast<cudaStream_t>(s); }
+
+// One gZ call: the workspace's device made current for its duration, the workspace's buffers,
+// and the caller's stream.
+struct Call {
+  Call(GpuWorkspace& ws, GpuStream stream) : scope(ws.device()), w(ws.impl()), s(raw(stream)) {}
+  DeviceScope scope;
+  GpuWorkspace::Impl& w;
+  cudaStream_t s;
+};
+
+// Throws std::invalid_argument unless the route compresses (or there is nothing to move): the
+// gZ collectives only move compressed data, the caller moves the rest.
+void require_compressed(const coll::Route& route, size_t count, const char* op);
 
 // Compressed bytes that MPI reads or writes: `region` bytes at offset `offset` of slot `slot`,
 // device side and -- staged -- its pinned host mirror. wire() is what MPI is given.
@@ -151,18 +164,18 @@ size_t compress_sync(GpuWorkspace::Impl& ws, const void* src, DType dt, uint64_t
 // Throws std::runtime_error naming the op and the peer when a decoder error word is set.
 void check_decoded(int32_t err, const char* what, int peer);
 
+// Decodes the `len` bytes at `offset` of `wire` (device side, landed) into dst (count values),
+// or with `reduce` into dst = op(dst, decoded); then releases the wire, synchronises and checks
+// the decoder (check_decoded, naming `what` and the sender `peer`).
+void decode(GpuWorkspace::Impl& ws, Wire& wire, size_t offset, size_t len, void* dst, DType dt,
+            uint64_t count, uint32_t chunk_len, cudaStream_t stream, const char* what, int peer,
+            std::optional<gpu::ReduceOp> reduce = std::nullopt);
+
 // Worst-case stream size of `count` values rounded up to 256 bytes (0 for count 0).
 size_t capacity(DType dt, uint64_t count, uint32_t chunk_len);
 
 using fz::dtype_size;
 inline gpu::ReduceOp gpu_op(ReduceOp op) { return static_cast<gpu::ReduceOp>(op); }
-
-// Balanced blocks: the first n % p hold ceil(n/p) values (as coll::compute::Blocks::balanced).
-struct BlockSplit {
-  std::vector<size_t> count, offset;
-  size_t max_count = 0;
-  BlockSplit(size_t n, int p);
-};
 
 // Ring allgather of compressed streams. Region q (`cap` bytes at q*cap of the Wire) ends
 // holding rank q's stream for every q with nonempty[q]; the caller has written its own stream

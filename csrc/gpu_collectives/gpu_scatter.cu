@@ -6,8 +6,6 @@
 // Cost at the root: (p-1) compressions of n values overlapped on the device, (p-1) n w / R bytes
 // sent; elsewhere one decompression. Output error: eb (the root's own block is exact).
 #include <algorithm>
-#include <chrono>
-#include <stdexcept>
 #include <vector>
 
 #include "gpu_common.h"
@@ -16,20 +14,26 @@ namespace zccl::gpucoll {
 
 void scatter(Comm& comm, GpuWorkspace& ws, const std::vector<const void*>& blocks, void* recv,
              size_t count, DType dt, int root, const Config& cfg, GpuStream stream, Stats* stats) {
-  Stats local;
-  Stats& st = stats != nullptr ? *stats : local;
-  st = Stats{};
+  const char* name = "scatter";
   const int p = comm.size(), r = comm.rank();
-  if (root < 0 || root >= p) throw std::invalid_argument("zccl gpu scatter: root out of range");
-  if (r == root && static_cast<int>(blocks.size()) != p) {
-    throw std::invalid_argument("zccl gpu scatter: the root needs one block per rank");
+  coll::toolkit::check_root(root, p, name);
+  if (r == root) {
+    coll::toolkit::check_block_list(blocks.size(), p, name);
+    for (const void* b : blocks) coll::toolkit::check_buffer(b, count, name, "a block");
   }
-  if (count == 0) return;
-  const auto start = std::chrono::steady_clock::now();
-  detail::DeviceScope scope(ws.device());
-  auto& w = ws.impl();
-  const cudaStream_t s = detail::raw(stream);
+  coll::toolkit::check_config(cfg, name);
+  coll::toolkit::check_buffer(recv, count, name, "recv");
+  coll::toolkit::CallStats cs(stats);
   const size_t es = detail::dtype_size(dt);
+  const coll::Route rt =
+      coll::route(coll::Collective::Scatter, count * es, p, cfg, coll::Device::Cuda);
+  detail::require_compressed(rt, count, name);
+  if (count == 0) {
+    cs.done(rt.algorithm);
+    return;
+  }
+  detail::Call call(ws, stream);
+  auto& w = call.w;
   const size_t cap = detail::capacity(dt, count, cfg.chunk_len);
   const int tag = comm.next_tag_base();
 
@@ -37,19 +41,13 @@ void scatter(Comm& comm, GpuWorkspace& ws, const std::vector<const void*>& block
     detail::Wire wire(w, detail::kRecv, cap);
     wire.before_receive();
     const size_t len = comm.recv(wire.wire(), cap, root, tag);
-    wire.land(0, len, s);
-    size_t dws = 0;
-    void* codec = w.codec_ws(0, dt, count, cfg.chunk_len, &dws);
-    int32_t* err = w.errs(1);
-    gpu::decompress(wire.dev(), len, recv, dt, count, codec, dws, stream, err);
-    wire.release(s);
-    detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (after decompress)");
-    detail::check_decoded(*err, "scatter", root);
-    st.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    wire.land(0, len, call.s);
+    detail::decode(w, wire, 0, len, recv, dt, count, cfg.chunk_len, call.s, "scatter", root);
+    cs.done(rt.algorithm);
     return;
   }
 
-  st.bytes_in = static_cast<uint64_t>(p) * count * es;
+  cs.s.bytes_in = static_cast<uint64_t>(p) * count * es;
   detail::Wire all(w, detail::kStreams, cap * static_cast<size_t>(p));
   // 1. Compress the foreign blocks as one batch: job j on aux stream j % width.
   const int width = std::min(p - 1, detail::kAuxStreams);
@@ -66,42 +64,39 @@ void scatter(Comm& comm, GpuWorkspace& ws, const std::vector<const void*>& block
     job.params.chunk_len = cfg.chunk_len;
     job.dst = all.dev(static_cast<size_t>(q) * cap);
     job.dst_cap = cap;
-    job.workspace = w.codec_ws(1 + static_cast<int>(jobs.size() % static_cast<size_t>(width)), dt,
-                               count, cfg.chunk_len, &job.ws_bytes);
+    job.workspace = w.job_ws(jobs.size(), width, dt, count, cfg.chunk_len, &job.ws_bytes);
     job.size_pinned = sizes + q;
     jobs.push_back(job);
     dests.push_back(q);
   }
   if (!jobs.empty()) {
-    w.fork(s, width);
-    std::vector<GpuStream> streams;
-    for (int i = 0; i < width; ++i) streams.push_back(reinterpret_cast<GpuStream>(w.aux[i].get()));
+    const std::vector<GpuStream> streams = w.fork(call.s, width);
     gpu::compress_batch(jobs.data(), jobs.size(), streams.data(), streams.size());
-    w.join(s, width);
+    w.join(call.s, width);
   }
   // 2. The own block, exactly, on the main stream behind the batch.
   detail::check(cudaMemcpyAsync(recv, blocks[static_cast<size_t>(root)], count * es,
-                                cudaMemcpyDeviceToDevice, s),
+                                cudaMemcpyDeviceToDevice, call.s),
                 "cudaMemcpyAsync (own block)");
-  detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (after compress batch)");
-  st.bytes_compressed = static_cast<uint64_t>(p - 1) * count * es;
+  detail::check(cudaStreamSynchronize(call.s), "cudaStreamSynchronize (after compress batch)");
+  cs.s.bytes_compressed = static_cast<uint64_t>(p - 1) * count * es;
 
   // 3. Each stream to its destination (staged: one D2H copy per stream, then one sync).
   std::vector<transport::Request> sends;
   if (!w.cuda_aware) {
     for (const int q : dests) {
       const size_t off = static_cast<size_t>(q) * cap;
-      detail::check(cudaMemcpyAsync(all.wire(off), all.dev(off), sizes[q], cudaMemcpyDeviceToHost, s),
+      detail::check(cudaMemcpyAsync(all.wire(off), all.dev(off), sizes[q], cudaMemcpyDeviceToHost, call.s),
                     "cudaMemcpyAsync (compressed block to pinned staging)");
     }
-    detail::check(cudaStreamSynchronize(s), "cudaStreamSynchronize (before MPI send)");
+    detail::check(cudaStreamSynchronize(call.s), "cudaStreamSynchronize (before MPI send)");
   }
   for (const int q : dests) {
     sends.push_back(comm.isend(all.wire(static_cast<size_t>(q) * cap), sizes[q], q, tag));
-    st.bytes_sent += sizes[q];
+    cs.s.bytes_sent += sizes[q];
   }
   comm.wait_all(sends);
-  st.total_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  cs.done(rt.algorithm);
 }
 
 }  // namespace zccl::gpucoll

@@ -518,36 +518,37 @@ void test_arguments(Comm& comm) {
   Config bad = cfg;
   bad.error_bound = -1;
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
-               std::invalid_argument, "error bound");
+               std::invalid_argument, "zccl: allreduce: error bound must be finite and >= 0");
   bad = cfg;
   bad.error_bound = std::numeric_limits<double>::quiet_NaN();
   CHECK_THROWS(coll::reduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, 0, bad),
-               std::invalid_argument, "error bound");
+               std::invalid_argument, "zccl: reduce: error bound must be finite and >= 0");
   bad = cfg;
   bad.chunk_len = 33;
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
-               std::invalid_argument, "chunk_len");
+               std::invalid_argument, "zccl: allreduce: chunk_len must be a multiple of 32");
   bad = cfg;
   bad.threads = -2;
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
-               std::invalid_argument, "threads");
+               std::invalid_argument, "zccl: allreduce: threads must be >= 0, got -2");
   bad = cfg;
   bad.algorithm = static_cast<Algorithm>(42);
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, bad),
-               std::invalid_argument, "algorithm");
+               std::invalid_argument, "zccl: allreduce: unknown algorithm code 42");
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, static_cast<DType>(9), ReduceOp::Sum, cfg),
-               std::invalid_argument, "dtype");
+               std::invalid_argument,
+               "zccl: allreduce: dtype must be float32 or float64 (code 9)");
   CHECK_THROWS(coll::allreduce(comm, buf.data(), 16, DType::Float32, static_cast<ReduceOp>(9), cfg),
-               std::invalid_argument, "op");
+               std::invalid_argument, "zccl: allreduce: unknown reduce op code 9");
   CHECK_THROWS(coll::allreduce(comm, nullptr, 16, DType::Float32, ReduceOp::Sum, cfg),
-               std::invalid_argument, "null");
+               std::invalid_argument, "zccl: allreduce: buf is null but 16 values");
   CHECK_THROWS(
       coll::reduce_scatter(comm, buf.data(), nullptr, 1, DType::Float32, ReduceOp::Sum, cfg),
-      std::invalid_argument, "null");
+      std::invalid_argument, "zccl: reduce_scatter: recv is null but 1 values");
   CHECK_THROWS(coll::reduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, comm.size(), cfg),
-               std::invalid_argument, "root");
+               std::invalid_argument, "zccl: reduce: root");
   CHECK_THROWS(coll::reduce(comm, buf.data(), 16, DType::Float32, ReduceOp::Sum, -1, cfg),
-               std::invalid_argument, "root");
+               std::invalid_argument, "zccl: reduce: root -1 is out of range");
   CHECK_THROWS(coll::output_error_bound(Algorithm::Ring, ReduceOp::Sum, 0, 1e-3, true),
                std::invalid_argument, "p");
   CHECK_THROWS(coll::output_error_bound(Algorithm::Ring, ReduceOp::Sum, 2, -1.0, true),
@@ -633,7 +634,7 @@ void test_stats_and_choice(Comm& comm) {
     saw_rd |= coll::choose_allreduce(b, 4, c) == Algorithm::RecursiveDoubling;
   }
   CHECK_MSG(saw_rd, "the cost model never picks recursive doubling at p=4");
-  // The thresholds choose.cpp documents.
+  // The thresholds route.cpp documents.
   CHECK(coll::choose_allreduce(2048, 4, c) == Algorithm::Mpi);
   CHECK(coll::choose_allreduce(256 << 10, 4, c) == Algorithm::RecursiveDoubling);
   CHECK(coll::choose_allreduce(1 << 20, 4, c) == Algorithm::Ring);
@@ -653,6 +654,77 @@ void test_stats_and_choice(Comm& comm) {
     CHECK(st.compress_seconds > 0 && st.decompress_seconds > 0);
     CHECK(st.total_seconds >= st.compress_seconds);
   }
+}
+
+// route(): the one decision of every entry point, collective by collective, CPU and GPU.
+void test_route(Comm&) {
+  using coll::Collective;
+  using coll::Device;
+  const Algorithm mpi = Algorithm::Mpi, ring = Algorithm::Ring, auto_ = Algorithm::Auto;
+  const Algorithm rd = Algorithm::RecursiveDoubling, cpr = Algorithm::CprP2P;
+  auto alg = [](Collective k, size_t bytes, int p, const Config& cfg, Device d = Device::Cpu) {
+    const coll::Route rt = coll::route(k, bytes, p, cfg, d);
+    CHECK(rt.compressed == (rt.algorithm != Algorithm::Mpi));
+    return rt.algorithm;
+  };
+  const Config c = make_cfg(auto_, 1e-3);
+  Config small = c, small_ring = make_cfg(ring, 1e-3);
+  small.min_compress_bytes = small_ring.min_compress_bytes = 4096;
+  const size_t mib = size_t{1} << 20;
+  const Collective all[] = {Collective::AllReduce, Collective::ReduceScatter, Collective::Reduce,
+                            Collective::Broadcast, Collective::AllGather,     Collective::Gather,
+                            Collective::Scatter,   Collective::AllToAll};
+  for (const Collective k : all) {
+    // Uncompressed: one CPU rank, nothing to send, below min_compress_bytes, or Mpi asked for.
+    CHECK(alg(k, mib, 1, c) == mpi);
+    CHECK(alg(k, 0, 4, c) == mpi);
+    CHECK(alg(k, 4095, 4, small) == mpi);
+    CHECK(alg(k, 4096, 4, small_ring) != mpi);
+    CHECK(alg(k, mib, 4, make_cfg(mpi, 1e-3)) == mpi);
+    CHECK(alg(k, 0, 1, c, Device::Cuda) == mpi);
+  }
+  // Reductions: Auto follows the cost model (Mpi when lossless); reduce_scatter has no recursive
+  // doubling (the ring); an explicit algorithm runs, lossless too.
+  for (const size_t b : {size_t{2048}, size_t{256} << 10, mib, 64 * mib}) {
+    CHECK(alg(Collective::AllReduce, b, 4, c) == coll::choose_allreduce(b, 4, c));
+    CHECK(alg(Collective::Reduce, b, 4, c) == coll::choose_allreduce(b, 4, c));
+    CHECK(alg(Collective::ReduceScatter, b, 4, c) ==
+          (coll::choose_allreduce(b, 4, c) == mpi ? mpi : ring));
+  }
+  CHECK(alg(Collective::AllReduce, 256 << 10, 4, c) == rd);
+  CHECK(alg(Collective::ReduceScatter, 256 << 10, 4, c) == ring);
+  CHECK(alg(Collective::AllReduce, 64 * mib, 8, make_cfg(auto_, 0.0)) == mpi);
+  CHECK(alg(Collective::ReduceScatter, mib, 4, make_cfg(rd, 1e-3)) == ring);
+  CHECK(alg(Collective::Reduce, mib, 4, make_cfg(rd, 1e-3)) == rd);
+  for (const Algorithm a : {ring, rd, cpr}) {
+    CHECK(alg(Collective::AllReduce, 64, 4, make_cfg(a, 0.0)) == a);
+  }
+  // Data movement: allgather's ring, the others' own algorithm (Auto); CprP2P when asked for;
+  // alltoall's per-block size rule leaves only the algorithm and p to route().
+  CHECK(alg(Collective::AllGather, mib, 4, c) == ring);
+  CHECK(alg(Collective::AllGather, mib, 4, make_cfg(rd, 0.0)) == ring);
+  CHECK(alg(Collective::AllGather, mib, 4, make_cfg(cpr, 1e-3)) == cpr);
+  for (const Collective k : {Collective::Broadcast, Collective::Gather, Collective::Scatter}) {
+    CHECK(alg(k, mib, 4, make_cfg(ring, 1e-3)) == auto_);
+    CHECK(alg(k, mib, 4, make_cfg(cpr, 1e-3)) == cpr);
+  }
+  CHECK(alg(Collective::AllToAll, coll::kUnknownBytes, 4, small) == auto_);
+  CHECK(alg(Collective::AllToAll, coll::kUnknownBytes, 1, small) == mpi);
+  // GPU: allreduce Auto is recursive doubling below 1 MiB per rank, the ring above (Mpi when
+  // lossless); CprP2P runs the ring; a single rank keeps the compressed algorithm; the data
+  // movement reports Ring (allgather) or Auto whatever was asked for.
+  const Device gpu = Device::Cuda;
+  CHECK(alg(Collective::AllReduce, 4 * mib - 4, 4, c, gpu) == rd);
+  CHECK(alg(Collective::AllReduce, 4 * mib, 4, c, gpu) == ring);
+  CHECK(alg(Collective::AllReduce, 64, 4, c, gpu) == rd);
+  CHECK(alg(Collective::AllReduce, 64, 1, c, gpu) == rd);
+  CHECK(alg(Collective::AllReduce, 64 * mib, 4, make_cfg(auto_, 0.0), gpu) == mpi);
+  CHECK(alg(Collective::AllReduce, 64, 4, make_cfg(cpr, 1e-3), gpu) == ring);
+  CHECK(alg(Collective::AllReduce, 64 * mib, 4, make_cfg(rd, 0.0), gpu) == rd);
+  CHECK(alg(Collective::AllGather, mib, 4, make_cfg(cpr, 1e-3), gpu) == ring);
+  CHECK(alg(Collective::AllGather, mib, 1, c, gpu) == ring);
+  CHECK(alg(Collective::Broadcast, mib, 4, make_cfg(cpr, 1e-3), gpu) == auto_);
+  CHECK(alg(Collective::Scatter, mib, 1, c, gpu) == auto_);
 }
 
 }  // namespace
@@ -688,6 +760,7 @@ int main(int argc, char** argv) {
     phase("recompression property", test_recompression_property);
     phase("arguments", test_arguments);
     phase("stats and choice", test_stats_and_choice);
+    phase("route", test_route);
     phase("allreduce matrix", test_allreduce_matrix);
     phase("reduce_scatter matrix", test_reduce_scatter_matrix);
     phase("reduce matrix", test_reduce_matrix);

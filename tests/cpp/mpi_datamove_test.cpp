@@ -780,7 +780,7 @@ void test_invalid(Comm& comm) {
   Config bad = cfg;
   bad.error_bound = -1;
   CHECK_THROWS(coll::allgather(comm, a.data(), b.data(), 8, f, bad), std::invalid_argument,
-               "error bound");
+               "zccl: allgather: error bound must be finite and >= 0");
   if (p == 1) {  // only the root checks its list (at p > 1 the others would wait for it)
     CHECK_THROWS(coll::scatter(comm, std::vector<const void*>(2, a.data()), b.data(), 8, f, 0,
                                cfg),
@@ -789,11 +789,20 @@ void test_invalid(Comm& comm) {
   bad = cfg;
   bad.chunk_len = 33;
   CHECK_THROWS(coll::broadcast(comm, a.data(), 8, f, 0, bad), std::invalid_argument,
-               "chunk_len");
+               "zccl: broadcast: chunk_len must be a multiple of 32");
   bad = cfg;
   bad.error_bound = std::numeric_limits<double>::quiet_NaN();
   CHECK_THROWS(coll::gather(comm, a.data(), b.data(), 8, f, 0, bad), std::invalid_argument,
-               "error bound");
+               "zccl: gather: error bound must be finite and >= 0");
+  // The same checks as the reductions' (toolkit/validate.h).
+  bad = cfg;
+  bad.threads = -1;
+  CHECK_THROWS(coll::scatter(comm, a.data(), b.data(), 8, f, 0, bad), std::invalid_argument,
+               "zccl: scatter: threads must be >= 0, got -1");
+  bad = cfg;
+  bad.algorithm = static_cast<coll::Algorithm>(42);
+  CHECK_THROWS(coll::alltoallv(comm, a.data(), ones, seq, b.data(), ones, seq, f, bad),
+               std::invalid_argument, "zccl: alltoallv: unknown algorithm code 42");
   comm.barrier();
 }
 

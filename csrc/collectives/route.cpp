@@ -1,0 +1,159 @@
+// route(): whether a collective call compresses and which algorithm runs, for every collective
+// on the CPU and the GPU, in one place; and the cost model behind Algorithm::Auto for the CPU
+// reductions.
+//
+// Automatic choice: an alpha-beta model with compression terms. All constants live in
+// CostModel below; they are deliberately round numbers for the bandwidth-limited networks
+// compression is for (1 Gb/s; 25 us latency, as calibrated on the emulated cluster of
+// benchmarks/cluster), fZ-light's measured single-core throughput (~3 GB/s compress, ~4 GB/s
+// decompress) and a conservative compression ratio of 5 at a lossy bound (the benchmark
+// wavefield gives 12-17 at REL 1e-4). With these constants: p = 4 -> Mpi below 4 KiB,
+// RecursiveDoubling up to 512 KiB, Ring above; p = 2 -> Ring from 4 MiB; p = 8..64 -> Ring from
+// 256-512 KiB. (benchmarks/model.py holds the same model with calibrated parameters.)
+// For n bytes on p ranks (p' = largest power of two <= p, L = log2 p', f = p > p', s = the
+// ring's segment, min(1 MiB, n/p), S = segments per block):
+//   Mpi   min( ceil(log2 p) (alpha + n beta + n gamma),                    -- binomial / RD
+//              2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma )       -- Rabenseifner
+//   Ring  max(2 (p-1)/p n beta/R, n/(pC) + n/(pD) + (p-1)/p n (1/C + 2/D + gamma))
+//         + 2(p-1)(alpha + s beta/R) + s/C + s/D + (3p - 2) S kappa
+//         (the segmented pipeline overlaps wire and codec; kappa: fixed cost of one codec call)
+//   RD    (L + 2f) alpha + L n (beta/R + 1/C + 2/D + gamma) + f n (beta/R + 1/C + 1/D + gamma)
+//         + f n (2 beta/R + 2/D) + (3L + 4f) kappa
+// The cheapest wins (ties go to Mpi): small messages -> Mpi (compression cannot pay for its fixed
+// costs), medium -> RecursiveDoubling (log p latency terms), large -> Ring (bandwidth-optimal).
+// eb == 0 means lossless streams (ratio ~1), where compression never pays: Mpi.
+//
+// The GPU allreduce's Auto is an untuned first guess (calibrate on a GPU cluster): recursive
+// doubling while a rank's block is below 1 MiB (whole-buffer rounds keep the GPU busy, log p
+// latency terms), the ring above.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "collectives.h"
+#include "toolkit/schedules.h"
+
+namespace zccl::coll {
+
+namespace {
+
+using toolkit::log2_exact;
+using toolkit::pow2_floor;
+
+struct CostModel {
+  double alpha = 25e-6;          // s per message (latency)
+  double beta = 1.0 / 1.25e8;    // s per byte on the wire (1 Gb/s)
+  double gamma = 1.0 / 5e9;      // s per byte of elementwise reduction
+  double compress = 3e9;         // bytes/s, one core, pipelined (measured on fZ-light)
+  double decompress = 4e9;       // bytes/s, one core
+  double ratio = 5.0;            // assumed compression ratio at a lossy bound (1 when eb == 0)
+  double kappa = 5e-6;           // s of fixed cost per compress/decompress call
+};
+
+constexpr CostModel kModel{};
+
+double cost_mpi(double n, int p, const CostModel& m) {
+  const double lp = std::log2(static_cast<double>(p));
+  const double tree = std::ceil(lp) * (m.alpha + n * m.beta + n * m.gamma);
+  const double frac = (p - 1.0) / p;
+  const double raben = 2 * lp * m.alpha + 2 * frac * n * m.beta + frac * n * m.gamma;
+  return std::min(tree, raben);
+}
+
+double cost_ring(double n, int p, double ratio, const CostModel& m) {
+  const double frac = (p - 1.0) / p;
+  constexpr double kSegment = 1 << 20;  // RingSegments' default segment, in bytes
+  const double seg = std::min(kSegment, n / p);
+  const double segments = std::max(1.0, std::ceil(n / p / kSegment));
+  const double wire = 2 * frac * n * m.beta / ratio;
+  const double codec = n / p / m.compress + n / p / m.decompress +
+                       frac * n * (1 / m.compress + 2 / m.decompress + m.gamma);
+  return std::max(wire, codec) + 2 * (p - 1) * (m.alpha + seg * m.beta / ratio) +
+         seg / m.compress + seg / m.decompress + (3.0 * p - 2) * segments * m.kappa;
+}
+
+double cost_rd(double n, int p, double ratio, const CostModel& m) {
+  const int pp = pow2_floor(p);
+  const double L = log2_exact(pp), f = p > pp ? 1.0 : 0.0;
+  const double per_round = n * (m.beta / ratio + 1 / m.compress + 2 / m.decompress + m.gamma);
+  const double fold_in = n * (m.beta / ratio + 1 / m.compress + 1 / m.decompress + m.gamma);
+  const double fold_out = n * (2 * m.beta / ratio + 2 / m.decompress);
+  return (L + 2 * f) * m.alpha + L * per_round + f * (fold_in + fold_out) +
+         (3 * L + 4 * f) * m.kappa;
+}
+
+// Nothing to send, or too little to pay for the codec.
+bool too_small(size_t bytes, const Config& cfg) {
+  return bytes == 0 || bytes < cfg.min_compress_bytes;
+}
+
+// The GPU allreduce's Auto (see the top of this file).
+Algorithm choose_gpu_allreduce(size_t bytes, int p, const Config& cfg) {
+  if (cfg.error_bound == 0.0) return Algorithm::Mpi;
+  constexpr size_t kRingBlockBytes = size_t{1} << 20;  // per-rank block where the ring starts
+  return bytes / static_cast<size_t>(std::max(p, 1)) < kRingBlockBytes
+             ? Algorithm::RecursiveDoubling
+             : Algorithm::Ring;
+}
+
+Algorithm reduction_algorithm(Collective c, size_t bytes, int p, const Config& cfg,
+                              Device device) {
+  const Algorithm asked = cfg.algorithm;
+  if (device == Device::Cuda && c == Collective::AllReduce) {
+    if (asked == Algorithm::Auto) return choose_gpu_allreduce(bytes, p, cfg);
+    return asked == Algorithm::CprP2P ? Algorithm::Ring : asked;
+  }
+  if (c == Collective::ReduceScatter) {  // no recursive-doubling reduce-scatter: the ring
+    if (asked == Algorithm::Auto) {
+      return choose_allreduce(bytes, p, cfg) == Algorithm::Mpi ? Algorithm::Mpi : Algorithm::Ring;
+    }
+    return asked == Algorithm::RecursiveDoubling ? Algorithm::Ring : asked;
+  }
+  return asked == Algorithm::Auto ? choose_allreduce(bytes, p, cfg) : asked;
+}
+
+}  // namespace
+
+Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device) {
+  // One rank moves nothing: the CPU collectives hand that to MPI, the GPU ones do it themselves.
+  const bool alone = p == 1 && device == Device::Cpu;
+  if (cfg.algorithm == Algorithm::Mpi || alone || too_small(bytes, cfg)) {
+    return {false, Algorithm::Mpi};
+  }
+  Algorithm algorithm = Algorithm::Auto;
+  switch (c) {
+    case Collective::AllReduce:
+    case Collective::ReduceScatter:
+    case Collective::Reduce:
+      algorithm = reduction_algorithm(c, bytes, p, cfg, device);
+      break;
+    case Collective::AllGather:
+      algorithm = cfg.algorithm == Algorithm::CprP2P && device == Device::Cpu ? Algorithm::CprP2P
+                                                                             : Algorithm::Ring;
+      break;
+    case Collective::Broadcast:
+    case Collective::Gather:
+    case Collective::Scatter:
+    case Collective::AllToAll:
+      algorithm = cfg.algorithm == Algorithm::CprP2P && device == Device::Cpu ? Algorithm::CprP2P
+                                                                             : Algorithm::Auto;
+      break;
+    default:
+      throw std::invalid_argument("zccl: route: unknown collective code " +
+                                  std::to_string(static_cast<int>(c)));
+  }
+  return {algorithm != Algorithm::Mpi, algorithm};
+}
+
+Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
+  if (p == 1 || too_small(bytes, cfg) || cfg.error_bound == 0.0) return Algorithm::Mpi;
+  const double n = static_cast<double>(bytes);
+  const double mpi = cost_mpi(n, p, kModel);
+  const double ring = cost_ring(n, p, kModel.ratio, kModel);
+  const double rd = cost_rd(n, p, kModel.ratio, kModel);
+  if (mpi <= ring && mpi <= rd) return Algorithm::Mpi;
+  return rd < ring ? Algorithm::RecursiveDoubling : Algorithm::Ring;
+}
+
+}  // namespace zccl::coll

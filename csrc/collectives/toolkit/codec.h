@@ -1,0 +1,66 @@
+// The compressor as the CPU collectives call it: fZ-light with one error bound, accounting into
+// Stats, with every received stream checked against the expected count and dtype before it is
+// decoded ("size mismatch across ranks" otherwise), and the errors of that check.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <string>
+
+#include "../collectives.h"
+#include "buffers.h"
+
+namespace zccl::coll::toolkit {
+
+// std::runtime_error "zccl: size mismatch across ranks: <op>: <detail>"; the second form returns
+// it, for collectives that must finish relaying before they report it.
+[[noreturn]] void throw_size_mismatch(const char* op, const std::string& detail);
+std::exception_ptr size_mismatch(const char* op, const std::string& detail);
+
+class Codec {
+ public:
+  // Streams of the data's own dtype (the data-movement collectives; cfg.wire_half does not
+  // apply). `op` names the collective in size-mismatch errors.
+  static Codec for_data(DType dt, const Config& cfg, Stats& stats, const char* op) {
+    return Codec(dt, dt, cfg.error_bound, cfg, stats, op);
+  }
+  // Streams of bound `eb` for the reductions: with cfg.wire_half (float32 data only) values are
+  // narrowed to that half type before compression and widened after decoding, so the
+  // algorithms keep working on float32 while the streams are half streams.
+  static Codec for_reduction(DType dt, double eb, const Config& cfg, Stats& stats) {
+    return Codec(dt, reduction_wire(dt, cfg), eb, cfg, stats, nullptr);
+  }
+
+  double error_bound() const { return eb_; }
+  // Worst-case stream size for n values.
+  size_t capacity(size_t n) const;
+  // Compresses n values into dst (capacity(n) bytes); returns the stream size. With `progress`,
+  // chunk by chunk on this thread (pipelined, MPI polled between chunks at most every 50 us),
+  // otherwise with cfg.threads OpenMP threads. Adds to compress_seconds and bytes_compressed.
+  size_t compress(const void* src, size_t n, uint8_t* dst, size_t cap,
+                  const fz::Progress* progress = nullptr);
+  // The same into `out`, resized to the stream.
+  void compress(const void* src, size_t n, Bytes& out);
+  // Decodes a stream of `len` bytes that must hold exactly `expected` values into dst (nothing
+  // outside its `expected` values is written); `peer` names the sender. Another count or dtype
+  // throws "size mismatch across ranks", a corrupt stream fz::StreamError. Adds to
+  // decompress_seconds.
+  void decompress(const uint8_t* src, size_t len, void* dst, size_t expected, int peer,
+                  const fz::Progress* progress = nullptr);
+
+ private:
+  Codec(DType dt, DType wire, double eb, const Config& cfg, Stats& stats, const char* op)
+      : dt_(dt), wire_(wire), eb_(eb), cfg_(cfg), stats_(stats), op_(op) {}
+  static DType reduction_wire(DType dt, const Config& cfg);
+  void check_stream(const fz::StreamInfo& info, size_t expected, int peer) const;
+
+  DType dt_;    // the values the algorithm works on
+  DType wire_;  // the values the streams hold (dt_, or the half type of cfg.wire_half)
+  double eb_;
+  const Config& cfg_;
+  Stats& stats_;
+  const char* op_;  // data movement: the collective's name; reductions: nullptr
+};
+
+}  // namespace zccl::coll::toolkit
