@@ -67,7 +67,7 @@ MPIRUN_TIMEOUT = 180
 def _sources() -> list[Path]:
     return [
         CPP_DIR / "mpi_compute_test.cpp",
-        CSRC / "transport" / "comm.cpp",
+        *sorted((CSRC / "transport").glob("*.cpp")),
         *sorted((CSRC / "compress").glob("*.cpp")),
         *sorted((CSRC / "collectives").rglob("*.cpp")),
     ]

@@ -61,7 +61,7 @@ VARIANTS = {
     ],
 }
 
-TRANSPORT = [CSRC / "transport" / "comm.cpp"]
+TRANSPORT = sorted((CSRC / "transport").glob("*.cpp"))
 COMPRESS = [CSRC / "compress" / "fzlight.cpp", CSRC / "compress" / "crc32c.cpp"]
 # The data-movement collectives only (with the toolkit and routing they build on): the
 # computation collectives are tested elsewhere.

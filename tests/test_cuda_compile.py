@@ -230,7 +230,7 @@ GPU_COLL_CPP = [
     CSRC / "collectives" / "toolkit" / "validate.cpp",
     CSRC / "compress" / "fzlight.cpp",
     CSRC / "compress" / "crc32c.cpp",
-    CSRC / "transport" / "comm.cpp",
+    *sorted((CSRC / "transport").glob("*.cpp")),
 ]
 
 

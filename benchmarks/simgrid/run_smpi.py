@@ -153,7 +153,7 @@ def sources() -> list[Path]:
     csrc = ROOT / "csrc"
     return [
         HERE / "smpi_collectives.cpp",
-        csrc / "transport" / "comm.cpp",
+        *sorted((csrc / "transport").glob("*.cpp")),
         *sorted((csrc / "compress").glob("*.cpp")),
         *sorted((csrc / "collectives").rglob("*.cpp")),
     ]

@@ -48,7 +48,7 @@
 
 #include "../../csrc/collectives/collectives.h"
 #include "../../csrc/compress/fzlight.h"
-#include "../../csrc/transport/comm.h"
+#include "../../csrc/transport/mpi_comm.h"
 
 namespace coll = zccl::coll;
 namespace fz = zccl::fz;
@@ -726,12 +726,12 @@ int main(int argc, char** argv) {
   int rc = 0;
   try {
     const auto timeout = std::chrono::milliseconds(static_cast<long long>(c.opt.timeout_s * 1e3));
-    // Comm::duplicate() needs MPI_Comm_idup, which SMPI 3.32 does not implement (it aborts with
+    // MpiComm::duplicate() needs MPI_Comm_idup, which SMPI 3.32 does not implement (it aborts with
     // "Not yet implemented: PMPI_Comm_idup"); a group of every world rank made with
     // MPI_Comm_create_group is the same communicator for the collectives.
     std::vector<int> everyone(static_cast<size_t>(c.p));
     for (int q = 0; q < c.p; ++q) everyone[static_cast<size_t>(q)] = q;
-    c.comm = Comm::create_group(everyone, /*tag=*/1);
+    c.comm = zccl::transport::MpiComm::create_group(everyone, /*tag=*/1);
     c.comm->set_timeout(timeout);
     setup_bound(c);
     for (const std::string& name : c.opt.colls) {

@@ -138,7 +138,7 @@ std::string rank_list(const std::vector<int>& ranks) {
                                      const std::vector<double>& mine) {
   const int p = comm.size();
   std::vector<double> all(static_cast<size_t>(p) * kNumFields);
-  comm.allgather(mine.data(), all.data(), kNumFields, MPI_DOUBLE);
+  comm.allgather(mine.data(), all.data(), kNumFields, transport::ElemType::Float64);
   std::string msg = std::string("zccl: ") + what + ": ranks disagree on the collective they called";
   bool count_differs = false;
   for (int f = 0; f < kNumFields; ++f) {
@@ -185,7 +185,8 @@ Agreement agree(const transport::Comm& comm, const char* what, const CallDescrip
     v[kHead + 2 * f + 1] = -mine[f];
   }
   std::vector<double> agreed(kLen);
-  comm.allreduce(v.data(), agreed.data(), kLen, MPI_DOUBLE, MPI_MAX);
+  comm.allreduce(v.data(), agreed.data(), kLen, transport::ElemType::Float64,
+                 transport::ReduceKind::Max);
 
   // Compare when any rank asked for it, so a rank that opted out still fails with the others.
   if (agreed[kHead + 2 * kCheckAgreement] != 0.0) {

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "../compress/fzlight.h"
-#include "../transport/comm.h"
+#include "../transport/transport.h"
 #include "call_config.h"
 
 namespace zccl::backend {

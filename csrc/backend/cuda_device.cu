@@ -50,7 +50,7 @@ class CudaDevice final : public Device {
     if (t.layout() != at::kStrided) {
       throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors are not supported");
     }
-    (void)mpi_datatype(t.scalar_type());  // throws for unsupported dtypes
+    (void)elem_type(t.scalar_type());  // throws for unsupported dtypes
   }
 
   void check_serves(DeviceOp op, const at::Tensor& t, const char* what) const override {

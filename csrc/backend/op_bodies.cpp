@@ -167,7 +167,7 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
     record("all_reduce", stats, eb);
   } else {
     on_host(dev, {{&s.buffer, true, true}}, [&](const std::vector<void*>& p) {
-      comm_->allreduce(MPI_IN_PLACE, p[0], n, mpi_datatype(type), mpi_op(op, type));
+      comm_->allreduce(transport::kInPlace, p[0], n, elem_type(type), reduce_kind(op, type));
     });
     if (op.op_ == c10d::ReduceOp::AVG) s.buffer.div_(comm_->size());
     // Chosen for compression, then sent exactly by the algorithm choice: the stats say so with
@@ -200,7 +200,7 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
   } else {
     const at::ScalarType type = s.buffer.scalar_type();
     on_host(dev, {{&s.buffer, at_root, !at_root}}, [&](const std::vector<void*>& p) {
-      comm_->bcast(p[0], n, mpi_datatype(type), root);
+      comm_->bcast(p[0], n, elem_type(type), root);
     });
     record_exact("broadcast", n * t.element_size());
   }
@@ -222,7 +222,7 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& o
     record("reduce", stats, eb);
   } else {
     on_host(dev, {{&s.buffer, true, at_root}}, [&](const std::vector<void*>& p) {
-      comm_->reduce(at_root ? MPI_IN_PLACE : p[0], p[0], n, mpi_datatype(type), mpi_op(op, type),
+      comm_->reduce(at_root ? transport::kInPlace : p[0], p[0], n, elem_type(type), reduce_kind(op, type),
                     root);
     });
     if (at_root && op.op_ == c10d::ReduceOp::AVG) s.buffer.div_(comm_->size());
@@ -249,7 +249,7 @@ void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& f
   } else {
     on_host(dev, {{&src.buffer, true, false}, {&dst.buffer, false, true}},
             [&](const std::vector<void*>& p) {
-              comm_->allgather(p[0], p[1], n, mpi_datatype(in.scalar_type()));
+              comm_->allgather(p[0], p[1], n, elem_type(in.scalar_type()));
             });
     record_exact("all_gather", n * in.element_size());
   }
@@ -278,7 +278,7 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
   } else {
     on_host(dev, {{&src.buffer, true, false}, {&dst.buffer, false, true}},
             [&](const std::vector<void*>& p) {
-              comm_->reduce_scatter_block(p[0], p[1], n, mpi_datatype(type), mpi_op(op, type));
+              comm_->reduce_scatter_block(p[0], p[1], n, elem_type(type), reduce_kind(op, type));
             });
     if (op.op_ == c10d::ReduceOp::AVG) dst.buffer.div_(comm_->size());
     record_exact("reduce_scatter", n * out.element_size());
@@ -306,7 +306,7 @@ void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat
     at::Tensor none;
     on_host(dev, {{&src.buffer, true, false}, {dst ? &dst->buffer : &none, false, true}},
             [&](const std::vector<void*>& p) {
-              comm_->gather(p[0], p[1], n, mpi_datatype(in.scalar_type()), root);
+              comm_->gather(p[0], p[1], n, elem_type(in.scalar_type()), root);
             });
     record_exact("gather", n * in.element_size());
   }
@@ -329,7 +329,7 @@ void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, a
     at::Tensor flat = ins.empty() ? at::Tensor() : at::cat(flat_parts);
     on_host(dev, {{&flat, true, false}, {&dst.buffer, false, true}},
             [&](const std::vector<void*>& p) {
-              comm_->scatter(p[0], p[1], n, mpi_datatype(out.scalar_type()), root);
+              comm_->scatter(p[0], p[1], n, elem_type(out.scalar_type()), root);
             });
     record_exact("scatter", n * out.element_size());
     dst.write_back();
@@ -390,7 +390,7 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
     at::Tensor sout = dst.buffer.scalar_type() == out.scalar_type() ? dst.buffer : out.contiguous();
     on_host(dev, {{&sin, true, false}, {&sout, false, true}}, [&](const std::vector<void*>& ptr) {
       comm_->alltoallv(ptr[0], send_counts, sd, ptr[1], recv_counts, rd,
-                       mpi_datatype(in.scalar_type()));
+                       elem_type(in.scalar_type()));
     });
     if (!sout.is_same(dst.buffer)) dst.buffer.copy_(sout);
     record_exact("all_to_all", mine * in.element_size());

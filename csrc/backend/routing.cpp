@@ -20,18 +20,18 @@ fz::DType compressed_dtype(at::ScalarType t) {
   }
 }
 
-MPI_Datatype mpi_datatype(at::ScalarType t) {
+transport::ElemType elem_type(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
+    case at::kFloat: return transport::ElemType::Float32;
+    case at::kDouble: return transport::ElemType::Float64;
     case at::kHalf:
-    case at::kBFloat16: return MPI_UINT16_T;
-    case at::kByte: return MPI_UINT8_T;
-    case at::kChar: return MPI_INT8_T;
-    case at::kShort: return MPI_INT16_T;
-    case at::kInt: return MPI_INT32_T;
-    case at::kLong: return MPI_INT64_T;
-    case at::kBool: return MPI_C_BOOL;
+    case at::kBFloat16: return transport::ElemType::UInt16;
+    case at::kByte: return transport::ElemType::UInt8;
+    case at::kChar: return transport::ElemType::Int8;
+    case at::kShort: return transport::ElemType::Int16;
+    case at::kInt: return transport::ElemType::Int32;
+    case at::kLong: return transport::ElemType::Int64;
+    case at::kBool: return transport::ElemType::Bool;
     default:
       throw std::invalid_argument(std::string("zccl: unsupported dtype ") + c10::toString(t));
   }
@@ -55,7 +55,7 @@ const char* op_name(const c10d::ReduceOp& op) {
 void validate_reduce(const c10d::ReduceOp& op, at::ScalarType t, const char* what) {
   const std::string where = std::string("zccl: ") + what + " with ReduceOp." + op_name(op) +
                             " on " + c10::toString(t) + ": ";
-  (void)mpi_datatype(t);  // unsupported dtypes throw here
+  (void)elem_type(t);  // unsupported dtypes throw here
   switch (op.op_) {
     case c10d::ReduceOp::SUM:
     case c10d::ReduceOp::PRODUCT:
@@ -74,17 +74,17 @@ void validate_reduce(const c10d::ReduceOp& op, at::ScalarType t, const char* wha
   }
 }
 
-MPI_Op mpi_op(const c10d::ReduceOp& op, at::ScalarType t) {
+transport::ReduceKind reduce_kind(const c10d::ReduceOp& op, at::ScalarType t) {
   const bool boolean = t == at::kBool;
   switch (op.op_) {
     case c10d::ReduceOp::SUM:
-    case c10d::ReduceOp::AVG: return boolean ? MPI_LOR : MPI_SUM;
-    case c10d::ReduceOp::PRODUCT: return boolean ? MPI_LAND : MPI_PROD;
-    case c10d::ReduceOp::MIN: return boolean ? MPI_LAND : MPI_MIN;
-    case c10d::ReduceOp::MAX: return boolean ? MPI_LOR : MPI_MAX;
-    case c10d::ReduceOp::BAND: return boolean ? MPI_LAND : MPI_BAND;
-    case c10d::ReduceOp::BOR: return boolean ? MPI_LOR : MPI_BOR;
-    case c10d::ReduceOp::BXOR: return boolean ? MPI_LXOR : MPI_BXOR;
+    case c10d::ReduceOp::AVG: return boolean ? transport::ReduceKind::LOr : transport::ReduceKind::Sum;
+    case c10d::ReduceOp::PRODUCT: return boolean ? transport::ReduceKind::LAnd : transport::ReduceKind::Prod;
+    case c10d::ReduceOp::MIN: return boolean ? transport::ReduceKind::LAnd : transport::ReduceKind::Min;
+    case c10d::ReduceOp::MAX: return boolean ? transport::ReduceKind::LOr : transport::ReduceKind::Max;
+    case c10d::ReduceOp::BAND: return boolean ? transport::ReduceKind::LAnd : transport::ReduceKind::BAnd;
+    case c10d::ReduceOp::BOR: return boolean ? transport::ReduceKind::LOr : transport::ReduceKind::BOr;
+    case c10d::ReduceOp::BXOR: return boolean ? transport::ReduceKind::LXor : transport::ReduceKind::BXor;
     default: throw std::invalid_argument(std::string("zccl: unsupported reduce op ") + op_name(op));
   }
 }

@@ -2,8 +2,6 @@
 // MPI path. No algorithm logic: just the table of what goes where.
 #pragma once
 
-#include <mpi.h>
-
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/csrc/distributed/c10d/Types.hpp>
@@ -19,11 +17,12 @@ bool is_compressible_dtype(at::ScalarType t);
 bool is_floating(at::ScalarType t);
 // fZ-light dtype of a (staged) buffer of type t.
 fz::DType compressed_dtype(at::ScalarType t);
-// MPI datatype moving the tensor's bytes exactly (half types as 16-bit integers).
-MPI_Datatype mpi_datatype(at::ScalarType t);
-// MPI reduction for the exact path (AVG maps to SUM; the caller divides). Throws for
+// Transport element type moving the tensor's bytes exactly (half types as 16-bit integers).
+// Throws for dtypes the transport cannot move.
+transport::ElemType elem_type(at::ScalarType t);
+// Transport reduction for the exact path (AVG maps to SUM; the caller divides). Throws for
 // unsupported combinations with a message naming the op and dtype.
-MPI_Op mpi_op(const c10d::ReduceOp& op, at::ScalarType t);
+transport::ReduceKind reduce_kind(const c10d::ReduceOp& op, at::ScalarType t);
 // The compressed-path reduction, if this op has one (SUM/AVG/MIN/MAX).
 std::optional<coll::ReduceOp> compressed_op(const c10d::ReduceOp& op);
 // Throws std::invalid_argument unless (op, dtype) is supported at all.

@@ -37,7 +37,7 @@ void ZcclBackend::run_sparse_allreduce(at::Tensor& t, const CallConfig& cfg) {
   for (int64_t d = 0; d < t.dim(); ++d) meta.push_back(t.size(d));
   const size_t m = meta.size();
   std::vector<int64_t> all(static_cast<size_t>(p) * m);
-  comm_->allgather(meta.data(), all.data(), m, MPI_INT64_T);
+  comm_->allgather(meta.data(), all.data(), m, transport::ElemType::Int64);
   std::vector<size_t> nnzs(p);
   for (int q = 0; q < p; ++q) {
     for (size_t k = 1; k < m; ++k) {
@@ -60,12 +60,12 @@ void ZcclBackend::run_sparse_allreduce(at::Tensor& t, const CallConfig& cfg) {
     idx_counts[q] = nnzs[q] * static_cast<size_t>(sparse_dim);
     val_counts[q] = nnzs[q] * static_cast<size_t>(row_elems);
   }
-  comm_->allgatherv(my_idx.data_ptr(), idx_counts[comm_->rank()], all_idx.data_ptr(), idx_counts, MPI_INT64_T);
+  comm_->allgatherv(my_idx.data_ptr(), idx_counts[comm_->rank()], all_idx.data_ptr(), idx_counts, transport::ElemType::Int64);
   std::vector<int64_t> value_shape = {static_cast<int64_t>(total)};
   for (int64_t d = sparse_dim; d < t.dim(); ++d) value_shape.push_back(t.size(d));
   at::Tensor all_val = at::empty(value_shape, values.options());
   comm_->allgatherv(values.data_ptr(), val_counts[comm_->rank()], all_val.data_ptr(), val_counts,
-                    mpi_datatype(values.scalar_type()));
+                    elem_type(values.scalar_type()));
 
   // Sum in rank order: the concatenation of every rank's entries, coalesced (duplicates add up).
   at::Tensor sum = at::_sparse_coo_tensor_unsafe(all_idx.t().contiguous(), all_val, t.sizes(), t.options())

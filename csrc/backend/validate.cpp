@@ -24,7 +24,7 @@ void check_cpu_dense(const at::Tensor& t, const char* what) {
   if (t.layout() != at::kStrided) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors are not supported");
   }
-  (void)mpi_datatype(t.scalar_type());  // throws for unsupported dtypes (complex, ...)
+  (void)elem_type(t.scalar_type());  // throws for unsupported dtypes (complex, ...)
 }
 
 void check_single(const std::vector<at::Tensor>& tensors, const char* what) {
@@ -87,7 +87,7 @@ void check_sparse(const at::Tensor& t, const c10d::ReduceOp& op, const char* wha
     throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors support ReduceOp.SUM "
                                 "only (as with Gloo), got ReduceOp." + op_name(op));
   }
-  (void)mpi_datatype(t.scalar_type());  // throws for unsupported dtypes
+  (void)elem_type(t.scalar_type());  // throws for unsupported dtypes
 }
 
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../transport/mpi_comm.h"
 #include "routing.h"
 #include "staged.h"
 #include "validate.h"
@@ -544,36 +545,8 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::barrier(const c10d::BarrierOptions&)
 c10::intrusive_ptr<c10d::Backend> create_backend(int rank, int size, const std::vector<int64_t>& global_ranks,
                                                  const std::string& group_id, std::chrono::milliseconds timeout,
                                                  const CallConfig& defaults) {
-  transport::ensure_initialized();
-  int world_rank = 0, world_size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  const bool whole_world =
-      global_ranks.empty() || (static_cast<int>(global_ranks.size()) == world_size &&
-                               [&] {
-                                 for (int r = 0; r < world_size; ++r)
-                                   if (global_ranks[r] != r) return false;
-                                 return true;
-                               }());
-  std::unique_ptr<Comm> coll, p2p;
-  if (whole_world) {
-    if (rank != world_rank || size != world_size) {
-      throw std::invalid_argument("zccl: torch.distributed rank/world_size (" + std::to_string(rank) + "/" +
-                                  std::to_string(size) + ") disagree with MPI's (" + std::to_string(world_rank) +
-                                  "/" + std::to_string(world_size) + "); launch with mpirun and let zccl_torch "
-                                  "set RANK/WORLD_SIZE, or pass MPI's values");
-    }
-    coll = Comm::duplicate(MPI_COMM_WORLD);
-    p2p = Comm::duplicate(MPI_COMM_WORLD);
-  } else {
-    std::vector<int> ranks(global_ranks.begin(), global_ranks.end());
-    if (static_cast<int>(ranks.size()) != size || rank < 0 || rank >= size || ranks[rank] != world_rank) {
-      throw std::invalid_argument("zccl: subgroup ranks do not match MPI_COMM_WORLD ranks");
-    }
-    const int tag = static_cast<int>(std::hash<std::string>{}(group_id) % 30000u) + 1;
-    coll = Comm::create_group(ranks, tag);
-    p2p = Comm::duplicate(coll->raw());
-  }
+  std::unique_ptr<Comm> coll = transport::open_mpi_group(rank, size, global_ranks, group_id);
+  std::unique_ptr<Comm> p2p = coll->duplicate();
   return c10::make_intrusive<ZcclBackend>(std::move(coll), std::move(p2p), defaults, timeout);
 }
 

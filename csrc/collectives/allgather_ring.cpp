@@ -66,7 +66,7 @@ void ring(Comm& comm, int tag, const void* send, void* recv, const std::vector<s
   // 2. Exchange stream sizes and counts; all ranks check the same table.
   const uint64_t mine[3] = {blocks[r].size(), counts[r], hash_counts(counts)};
   std::vector<uint64_t> table(3 * static_cast<size_t>(p));
-  comm.allgather(mine, table.data(), 3, MPI_UINT64_T);
+  comm.allgather(mine, table.data(), 3, transport::ElemType::UInt64);
   cs.s.bytes_sent += sizeof(mine);
   for (int q = 0; q < p; ++q) {
     if (table[3 * q + 2] != table[2]) {
@@ -134,7 +134,7 @@ void allgather(Comm& comm, const void* send, void* recv, size_t count, DType dt,
   cs.s.bytes_in = bytes;
   const Route rt = route(Collective::AllGather, bytes, p, cfg);
   if (!rt.compressed) {
-    comm.allgather(send, recv, count, detail::mpi_type(dt));
+    comm.allgather(send, recv, count, elem_type(dt));
     cs.s.bytes_sent = bytes * static_cast<size_t>(p - 1);  // as by a ring
     cs.done(rt.algorithm);
     return;
@@ -163,7 +163,7 @@ void allgatherv(Comm& comm, const void* send, size_t count, void* recv,
   cs.s.bytes_in = count * es;
   const Route rt = route(Collective::AllGather, largest * es, p, cfg);
   if (!rt.compressed) {
-    comm.allgatherv(send, count, recv, counts, detail::mpi_type(dt));
+    comm.allgatherv(send, count, recv, counts, elem_type(dt));
     cs.s.bytes_sent = (total - count) * es;  // as by a ring
     cs.done(rt.algorithm);
     return;

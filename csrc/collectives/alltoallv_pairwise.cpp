@@ -114,7 +114,7 @@ void alltoallv(Comm& comm, const void* send, const std::vector<size_t>& send_cou
   const Route rt = route(Collective::AllToAll, kUnknownBytes, p, cfg);
   if (!rt.compressed) {
     comm.alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs,
-                   detail::mpi_type(dt));
+                   elem_type(dt));
     cs.s.bytes_sent = cs.s.bytes_in - send_counts[r] * es;
     cs.done(rt.algorithm);
     return;
@@ -162,8 +162,8 @@ void alltoallv(Comm& comm, const void* send, const std::vector<size_t>& send_cou
     try {
       try {
         comm.wait(b.req);
-      } catch (const transport::MpiError& e) {
-        if (e.error_class() != MPI_ERR_TRUNCATE) throw;
+      } catch (const transport::TransportError& e) {
+        if (!e.truncated()) throw;
         toolkit::throw_size_mismatch(op, "rank " + std::to_string(b.src) +
                                              " sent a block larger than the " +
                                              std::to_string(expect) +
@@ -183,7 +183,7 @@ void alltoallv(Comm& comm, const void* send, const std::vector<size_t>& send_cou
       }
     } catch (const transport::TimeoutError&) {
       throw;  // a peer is gone: waiting for more would only multiply the delay
-    } catch (const transport::MpiError&) {
+    } catch (const transport::TransportError&) {
       throw;
     } catch (const std::exception&) {
       if (!error) error = std::current_exception();  // size mismatch / corrupt stream

@@ -133,7 +133,7 @@ void broadcast(Comm& comm, void* buf, size_t count, DType dt, int root, const Co
   cs.s.bytes_in = r == root ? bytes : 0;
   const Route rt = route(Collective::Broadcast, bytes, p, cfg);
   if (!rt.compressed) {
-    comm.bcast(buf, count, detail::mpi_type(dt), root);
+    comm.bcast(buf, count, elem_type(dt), root);
     cs.s.bytes_sent = bytes * tree.children().size();  // as by a binomial tree
     cs.done(rt.algorithm);
     return;
@@ -199,7 +199,7 @@ void broadcast(Comm& comm, void* buf, size_t count, DType dt, int root, const Co
             if (!decode) return;
             codec.decompress(stream, len, data + plan.offset(k) * es, plan.values(k), root);
           });
-    } catch (const transport::MpiError&) {
+    } catch (const transport::TransportError&) {
       throw;
     } catch (const transport::TimeoutError&) {
       throw;

@@ -16,7 +16,7 @@ using namespace compute;
 
 template <class T>
 void mpi_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, const Config& cfg) {
-  comm.allreduce(MPI_IN_PLACE, buf, count, mpi_type(dtype_of<T>()), mpi_op(op));
+  comm.allreduce(transport::kInPlace, buf, count, elem_type(dtype_of<T>()), reduce_kind(op));
   if (op == ReduceOp::Avg) kernels::divide(buf, count, comm.size(), cfg.threads);
 }
 
@@ -59,7 +59,7 @@ void reduce_scatter_typed(Comm& comm, const T* send, T* recv, size_t count, Redu
     if (p == 1) {
       std::copy(send, send + count, out);
     } else {
-      comm.reduce_scatter_block(send, out, count, mpi_type(dtype_of<T>()), mpi_op(op));
+      comm.reduce_scatter_block(send, out, count, elem_type(dtype_of<T>()), reduce_kind(op));
       st.bytes_sent += (p - 1) * count * sizeof(T);
     }
   } else {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../compress/fzlight.h"
-#include "../transport/comm.h"
+#include "../transport/transport.h"
 
 namespace zccl::coll {
 

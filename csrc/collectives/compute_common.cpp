@@ -8,18 +8,6 @@ namespace zccl::coll::compute {
 
 bool is_min_max(ReduceOp op) { return op == ReduceOp::Min || op == ReduceOp::Max; }
 
-MPI_Datatype mpi_type(DType dt) { return dt == DType::Float32 ? MPI_FLOAT : MPI_DOUBLE; }
-
-MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-    case ReduceOp::Avg: return MPI_SUM;
-    case ReduceOp::Min: return MPI_MIN;
-    case ReduceOp::Max: return MPI_MAX;
-  }
-  return MPI_SUM;
-}
-
 void add_stats(Stats& a, const Stats& b) {
   a.bytes_sent += b.bytes_sent;
   a.bytes_compressed += b.bytes_compressed;

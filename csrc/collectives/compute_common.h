@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives.h"
+#include "wire_types.h"
 #include "toolkit/buffers.h"
 #include "toolkit/codec.h"
 #include "toolkit/schedules.h"
@@ -32,8 +33,6 @@ constexpr DType dtype_of() {
 }
 
 bool is_min_max(ReduceOp op);
-MPI_Datatype mpi_type(DType dt);
-MPI_Op mpi_op(ReduceOp op);  // Avg maps to MPI_SUM (the caller divides)
 // a += b for the traffic and codec counters of Stats (not bytes_in: a nested call's input is
 // part of ours; not total_seconds or algorithm).
 void add_stats(Stats& a, const Stats& b);

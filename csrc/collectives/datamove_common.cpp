@@ -10,19 +10,6 @@
 
 namespace zccl::coll::detail {
 
-MPI_Datatype mpi_type(DType dt) {
-  switch (dt) {
-    case DType::Float32:
-      return MPI_FLOAT;
-    case DType::Float64:
-      return MPI_DOUBLE;
-    case DType::Float16:
-    case DType::BFloat16:
-      return MPI_UINT16_T;  // moved, never reduced, by the data-movement collectives
-  }
-  throw std::invalid_argument("zccl: unknown dtype " + std::to_string(static_cast<int>(dt)));
-}
-
 void copy_exact(const void* src, void* dst, size_t bytes) {
   if (src != dst && bytes > 0) std::memmove(dst, src, bytes);
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectives.h"
+#include "wire_types.h"
 #include "toolkit/buffers.h"
 #include "toolkit/codec.h"
 #include "toolkit/schedules.h"
@@ -23,8 +24,6 @@
 
 namespace zccl::coll::detail {
 
-// MPI datatype of a compressible dtype (MPI_FLOAT / MPI_DOUBLE).
-MPI_Datatype mpi_type(DType dt);
 
 // Runs `fn` (a codec call) unless `error` is already set. A codec or size error is recorded in
 // `error` instead of thrown, so the caller keeps relaying or draining (its peers must not be
@@ -34,7 +33,7 @@ void run_recording(std::exception_ptr& error, Fn&& fn) {
   if (error) return;
   try {
     fn();
-  } catch (const transport::MpiError&) {
+  } catch (const transport::TransportError&) {
     throw;
   } catch (const transport::TimeoutError&) {
     throw;

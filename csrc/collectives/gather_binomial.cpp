@@ -43,7 +43,7 @@ void gather(Comm& comm, const void* send, void* recv, size_t count, DType dt, in
   cs.s.bytes_in = bytes;
   const Route rt = route(Collective::Gather, bytes, p, cfg);
   if (!rt.compressed) {
-    comm.gather(send, recv, count, detail::mpi_type(dt), root);
+    comm.gather(send, recv, count, elem_type(dt), root);
     cs.s.bytes_sent = r == root ? 0 : bytes;
     cs.done(rt.algorithm);
     return;

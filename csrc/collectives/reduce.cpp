@@ -101,8 +101,8 @@ void reduce_typed(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const
   switch (alg) {
     case Algorithm::Mpi:
       if (p > 1) {
-        comm.reduce(r == root ? MPI_IN_PLACE : buf, buf, count, mpi_type(dtype_of<T>()),
-                    mpi_op(op), root);
+        comm.reduce(r == root ? transport::kInPlace : buf, buf, count, elem_type(dtype_of<T>()),
+                    reduce_kind(op), root);
         st.bytes_sent += r == root ? 0 : bytes;  // a tree sends each rank's data once
       }
       break;

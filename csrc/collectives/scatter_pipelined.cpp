@@ -95,7 +95,7 @@ void scatter(Comm& comm, const std::vector<const void*>& blocks, void* recv, siz
         packed = staging.data();
       }
     }
-    comm.scatter(packed, recv, count, detail::mpi_type(dt), root);
+    comm.scatter(packed, recv, count, elem_type(dt), root);
     cs.s.bytes_sent = r == root ? bytes * static_cast<size_t>(p - 1) : 0;
     cs.done(rt.algorithm);
     return;

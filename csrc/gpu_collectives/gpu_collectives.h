@@ -32,7 +32,7 @@
 
 #include "../collectives/collectives.h"
 #include "../compress/cuszp.h"
-#include "../transport/comm.h"
+#include "../transport/transport.h"
 
 namespace zccl::gpucoll {
 

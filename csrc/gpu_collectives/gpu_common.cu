@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "../transport/mpi_comm.h"  // the CUDA-awareness question is one for the MPI library
+
 // Open MPI declares MPIX_Query_cuda_support() in its extensions header.
 #if defined(__has_include)
 #if __has_include(<mpi-ext.h>)

@@ -14,7 +14,7 @@
 #include "../backend/zccl_backend.h"
 #include "../compress/fzlight.h"
 #include "../compress/fzlight_format.h"
-#include "../transport/comm.h"
+#include "../transport/mpi_comm.h"
 #include "../transport/mpi_info.h"
 
 namespace py = pybind11;

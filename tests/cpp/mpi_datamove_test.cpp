@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "../../csrc/collectives/collectives.h"
+#include "../../csrc/transport/mpi_comm.h"
 #include "mpi_test_util.h"
 
 namespace coll = zccl::coll;
@@ -137,7 +138,7 @@ void check_identical(const Comm& comm, const T* v, size_t n, const std::string& 
   const size_t bytes = n * sizeof(T);
   std::vector<unsigned char> mine(bytes);
   if (bytes) std::memcpy(mine.data(), v, bytes);
-  comm.allgather(mine.data(), all.data(), bytes, MPI_BYTE);
+  comm.allgather(mine.data(), all.data(), bytes, zccl::transport::ElemType::UInt8);
   for (int q = 1; q < p; ++q) {
     CHECK_MSG(bytes == 0 || std::memcmp(all.data(), all.data() + q * n, bytes) == 0,
               what + ": rank " + std::to_string(q) + " holds other bits than rank 0");
@@ -832,7 +833,7 @@ int main(int argc, char** argv) {
   }
   zccl::transport::ensure_initialized();
   {
-    auto comm = Comm::duplicate();
+    auto comm = zccl::transport::MpiComm::duplicate(MPI_COMM_WORLD);
     comm->set_timeout(std::chrono::milliseconds(90000));
     test_invalid(*comm);
     test_matrix(*comm);

@@ -24,10 +24,13 @@
 #include <thread>
 #include <vector>
 
-#include "../../csrc/transport/comm.h"
+#include "../../csrc/transport/mpi_comm.h"
 #include "mpi_test_util.h"
 
-using zccl::transport::Comm;
+// The MPI implementation (raw() and the MPI-level checks); the interface is transport::Comm.
+using Comm = zccl::transport::MpiComm;
+using zccl::transport::ElemType;
+using zccl::transport::ReduceKind;
 using zccl::transport::MpiError;
 using zccl::transport::Request;
 using zccl::transport::TimeoutError;
@@ -97,7 +100,7 @@ void test_tags(Comm& c) {
 }
 
 // Ring exchange of n bytes per rank with a receive capacity of n + extra.
-void ring_exchange(Comm& c, size_t n, size_t extra, int tag, int salt) {
+void ring_exchange(zccl::transport::Comm& c, size_t n, size_t extra, int tag, int salt) {
   const int p = c.size(), r = c.rank();
   const int right = (r + 1) % p, left = (r - 1 + p) % p;
   const auto out = pattern(r, right, n, salt);
@@ -300,78 +303,78 @@ void test_collectives(Comm& c, size_t max_count) {
     // allreduce, out of place and in place (sums of small integers are exact in double).
     std::vector<double> x(n), y(n, -1.0);
     for (size_t i = 0; i < n; ++i) x[i] = static_cast<double>((r + 1) * 1000 + i);
-    c.allreduce(x.data(), y.data(), n, MPI_DOUBLE, MPI_SUM);
+    c.allreduce(x.data(), y.data(), n, ElemType::Float64, ReduceKind::Sum);
     for (size_t i = 0; i < n; ++i) {
       CHECK(y[i] == static_cast<double>(1000 * p * (p + 1) / 2 + p * static_cast<long>(i)));
     }
     std::vector<double> z = x;
-    c.allreduce(z.data(), z.data(), n, MPI_DOUBLE, MPI_MAX);
+    c.allreduce(z.data(), z.data(), n, ElemType::Float64, ReduceKind::Max);
     for (size_t i = 0; i < n; ++i) CHECK(z[i] == static_cast<double>(p * 1000 + i));
     z = x;
-    c.allreduce(MPI_IN_PLACE, z.data(), n, MPI_DOUBLE, MPI_MIN);
+    c.allreduce(zccl::transport::kInPlace, z.data(), n, ElemType::Float64, ReduceKind::Min);
     for (size_t i = 0; i < n; ++i) CHECK(z[i] == static_cast<double>(1000 + i));
 
     for (int root = 0; root < p; ++root) {
       // reduce
       std::vector<int64_t> a(n), out(n, -7);
       for (size_t i = 0; i < n; ++i) a[i] = r * 10 + static_cast<int64_t>(i);
-      c.reduce(a.data(), out.data(), n, MPI_INT64_T, MPI_SUM, root);
+      c.reduce(a.data(), out.data(), n, ElemType::Int64, ReduceKind::Sum, root);
       if (r == root) {
         for (size_t i = 0; i < n; ++i) CHECK(out[i] == 10 * p * (p - 1) / 2 + p * (int64_t)i);
       }
       std::vector<int64_t> inplace = a;
-      c.reduce(inplace.data(), inplace.data(), n, MPI_INT64_T, MPI_MAX, root);
+      c.reduce(inplace.data(), inplace.data(), n, ElemType::Int64, ReduceKind::Max, root);
       if (r == root) {
         for (size_t i = 0; i < n; ++i) CHECK(inplace[i] == (p - 1) * 10 + (int64_t)i);
       }
       // bcast
       std::vector<double> b(n);
       for (size_t i = 0; i < n; ++i) b[i] = r == root ? 0.5 + root + i : -1.0;
-      c.bcast(b.data(), n, MPI_DOUBLE, root);
+      c.bcast(b.data(), n, ElemType::Float64, root);
       for (size_t i = 0; i < n; ++i) CHECK(b[i] == 0.5 + root + i);
       if (n > max_count) continue;  // the block collectives below refuse such counts
       // gather / scatter, out of place and in place at the root
       std::vector<double> blk(n), all(P * n, -1.0);
       for (size_t i = 0; i < n; ++i) blk[i] = r * 100.0 + i;
-      c.gather(blk.data(), all.data(), n, MPI_DOUBLE, root);
+      c.gather(blk.data(), all.data(), n, ElemType::Float64, root);
       if (r == root) {
         for (size_t q = 0; q < P; ++q)
           for (size_t i = 0; i < n; ++i) CHECK(all[q * n + i] == q * 100.0 + i);
         std::fill(all.begin(), all.end(), -1.0);
         std::copy(blk.begin(), blk.end(), all.begin() + r * n);
-        c.gather(all.data() + r * n, all.data(), n, MPI_DOUBLE, root);
+        c.gather(all.data() + r * n, all.data(), n, ElemType::Float64, root);
         for (size_t q = 0; q < P; ++q)
           for (size_t i = 0; i < n; ++i) CHECK(all[q * n + i] == q * 100.0 + i);
       } else {
-        c.gather(blk.data(), nullptr, n, MPI_DOUBLE, root);
+        c.gather(blk.data(), nullptr, n, ElemType::Float64, root);
       }
       std::vector<double> src(P * n), part(n, -1.0);
       for (size_t k = 0; k < P * n; ++k) src[k] = root * 1e6 + k;
-      c.scatter(r == root ? src.data() : nullptr, part.data(), n, MPI_DOUBLE, root);
+      c.scatter(r == root ? src.data() : nullptr, part.data(), n, ElemType::Float64, root);
       for (size_t i = 0; i < n; ++i) CHECK(part[i] == root * 1e6 + r * n + i);
     }
     if (n > max_count) {
       std::vector<double> all(P * n);
-      CHECK_THROWS(c.allgather(x.data(), all.data(), n, MPI_DOUBLE), std::length_error,
+      CHECK_THROWS(c.allgather(x.data(), all.data(), n, ElemType::Float64), std::length_error,
                    "exceeds");
-      CHECK_THROWS(c.scatter(all.data(), x.data(), n, MPI_DOUBLE, 0), std::length_error,
+      CHECK_THROWS(c.scatter(all.data(), x.data(), n, ElemType::Float64, 0), std::length_error,
                    "split the operation");
       continue;
     }
     // allgather, out of place and in place
     std::vector<double> all(P * n, -1.0);
-    c.allgather(x.data(), all.data(), n, MPI_DOUBLE);
+    c.allgather(x.data(), all.data(), n, ElemType::Float64);
     for (size_t q = 0; q < P; ++q)
       for (size_t i = 0; i < n; ++i) CHECK(all[q * n + i] == (q + 1) * 1000.0 + i);
     std::fill(all.begin(), all.end(), -1.0);
     std::copy(x.begin(), x.end(), all.begin() + r * n);
-    c.allgather(all.data() + r * n, all.data(), n, MPI_DOUBLE);
+    c.allgather(all.data() + r * n, all.data(), n, ElemType::Float64);
     for (size_t q = 0; q < P; ++q)
       for (size_t i = 0; i < n; ++i) CHECK(all[q * n + i] == (q + 1) * 1000.0 + i);
     // reduce_scatter_block
     std::vector<double> rs_in(P * n), rs_out(n, -1);
     for (size_t k = 0; k < P * n; ++k) rs_in[k] = static_cast<double>(k + r);
-    c.reduce_scatter_block(rs_in.data(), rs_out.data(), n, MPI_DOUBLE, MPI_SUM);
+    c.reduce_scatter_block(rs_in.data(), rs_out.data(), n, ElemType::Float64, ReduceKind::Sum);
     for (size_t i = 0; i < n; ++i) {
       CHECK(rs_out[i] == static_cast<double>(p * (r * n + i) + p * (p - 1) / 2));
     }
@@ -379,12 +382,12 @@ void test_collectives(Comm& c, size_t max_count) {
   if (max_count < 1000) {  // every rank refuses (before any MPI call), so nobody waits
     std::vector<size_t> big(P, max_count + 1), zero(P, 0);
     std::vector<double> buf(P * (max_count + 1));
-    CHECK_THROWS(c.alltoallv(buf.data(), big, zero, buf.data(), zero, zero, MPI_DOUBLE),
+    CHECK_THROWS(c.alltoallv(buf.data(), big, zero, buf.data(), zero, zero, ElemType::Float64),
                  std::length_error, "alltoallv");
-    CHECK_THROWS(c.allgatherv(buf.data(), max_count + 1, buf.data(), big, MPI_DOUBLE),
+    CHECK_THROWS(c.allgatherv(buf.data(), max_count + 1, buf.data(), big, ElemType::Float64),
                  std::length_error, "allgatherv");
-    CHECK_THROWS(c.reduce_scatter_block(buf.data(), buf.data(), max_count + 1, MPI_DOUBLE,
-                                        MPI_SUM),
+    CHECK_THROWS(c.reduce_scatter_block(buf.data(), buf.data(), max_count + 1, ElemType::Float64,
+                                        ReduceKind::Sum),
                  std::length_error, "reduce_scatter_block");
     zccl::transport::set_max_collective_count(static_cast<size_t>(INT_MAX));
     return;
@@ -397,14 +400,14 @@ void test_collectives(Comm& c, size_t max_count) {
     for (size_t i = 0; i < mine.size(); ++i) mine[i] = r * 10.0 + i;
     const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
     std::vector<double> out(total, -1.0);
-    c.allgatherv(mine.data(), mine.size(), out.data(), counts, MPI_DOUBLE);
+    c.allgatherv(mine.data(), mine.size(), out.data(), counts, ElemType::Float64);
     size_t k = 0;
     for (size_t q = 0; q < P; ++q)
       for (size_t i = 0; i < counts[q]; ++i) CHECK(out[k++] == q * 10.0 + i);
-    CHECK_THROWS(c.allgatherv(mine.data(), mine.size() + 1, out.data(), counts, MPI_DOUBLE),
+    CHECK_THROWS(c.allgatherv(mine.data(), mine.size() + 1, out.data(), counts, ElemType::Float64),
                  std::invalid_argument, "differs");
     counts.push_back(1);
-    CHECK_THROWS(c.allgatherv(mine.data(), mine.size(), out.data(), counts, MPI_DOUBLE),
+    CHECK_THROWS(c.allgatherv(mine.data(), mine.size(), out.data(), counts, ElemType::Float64),
                  std::invalid_argument, "entries");
   }
   // alltoallv: r sends (r + q) % 3 values to q, packed with a gap of 2 between blocks.
@@ -422,13 +425,13 @@ void test_collectives(Comm& c, size_t max_count) {
     std::vector<double> s(so), d(ro, -1.0);
     for (size_t q = 0; q < P; ++q)
       for (size_t i = 0; i < sc[q]; ++i) s[sd[q] + i] = r * 1000.0 + q * 10.0 + i;
-    c.alltoallv(s.data(), sc, sd, d.data(), rc, rd, MPI_DOUBLE);
+    c.alltoallv(s.data(), sc, sd, d.data(), rc, rd, ElemType::Float64);
     for (size_t q = 0; q < P; ++q) {
       for (size_t i = 0; i < rc[q]; ++i) CHECK(d[rd[q] + i] == q * 1000.0 + r * 10.0 + i);
       CHECK(d[rd[q] + rc[q]] == -1.0);  // the gaps are untouched
     }
     sc.pop_back();
-    CHECK_THROWS(c.alltoallv(s.data(), sc, sd, d.data(), rc, rd, MPI_DOUBLE),
+    CHECK_THROWS(c.alltoallv(s.data(), sc, sd, d.data(), rc, rd, ElemType::Float64),
                  std::invalid_argument, "entries");
   }
   // allgather_u64 of large values, barrier, bad roots.
@@ -437,10 +440,10 @@ void test_collectives(Comm& c, size_t max_count) {
   for (size_t q = 0; q < P; ++q) CHECK(v[q] == (uint64_t{1} << 40) + q);
   c.barrier();
   double d = 0;
-  CHECK_THROWS(c.bcast(&d, 1, MPI_DOUBLE, p), std::invalid_argument, "root");
-  CHECK_THROWS(c.reduce(&d, &d, 1, MPI_DOUBLE, MPI_SUM, -1), std::invalid_argument, "root");
-  CHECK_THROWS(c.gather(&d, &d, 1, MPI_DOUBLE, p + 3), std::invalid_argument, "root");
-  CHECK_THROWS(c.scatter(&d, &d, 1, MPI_DOUBLE, -2), std::invalid_argument, "root");
+  CHECK_THROWS(c.bcast(&d, 1, ElemType::Float64, p), std::invalid_argument, "root");
+  CHECK_THROWS(c.reduce(&d, &d, 1, ElemType::Float64, ReduceKind::Sum, -1), std::invalid_argument, "root");
+  CHECK_THROWS(c.gather(&d, &d, 1, ElemType::Float64, p + 3), std::invalid_argument, "root");
+  CHECK_THROWS(c.scatter(&d, &d, 1, ElemType::Float64, -2), std::invalid_argument, "root");
   zccl::transport::set_max_collective_count(static_cast<size_t>(INT_MAX));
 }
 
@@ -461,14 +464,14 @@ void test_subgroup(Comm& c) {
     CHECK(sub->rank() == static_cast<int>(pos - ranks.begin()));
     CHECK(sub->timeout() == c.timeout());  // inherited
     MPI_Errhandler eh;
-    MPI_Comm_get_errhandler(sub->raw(), &eh);
+    MPI_Comm_get_errhandler(dynamic_cast<Comm&>(*sub).raw(), &eh);  // an MpiComm too
     CHECK(eh == MPI_ERRORS_RETURN);
     MPI_Errhandler_free(&eh);
     const auto v = sub->allgather_u64(static_cast<uint64_t>(r));
     for (size_t i = 0; i < ranks.size(); ++i) CHECK(v[i] == static_cast<uint64_t>(ranks[i]));
     ring_exchange(*sub, 1234, 10, sub->next_tag_base(), 3);
     double s = 1.0;
-    sub->allreduce(&s, &s, 1, MPI_DOUBLE, MPI_SUM);
+    sub->allreduce(&s, &s, 1, ElemType::Float64, ReduceKind::Sum);
     CHECK(s == static_cast<double>(ranks.size()));
     // A subgroup of a subgroup.
     auto subsub = sub->subgroup({0});
@@ -489,7 +492,7 @@ void test_threads(Comm& c) {
     for (int it = 0; it < 20; ++it) {
       ring_exchange(*cm, 3000 + it * 17, 5, cm->next_tag_base(), salt + it);
       double s = 1.0;
-      cm->allreduce(&s, &s, 1, MPI_DOUBLE, MPI_SUM);
+      cm->allreduce(&s, &s, 1, ElemType::Float64, ReduceKind::Sum);
       CHECK(s == cm->size());
     }
   };
@@ -527,7 +530,7 @@ int main(int argc, char** argv) {
   CHECK_THROWS(zccl::transport::check(MPI_ERR_COUNT, "MPI_Fake"), MpiError, "MPI_Fake");
 
   {
-    auto d = Comm::duplicate();
+    auto d = zccl::transport::MpiComm::duplicate(MPI_COMM_WORLD);
     CHECK(d->timeout() == std::chrono::minutes(30));  // the documented default
   }
   auto c = Comm::duplicate(MPI_COMM_WORLD, std::chrono::milliseconds(60000));
@@ -543,7 +546,7 @@ int main(int argc, char** argv) {
   test_threads(*c);
 
   // A communicator that outlives MPI: its destructor must not call MPI_Comm_free.
-  auto late = Comm::duplicate();
+  auto late = zccl::transport::MpiComm::duplicate(MPI_COMM_WORLD);
   c.reset();
   if (preinit) {
     zccl::transport::finalize_if_owned();  // not ours: must not finalise

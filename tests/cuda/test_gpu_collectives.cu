@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../../csrc/gpu_collectives/gpu_collectives.h"
+#include "../../csrc/transport/mpi_comm.h"
 
 namespace {
 
@@ -235,7 +236,7 @@ int main(int argc, char** argv) {
   }
   transport::ensure_initialized();
   {
-    auto comm = transport::Comm::duplicate();
+    auto comm = transport::MpiComm::duplicate(MPI_COMM_WORLD);
     comm->set_timeout(std::chrono::minutes(2));  // a failing rank must not hang the others
     int devices = 0;
     cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");

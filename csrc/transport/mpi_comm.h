@@ -1,0 +1,129 @@
+// The MPI implementation of the transport (transport.h): one duplicated communicator per process
+// group, byte messages with per-operation tags, every MPI return code checked, every wait bounded
+// by the deadline, MPI initialised lazily and finalised only when we initialised it.
+#pragma once
+
+// Only the C API of MPI is used: keep the deprecated C++ bindings out (they need extra libraries).
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include "transport.h"
+
+namespace zccl::transport {
+
+// An MPI call failed (the message carries MPI_Error_string and the call's name).
+class MpiError : public TransportError {
+ public:
+  explicit MpiError(const std::string& what, int error_class = MPI_ERR_OTHER)
+      : TransportError(what, error_class == MPI_ERR_TRUNCATE), error_class_(error_class) {}
+  // MPI_Error_class of the failing code (MPI_ERR_TRUNCATE: a message was larger than the
+  // receive's capacity), or MPI_ERR_OTHER when not known.
+  int error_class() const { return error_class_; }
+
+ private:
+  int error_class_ = MPI_ERR_OTHER;
+};
+
+// Throws MpiError naming `what` unless rc == MPI_SUCCESS.
+void check(int rc, const char* what);
+
+// Initialises MPI on first use with MPI_THREAD_MULTIPLE requested (never at import time).
+// Returns the provided thread level. If MPI was already initialised by someone else (mpi4py,
+// the user), it is used as is. Thread-safe.
+int ensure_initialized();
+
+// Finalises MPI only if ensure_initialized() initialised it and it is not finalised yet.
+void finalize_if_owned();
+
+// True when the MPI library provides MPI_THREAD_MULTIPLE; otherwise every MPI call made through
+// this layer is serialised by one process-wide lock.
+bool thread_multiple();
+
+// Largest piece a single MPI message carries (default 1 GiB, clamped to [1, INT_MAX]); longer
+// byte messages travel as several pieces. Every rank must use the same value. Testing hook.
+void set_max_piece_bytes(size_t bytes);
+size_t max_piece_bytes();
+
+// Largest element count passed to one MPI collective call (default INT_MAX, clamped to
+// [1, INT_MAX]). Elementwise collectives (allreduce, reduce, bcast) are split into calls of at
+// most this many elements; the block collectives throw std::length_error above it. Testing hook.
+void set_max_collective_count(size_t count);
+size_t max_collective_count();
+
+// A communicator we own (freed on destruction). Messages over max_piece_bytes() travel as several
+// MPI messages on one (peer, tag); a receive posts its next piece once the previous one arrived,
+// so do not keep two receives matching the same (peer, tag) outstanding at once when a message
+// may exceed one piece.
+class MpiComm final : public Comm {
+ public:
+  // Duplicates `parent` so our traffic never mixes with the user's; the duplication itself
+  // (MPI_Comm_idup) is bounded by `timeout`, which becomes the new communicator's timeout.
+  static std::unique_ptr<MpiComm> duplicate(MPI_Comm parent,
+                                            std::chrono::milliseconds timeout = std::chrono::minutes(30));
+  // Collective over the listed MPI_COMM_WORLD ranks only (MPI_Comm_create_group): a
+  // communicator of exactly those ranks, in that order. Non-members must not call it. `tag`
+  // must be the same on all members and distinct for concurrently created groups.
+  static std::unique_ptr<MpiComm> create_group(const std::vector<int>& world_ranks, int tag);
+
+  // Frees the communicator (MPI_Comm_free) unless MPI is finalised or a collective on it timed
+  // out (then it is leaked on purpose: the abandoned operation may still be in progress).
+  ~MpiComm() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int tag_ub() const override { return tag_ub_; }
+  MPI_Comm raw() const { return comm_; }
+  std::unique_ptr<Comm> duplicate() const override;
+  std::unique_ptr<Comm> subgroup(const std::vector<int>& ranks) const override;
+
+  void barrier() const override;
+  void allreduce(const void* send, void* recv, size_t count, ElemType type,
+                 ReduceKind op) const override;
+  void reduce(const void* send, void* recv, size_t count, ElemType type, ReduceKind op,
+              int root) const override;
+  void bcast(void* buf, size_t count, ElemType type, int root) const override;
+  void allgather(const void* send, void* recv, size_t count, ElemType type) const override;
+  void allgatherv(const void* send, size_t count, void* recv, const std::vector<size_t>& counts,
+                  ElemType type) const override;
+  void gather(const void* send, void* recv, size_t count, ElemType type, int root) const override;
+  void scatter(const void* send, void* recv, size_t count, ElemType type, int root) const override;
+  void reduce_scatter_block(const void* send, void* recv, size_t count, ElemType type,
+                            ReduceKind op) const override;
+  void alltoallv(const void* send, const std::vector<size_t>& send_counts,
+                 const std::vector<size_t>& send_displs, void* recv,
+                 const std::vector<size_t>& recv_counts, const std::vector<size_t>& recv_displs,
+                 ElemType type) const override;
+
+ protected:
+  Request post_send(const void* buf, size_t bytes, int peer, int tag) const override;
+  Request post_recv(void* buf, size_t capacity, int peer, int tag) const override;
+  bool poll(Request& req) const override;
+  std::string describe(const Request& req) const override;
+
+ private:
+  explicit MpiComm(MPI_Comm comm);
+  // Waits for a non-blocking collective's requests (deadline; abandoned, not freed, on timeout).
+  void wait_collective(std::vector<MPI_Request>& reqs, const char* what, size_t count) const;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int tag_ub_ = 32767;
+  int rank_ = 0;
+  int size_ = 1;
+  // A collective timed out and its request was abandoned: MPI may still progress it, so the
+  // communicator is never freed (Open MPI's libnbc would touch the freed communicator).
+  mutable bool abandoned_ = false;
+};
+
+// The communicator of a torch process group of `size` ranks in which this process is `rank`:
+// a duplicate of MPI_COMM_WORLD when `global_ranks` is empty or all of it in order, else a
+// communicator of exactly those world ranks (`group_id` names the group; the same on every
+// member). Throws std::invalid_argument when torch's ranks disagree with MPI's.
+std::unique_ptr<MpiComm> open_mpi_group(int rank, int size,
+                                        const std::vector<int64_t>& global_ranks,
+                                        const std::string& group_id);
+
+}  // namespace zccl::transport
