@@ -1,4 +1,4 @@
-"""Synthetic and bundled scientific fields for tests, benchmarks and examples.
+"""Synthetic and bundled scientific fields for the benchmarks and examples (not the library).
 
 Everything here is generated locally and deterministically from a seed (no downloads), except
 :func:`real_fields`, which reads the sample data that matplotlib installs with itself.
@@ -7,6 +7,8 @@ The acoustic helpers (:func:`ricker`, :func:`layered_velocity`, :func:`stable_dt
 :func:`point_source`, :func:`propagate`) form a small constant-density finite-difference modelling
 kit: second order in time, fourth order in space, with a Cerjan damping sponge at every face. They
 are public so that examples (e.g. reverse-time-migration style image stacking) can reuse them.
+Scripts in benchmarks/ import it as ``sample_fields``; examples put benchmarks/ on ``sys.path``
+first. It needs only torch and numpy (and matplotlib's sample data for :func:`real_fields`).
 """
 
 from __future__ import annotations
