@@ -22,7 +22,6 @@ import numpy as np
 import torch
 
 __all__ = [
-    "acoustic_wavefield_2d",
     "acoustic_wavefield_3d",
     "laplace_noise",
     "layered_velocity",
@@ -298,22 +297,6 @@ def acoustic_wavefield_3d(
     if len(shape) != 3:
         raise ValueError(f"shape must have 3 dimensions, got {tuple(shape)}")
     return _wavefield(shape, steps, seed, dtype, f0, dx, sponge_width, reach)
-
-
-def acoustic_wavefield_2d(
-    shape: Sequence[int] = (512, 512),
-    steps: int | None = None,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float32,
-    *,
-    f0: float = 15.0,
-    dx: float = 10.0,
-    sponge_width: int = 16,
-) -> torch.Tensor:
-    """2-D (depth x lateral) counterpart of :func:`acoustic_wavefield_3d`."""
-    if len(shape) != 2:
-        raise ValueError(f"shape must have 2 dimensions, got {tuple(shape)}")
-    return _wavefield(shape, steps, seed, dtype, f0, dx, sponge_width)
 
 
 # --------------------------------------------------------------------------------------------
