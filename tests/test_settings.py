@@ -98,6 +98,10 @@ def test_cpp_config_holds_each_setting(row: dict[str, Any]) -> None:
     with zccl_torch.config(**{name: value}):
         assert _C.resolve_call_config(zccl_torch.Options().to_native())[shown] == value
         assert getattr(zccl_torch.current_options(), name) == value
+    for choice in row["choices"]:  # every choice reaches C++ as itself (enum order included)
+        if choice is not None:
+            with zccl_torch.config(**{name: choice}):
+                assert _C.resolve_call_config(zccl_torch.Options().to_native())[shown] == choice
     defaults = _C.resolve_call_config(zccl_torch.Options().to_native())
     assert defaults == {r["name"]: r["default"] for r in TABLE}  # the table's defaults
 
