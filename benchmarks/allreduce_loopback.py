@@ -21,18 +21,19 @@ import statistics
 import time
 from pathlib import Path
 
+import sample_fields  # benchmarks/sample_fields.py
 import torch
 import torch.distributed as dist
 
 import zccl_torch
-from zccl_torch import datasets
 
 CONTENDERS = ("ring", "recursive_doubling", "cprp2p", "mpi")
 
 
 def smooth_field(numel: int, seed: int) -> torch.Tensor:
     edge = round(numel ** (1 / 3))
-    field = datasets.smooth_random_field((edge, edge, edge), correlation_length=12.0, seed=seed)
+    shape = (edge, edge, edge)
+    field = sample_fields.smooth_random_field(shape, correlation_length=12.0, seed=seed)
     flat = field.reshape(-1)
     return torch.cat([flat, flat[: numel - flat.numel()]]) if flat.numel() < numel else flat[:numel]
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import sample_fields  # benchmarks/sample_fields.py
 import torch
-
-from zccl_torch import datasets
 
 CACHE = Path(os.environ.get("ZCCL_BENCH_CACHE", Path(__file__).resolve().parent / ".cache"))
 EDGE = 256  # 256^3 float32 = 64 MiB per field
@@ -26,9 +25,9 @@ KINDS = ("wavefield", "smooth")
 def _simulate(kind: str, seed: int) -> torch.Tensor:
     shape = (EDGE, EDGE, EDGE)
     if kind == "wavefield":
-        return datasets.acoustic_wavefield_3d(shape, seed=seed)
+        return sample_fields.acoustic_wavefield_3d(shape, seed=seed)
     if kind == "smooth":
-        return datasets.smooth_random_field(shape, correlation_length=12.0, seed=seed)
+        return sample_fields.smooth_random_field(shape, correlation_length=12.0, seed=seed)
     raise ValueError(f"unknown data kind {kind!r}; expected one of {KINDS}")
 
 

@@ -51,11 +51,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import sample_fields  # benchmarks/sample_fields.py
 import torch
 from tqdm import tqdm
 
 import zccl_torch
-from zccl_torch import datasets
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
@@ -178,18 +178,18 @@ def make_fields(size: int) -> dict[str, torch.Tensor]:
     """The benchmark's inputs; the synthetic ones scale with ``size``, the real ones are fixed."""
     cube = (size, size, size)
     fields = {
-        "wavefield_f32": datasets.acoustic_wavefield_3d(cube, dtype=torch.float32),
+        "wavefield_f32": sample_fields.acoustic_wavefield_3d(cube, dtype=torch.float32),
         # An early snapshot of the same shot (front at 20 % of the depth, about half the volume
         # still quiet): RTM stores snapshots all along the run, early ones included.
-        "wavefield_early_f32": datasets.acoustic_wavefield_3d(cube, reach=0.2),
+        "wavefield_early_f32": sample_fields.acoustic_wavefield_3d(cube, reach=0.2),
         # A quiet snapshot (front at 12 % of the depth, two thirds of the volume exactly at rest):
         # the case where per-block overheads set the ratio.
-        "wavefield_quiet_f32": datasets.acoustic_wavefield_3d(cube, reach=0.12),
-        "wavefield_f64": datasets.acoustic_wavefield_3d(cube, dtype=torch.float64),
-        "smooth_random": datasets.smooth_random_field(cube, correlation_length=8.0),
-        "laplace": datasets.laplace_noise(size**3, scale=1e-3),
+        "wavefield_quiet_f32": sample_fields.acoustic_wavefield_3d(cube, reach=0.12),
+        "wavefield_f64": sample_fields.acoustic_wavefield_3d(cube, dtype=torch.float64),
+        "smooth_random": sample_fields.smooth_random_field(cube, correlation_length=8.0),
+        "laplace": sample_fields.laplace_noise(size**3, scale=1e-3),
     }
-    fields.update({f"real_{name}": t for name, t in datasets.real_fields().items()})
+    fields.update({f"real_{name}": t for name, t in sample_fields.real_fields().items()})
     # Half precision, compressed natively: the ratio is against the 2-byte input.
     fields["wavefield_bf16"] = fields["wavefield_f32"].to(torch.bfloat16)
     fields["wavefield_f16"] = fields["wavefield_f32"].to(torch.float16)

@@ -30,10 +30,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import sample_fields  # benchmarks/sample_fields.py
 import torch
 
 import zccl_torch
-from zccl_torch.datasets import acoustic_wavefield_3d, laplace_noise
 
 CHUNK = 5120
 CHUNK_FIXED = 9 + 8  # chunk header (mode, q_start, n_outliers) + chunk table entry
@@ -96,9 +96,9 @@ def main() -> None:
     args = parser.parse_args()
     cube = (args.size,) * 3
     fields = {
-        "wavefield (front 55 %)": acoustic_wavefield_3d(cube),
-        "wavefield quiet (front 12 %)": acoustic_wavefield_3d(cube, reach=0.12),
-        "laplace": laplace_noise(args.size**3, scale=1e-3),
+        "wavefield (front 55 %)": sample_fields.acoustic_wavefield_3d(cube),
+        "wavefield quiet (front 12 %)": sample_fields.acoustic_wavefield_3d(cube, reach=0.12),
+        "laplace": sample_fields.laplace_noise(args.size**3, scale=1e-3),
     }
     rows = []
     head = "| field | REL | real v2 | v1 | v1 B64 | v1 B128 | bitmap (v2) | len5 | v2 + zstd |"

@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
-import importlib.util
 import json
 import math
 import os
@@ -62,13 +61,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Protocol
 
 import blosc2
 import lz4
 import lz4.block
 import numpy as np
+import sample_fields  # benchmarks/sample_fields.py
 import torch
 import zstandard
 
@@ -134,28 +133,6 @@ def tensor_bytes(t: torch.Tensor) -> U8:
     return flat.view(torch.uint8).numpy().copy()
 
 
-def load_datasets() -> ModuleType:
-    """``zccl_torch.datasets``; loaded from its file if the package (its extension) won't import.
-
-    Importing ``zccl_torch`` loads the compiled extension, which may be missing, stale or
-    mid-rebuild in a working tree; ``datasets.py`` itself needs only torch and numpy.
-    """
-    try:
-        from zccl_torch import datasets
-
-        return datasets
-    except Exception as exc:  # ImportError, or a stale extension (AttributeError, ...)
-        path = REPO_ROOT / "zccl_torch" / "datasets.py"
-        spec = importlib.util.spec_from_file_location("_zccl_datasets", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot load {path}") from exc
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        print(f"note: zccl_torch did not import ({exc}); loaded {path} directly", file=sys.stderr)
-        return module
-
-
 def mlp_gradient(hidden: int, steps: int, seed: int = 0) -> torch.Tensor:
     """Flattened float32 gradient of a 2-hidden-layer ReLU MLP after ``steps`` Adam steps.
 
@@ -187,11 +164,10 @@ def mlp_gradient(hidden: int, steps: int, seed: int = 0) -> torch.Tensor:
 
 
 def make_inputs(edge: int, hidden: int, steps: int) -> list[Input]:
-    ds = load_datasets()
     shape = (edge, edge, edge)
-    wave32 = ds.acoustic_wavefield_3d(shape, dtype=torch.float32)
-    wave64 = ds.acoustic_wavefield_3d(shape, dtype=torch.float64)
-    laplace = ds.laplace_noise(edge**3, scale=1e-3)
+    wave32 = sample_fields.acoustic_wavefield_3d(shape, dtype=torch.float32)
+    wave64 = sample_fields.acoustic_wavefield_3d(shape, dtype=torch.float64)
+    laplace = sample_fields.laplace_noise(edge**3, scale=1e-3)
     grad = mlp_gradient(hidden, steps)
     where = f"acoustic_wavefield_3d({shape})"
     mlp = f"MLP 512-{hidden}-{hidden}-10 gradient after {steps} Adam steps"

@@ -8,11 +8,16 @@ prints ratio, PSNR and throughput. Run: ``python examples/compress_demo.py [--si
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import zccl_torch
-from zccl_torch import datasets, metrics
+from zccl_torch import metrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import sample_fields  # the generated fields live with the benchmarks
 
 
 def best_time(fn: Callable[[], object], reps: int) -> tuple[float, object]:
@@ -33,7 +38,7 @@ def main() -> int:
 
     print(f"zccl-torch {zccl_torch.__version__}; MPI: {zccl_torch._C.mpi_library_version()[:40]}")
     start = time.perf_counter()
-    field = datasets.acoustic_wavefield_3d((args.size,) * 3)
+    field = sample_fields.acoustic_wavefield_3d((args.size,) * 3)
     megabytes = field.numel() * field.element_size() / 1e6
     print(f"wavefield {tuple(field.shape)} float32 ({megabytes:.1f} MB) simulated in "
           f"{time.perf_counter() - start:.1f} s")

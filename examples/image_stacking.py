@@ -5,7 +5,7 @@ Run: ``mpirun --oversubscribe -np 4 python examples/image_stacking.py [--rel 1e-
 ``scripts/demo_image_stacking.sh``).
 
 Each rank migrates its own shots with a 2-D reverse-time-migration recipe built on
-:mod:`zccl_torch.datasets` (finite differences, Ricker wavelet, layered model):
+``benchmarks/sample_fields.py`` (finite differences, Ricker wavelet, layered model):
 
 1. observed data: model the shot in the true (layered, sharp-interface) velocity and record
    every surface receiver;
@@ -42,7 +42,10 @@ import torch.nn.functional as F  # noqa: N812 (the conventional alias)
 from tqdm import tqdm
 
 import zccl_torch
-from zccl_torch import datasets, metrics
+from zccl_torch import metrics
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import sample_fields  # the modelling kit lives with the benchmarks
 
 DX = 10.0  # grid spacing, m
 F0 = 15.0  # Ricker peak frequency, Hz
@@ -95,13 +98,13 @@ class Survey:
     """Models and migrates shots: fixed spread of surface receivers, sources along the surface."""
 
     def __init__(self, nz: int, nx: int, nt: int | None) -> None:
-        self.true_velocity = datasets.layered_velocity((nz, nx), seed=0)
+        self.true_velocity = sample_fields.layered_velocity((nz, nx), seed=0)
         self.migration_velocity = gaussian_smooth(self.true_velocity, SMOOTHING)
-        self.dt = datasets.stable_dt(DX, float(self.true_velocity.max()), 2)
+        self.dt = sample_fields.stable_dt(DX, float(self.true_velocity.max()), 2)
         self.depth = SPONGE + 2  # sources and receivers, just inside the top sponge
         self.receivers = torch.arange(SPONGE, nx - SPONGE)
         self.nt = default_steps(self.migration_velocity, self.dt, self.depth) if nt is None else nt
-        self.wavelet = datasets.ricker(F0, self.dt, self.nt)
+        self.wavelet = sample_fields.ricker(F0, self.dt, self.nt)
         # Mute above the acquisition surface plus a wavelength (cosine ramp over 8 cells below),
         # and the side and bottom sponges.
         top = self.depth + 12
@@ -120,9 +123,9 @@ class Survey:
     ) -> torch.Tensor:
         """Shot record (nt x receivers) of a source at ``(depth, sx)``; ``keep`` sees each step."""
         origin = (self.depth, sx)
-        inject = datasets.point_source(origin, self.wavelet)
+        inject = sample_fields.point_source(origin, self.wavelet)
         record = torch.empty(self.nt, len(self.receivers), dtype=velocity.dtype)
-        steps = datasets.propagate(
+        steps = sample_fields.propagate(
             velocity, DX, self.dt, self.nt, inject, sponge_width=SPONGE, causal_origin=origin
         )
         for step, field in steps:
@@ -151,7 +154,7 @@ class Survey:
         illumination = torch.zeros_like(self.migration_velocity)
         for snapshot in snapshots:
             illumination.addcmul_(snapshot, snapshot)
-        steps = datasets.propagate(
+        steps = sample_fields.propagate(
             self.migration_velocity, DX, self.dt, self.nt, inject, sponge_width=SPONGE
         )
         for step, receiver_field in steps:

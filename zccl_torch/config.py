@@ -1,35 +1,15 @@
-"""Every knob of the zccl backend in one place: Python (``Options``, ``config()``) and ``ZCCL_*``.
+"""Every knob of the zccl backend: ``Options``, ``config()`` and the ``ZCCL_*`` variables.
+
+Each setting (name, type, default, allowed values, environment variable, one line of
+documentation) is defined once, in the C++ table ``csrc/backend/settings.cpp``. This module
+builds ``Options`` from it (``_C.settings()``): its fields and defaults, the parsing of the
+``ZCCL_*`` variables and its docstring; the table's own validator checks every value. The list
+is in ``help(zccl_torch.Options)`` and README's configuration table (``markdown_table()``).
 
 Precedence: an ``Options`` passed as ``pg_options`` to ``init_process_group``/``new_group`` is
 used as given; otherwise the group's options come from the ``ZCCL_*`` environment variables over
-the defaults below. Inside ``with zccl_torch.config(...)``, collectives issued from that thread use
+the defaults. Inside ``with zccl_torch.config(...)``, collectives issued from that thread use
 their group's options with the block's fields replaced.
-
-==========================  =======================  ==========  ================================
-field                       environment variable     default     meaning
-==========================  =======================  ==========  ================================
-error_bound                 ZCCL_ERROR_BOUND         1e-4        bound per compression
-mode                        ZCCL_MODE                "rel"       "abs", "rel" to the value range
-                                                                 agreed across ranks, or
-                                                                 "lossless" (bit-exact,
-                                                                 error_bound ignored; chunks
-                                                                 coded with zstd)
-threads                     ZCCL_THREADS             0           compressor threads (0: OpenMP
-                                                                 default, OMP_NUM_THREADS)
-chunk_size                  ZCCL_CHUNK_SIZE          5120        pipelined compressor chunk
-min_compress_bytes          ZCCL_MIN_COMPRESS_BYTES  65536       smaller payloads go uncompressed
-algorithm                   ZCCL_ALGORITHM           "auto"      auto | ring | recursive_doubling
-                                                                 | mpi | cprp2p
-baseline                    ZCCL_BASELINE            None        "mpi" or "cprp2p": overrides
-                                                                 algorithm (benchmarks)
-check_agreement             ZCCL_CHECK_AGREEMENT     True        agree first on what each
-                                                                 collective is (op, reduce op,
-                                                                 root, dtype, counts, settings):
-                                                                 mismatch -> error on every rank
-owner_exact                 ZCCL_OWNER_EXACT         False       broadcast/all_gather: the owner
-                                                                 keeps exact values (outputs then
-                                                                 differ across ranks)
-==========================  =======================  ==========  ================================
 
 ``check_agreement``, ``owner_exact``, ``algorithm``, ``mode``, ``error_bound``, ``chunk_size`` and
 ``min_compress_bytes`` must be the same on every rank for each collective: with
@@ -39,7 +19,6 @@ owner_exact                 ZCCL_OWNER_EXACT         False       broadcast/all_g
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import threading
 from collections.abc import Iterator
@@ -47,59 +26,101 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from zccl_torch import _C
-from zccl_torch.compressor import MODES
 
-ALGORITHMS = ("auto", "ring", "recursive_doubling", "mpi", "cprp2p")
-BASELINES = (None, "mpi", "cprp2p")
+_TRUE = ("1", "true", "yes")
+_FALSE = ("0", "false", "no")
 
 
 @dataclass(frozen=True)
+class Setting:
+    """One row of the settings table (``csrc/backend/settings.cpp``), from ``_C.settings()``."""
+
+    name: str  # the Options field
+    env: str  # environment variable
+    type: str  # "float", "int", "bool" or "choice"
+    default: Any
+    choices: tuple[str | None, ...]  # a choice's allowed values (None: may be unset)
+    requirement: str  # what an allowed value is, as messages say it
+    doc: str  # one line, markdown
+
+    @property
+    def annotation(self) -> Any:
+        """The Python type of the field."""
+        if self.type == "choice":
+            return str | None if None in self.choices else str
+        return {"float": float, "int": int, "bool": bool}[self.type]
+
+    def parse_env(self, raw: str) -> Any:
+        """The value of the environment variable's text ``raw`` (checked later, by Options)."""
+        try:
+            if self.type == "float":
+                return float(raw)
+            if self.type == "int":
+                return int(raw)
+            lowered = raw.strip().lower()
+            if self.type == "bool":
+                if lowered not in _TRUE + _FALSE:
+                    raise ValueError(raw)
+                return lowered in _TRUE
+            return None if None in self.choices and lowered in ("none", "") else lowered
+        except ValueError as exc:
+            raise ValueError(f"{self.env}={raw!r} is not a valid {self.name}") from exc
+
+
+SETTINGS: tuple[Setting, ...] = tuple(
+    Setting(**{**row, "choices": tuple(row["choices"])}) for row in _C.settings()
+)
+_BY_NAME = {s.name: s for s in SETTINGS}
+ALGORITHMS: tuple[str, ...] = tuple(str(c) for c in _BY_NAME["algorithm"].choices)
+BASELINES: tuple[str | None, ...] = _BY_NAME["baseline"].choices
+
+
+def _literal(value: Any) -> str:
+    """A default as README writes it: ``1e-4``, ``"rel"``, ``true``, unset."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, float):
+        mantissa, exponent = f"{value:e}".split("e")
+        return f"`{float(mantissa):g}e{int(exponent)}`"
+    return f"`{value}`"
+
+
+def markdown_table() -> str:
+    """README's configuration table (field, environment, default, meaning), from the table."""
+    lines = ["| field | environment | default | meaning |", "|---|---|---|---|"]
+    lines += [f"| `{s.name}` | `{s.env}` | {_literal(s.default)} | {s.doc} |" for s in SETTINGS]
+    return "\n".join(lines)
+
+
+def _with_settings(cls: type) -> type:
+    """Gives ``cls`` one annotated, defaulted attribute per setting, in the table's order, for
+    ``@dataclass`` to make fields of, and a docstring listing them."""
+    cls.__annotations__ = {s.name: s.annotation for s in SETTINGS}
+    for s in SETTINGS:
+        setattr(cls, s.name, s.default)
+    listing = "\n".join(
+        f"    {s.name} ({s.type}; {s.env}; default {_literal(s.default)}): {s.doc}"
+        for s in SETTINGS
+    )
+    cls.__doc__ = f"{cls.__doc__}\n\n    Fields:\n\n{listing}\n"
+    return cls
+
+
+@dataclass(frozen=True)
+@_with_settings
 class Options:
     """Configuration of a zccl process group (pass as ``pg_options``) or of a ``config()`` block."""
-
-    error_bound: float = 1e-4
-    mode: str = "rel"
-    threads: int = 0
-    chunk_size: int = _C.DEFAULT_CHUNK_LEN
-    min_compress_bytes: int = 65536
-    algorithm: str = "auto"
-    baseline: str | None = None
-    check_agreement: bool = True
-    owner_exact: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
         """Raises ValueError/TypeError naming the first bad field."""
-        eb = self.error_bound
-        if isinstance(eb, bool) or not isinstance(eb, (int, float)):
-            raise TypeError(f"error_bound must be a real number, got {eb!r}")
-        if math.isnan(eb) or math.isinf(eb) or eb < 0:
-            raise ValueError(f"error_bound must be finite and >= 0, got {eb}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(
-                f"threads must be an int >= 0 (0 = OpenMP default), got {self.threads!r}"
-            )
-        block = _C.BLOCK_LEN
-        cs = self.chunk_size
-        if not isinstance(cs, int) or cs < block or cs > _C.MAX_CHUNK_LEN or cs % block:
-            raise ValueError(
-                f"chunk_size must be a multiple of {block} in [{block}, {_C.MAX_CHUNK_LEN}], "
-                f"got {cs!r}"
-            )
-        mcb = self.min_compress_bytes
-        if isinstance(mcb, bool) or not isinstance(mcb, int) or mcb < 0:
-            raise ValueError(f"min_compress_bytes must be an int >= 0, got {mcb!r}")
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
-        if self.baseline not in BASELINES:
-            raise ValueError(f"baseline must be one of {BASELINES}, got {self.baseline!r}")
-        for name in ("check_agreement", "owner_exact"):
-            if not isinstance(getattr(self, name), bool):
-                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        _C.check_settings({f.name: getattr(self, f.name) for f in fields(self)})
 
     @property
     def effective_algorithm(self) -> str:
@@ -107,50 +128,25 @@ class Options:
         return self.baseline or self.algorithm
 
     def to_native(self) -> dict[str, Any]:
-        """The plain dict the C++ backend reads."""
-        return {
-            "error_bound": float(self.error_bound),
-            "mode": self.mode,
-            "threads": self.threads,
-            "chunk_size": self.chunk_size,
-            "min_compress_bytes": self.min_compress_bytes,
-            "algorithm": self.effective_algorithm,
-            "check_agreement": self.check_agreement,
-            "owner_exact": self.owner_exact,
-        }
+        """The plain dict the C++ backend reads: every field, the baseline folded into
+        ``algorithm``."""
+        native = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "baseline"}
+        native["algorithm"] = self.effective_algorithm
+        return native
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Options:
         """Defaults overridden by ``ZCCL_*`` environment variables (invalid values raise)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = env.get(f"ZCCL_{f.name.upper()}")
+        for s in SETTINGS:
+            raw = env.get(s.env)
             if raw is None or raw == "":
                 continue
-            values[f.name] = _parse_env(f.name, raw)
+            values[s.name] = s.parse_env(raw)
         return cls(**values)
 
 
-def _parse_env(name: str, raw: str) -> Any:
-    try:
-        if name == "error_bound":
-            return float(raw)
-        if name in ("threads", "chunk_size", "min_compress_bytes"):
-            return int(raw)
-        if name in ("check_agreement", "owner_exact"):
-            lowered = raw.strip().lower()
-            if lowered not in ("0", "1", "true", "false", "yes", "no"):
-                raise ValueError(raw)
-            return lowered in ("1", "true", "yes")
-        if name == "baseline":
-            return None if raw.strip().lower() in ("none", "") else raw.strip().lower()
-        return raw.strip().lower()
-    except ValueError as exc:
-        raise ValueError(f"ZCCL_{name.upper()}={raw!r} is not a valid {name}") from exc
-
-
-_local = threading.local()
 _group_options: dict[str, Options] = {}  # group name -> the Options it was created with
 _group_lock = threading.Lock()
 
@@ -175,19 +171,12 @@ def group_options(group: Any = None) -> Options:
     return found if found is not None else Options.from_env()
 
 
-def _changes() -> list[dict[str, Any]]:
-    """This thread's stack of config() blocks, each the merged field changes in effect."""
-    if not hasattr(_local, "stack"):
-        _local.stack = []
-    return _local.stack
-
-
 def current_options(group: Any = None) -> Options:
     """The configuration collectives issued from this thread on ``group`` use now: the group's
     options with the enclosing ``config()`` blocks' changes laid over them."""
     base = group_options(group)
-    stack = _changes()
-    return replace(base, **stack[-1]) if stack else base
+    override = _C.call_override()
+    return replace(base, **override) if override else base
 
 
 @contextlib.contextmanager
@@ -199,25 +188,24 @@ def config(options: Options | None = None, **changes: Any) -> Iterator[Options]:
     zccl group; the other fields stay the group's. Passing ``options`` replaces every field.
     Blocks nest, inner changes over outer ones. Yields the effective ``Options`` of the default
     group (or of the environment defaults when no group exists).
+
+    The changes in effect are held by the C++ backend only (its per-thread override, which it
+    reads for each collective without the GIL); each block restores the one it found.
     """
-    stack = _changes()
-    merged: dict[str, Any] = dict(stack[-1]) if stack else {}
+    outer = _C.call_override()
+    merged: dict[str, Any] = dict(outer) if outer else {}
     if options is not None:
         merged = {f.name: getattr(options, f.name) for f in fields(Options)}
     merged.update(changes)
     if "algorithm" in changes and "baseline" not in changes:
         merged["baseline"] = None  # an explicit algorithm wins over an inherited baseline
     effective = replace(group_options(), **merged)  # validates every changed field
-    native = effective.to_native()
-    keys = {"baseline": "algorithm"}
-    stack.append(merged)
-    _C.set_call_override({keys.get(k, k): native[keys.get(k, k)] for k in merged})
+    if "baseline" in merged and merged["baseline"] is None and "algorithm" not in merged:
+        # The backend's groups hold the baseline folded into their algorithm: clearing it
+        # names the algorithm that runs instead.
+        merged["algorithm"] = effective.algorithm
+    _C.set_call_override(merged)
     try:
         yield effective
     finally:
-        stack.pop()
-        if stack:
-            outer = replace(group_options(), **stack[-1]).to_native()
-            _C.set_call_override({keys.get(k, k): outer[keys.get(k, k)] for k in stack[-1]})
-        else:
-            _C.set_call_override(None)
+        _C.set_call_override(outer)

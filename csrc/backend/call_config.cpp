@@ -2,19 +2,16 @@
 
 namespace zccl::backend {
 namespace {
-thread_local std::optional<CallOverride> g_override;  // per thread, so no lock is needed
+// The override is held here and only here. The backend reads it on the thread that issues each
+// collective, where it must not take the GIL; Python's config() and current_options() reach it
+// through the bindings, so a Python-side copy would only be a second state to keep in step.
+// Per thread, so no lock is needed.
+thread_local std::optional<CallOverride> g_override;
 }  // namespace
 
 CallConfig CallOverride::apply(const CallConfig& base) const {
   CallConfig c = base;
-  if (fields & kErrorBound) c.error_bound = values.error_bound;
-  if (fields & kMode) c.mode = values.mode;
-  if (fields & kThreads) c.threads = values.threads;
-  if (fields & kChunkLen) c.chunk_len = values.chunk_len;
-  if (fields & kMinCompressBytes) c.min_compress_bytes = values.min_compress_bytes;
-  if (fields & kAlgorithm) c.algorithm = values.algorithm;
-  if (fields & kCheckAgreement) c.check_agreement = values.check_agreement;
-  if (fields & kOwnerExact) c.owner_exact = values.owner_exact;
+  for (const Field& f : fields) f.setting->write(*f.setting, c, f.value);
   return c;
 }
 

@@ -1,15 +1,20 @@
 // Per-call configuration of the zccl backend: the group's defaults, optionally overridden for a
 // block of code by the Python context manager (a thread-local override on the calling thread).
+// Each member's initializer is its setting's default; the rest of each setting (its name, range,
+// environment variable, documentation) is its row in settings.cpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "../collectives/collectives.h"
+#include "settings.h"
 
 namespace zccl::backend {
 
+// In the order of the "mode" setting's choices (settings.cpp).
 enum class BoundMode : uint8_t {
   Abs,  // error_bound is absolute
   Rel,  // error_bound is relative to the value range, agreed across ranks before compressing
@@ -31,26 +36,21 @@ struct CallConfig {
   bool owner_exact = false;
 };
 
-// Some fields of a CallConfig, laid over a group's defaults (the Python `config()` block).
+// Some settings laid over a group's defaults (a Python `config()` block), in the order of the
+// settings table, each at most once. The fields are the table's rows, so adding a setting needs
+// no change here.
 struct CallOverride {
-  enum Field : uint32_t {
-    kErrorBound = 1u << 0,
-    kMode = 1u << 1,
-    kThreads = 1u << 2,
-    kChunkLen = 1u << 3,
-    kMinCompressBytes = 1u << 4,
-    kAlgorithm = 1u << 5,
-    kCheckAgreement = 1u << 6,
-    kOwnerExact = 1u << 7,
-    kAll = (1u << 8) - 1,
+  struct Field {
+    const Setting* setting;
+    SettingValue value;  // allowed by the setting (Setting::checked)
   };
-  CallConfig values;
-  uint32_t fields = 0;  // which members of `values` replace the group's defaults
+  std::vector<Field> fields;
 
   CallConfig apply(const CallConfig& base) const;
 };
 
-// Sets (or clears, with nullopt) the override for collectives issued from this thread.
+// Sets (or clears, with nullopt) the override for collectives issued from this thread. The only
+// copy of it: Python's config() blocks read and restore it through the bindings.
 void set_thread_override(std::optional<CallOverride> config);
 const std::optional<CallOverride>& thread_override();
 // The configuration a collective issued from this thread on a group with `defaults` uses.

@@ -419,51 +419,27 @@ size_t workspace_bytes(DType dt, uint64_t count, uint32_t chunk_len) {
   return static_cast<size_t>((bytes + 255) / 256 * 256);
 }
 
+// The single-job calls: a batch of one.
+
 void compress(const void* src, DType dt, uint64_t count, const fz::CompressParams& params,
               uint8_t* dst, size_t dst_cap, void* workspace, size_t ws_bytes, GpuStream stream,
               size_t* size_pinned) {
-  CompressJob j;
-  j.src = src;
-  j.dtype = dt;
-  j.count = count;
-  j.params = params;
-  j.dst = dst;
-  j.dst_cap = dst_cap;
-  j.workspace = workspace;
-  j.ws_bytes = ws_bytes;
-  j.size_pinned = size_pinned;
+  const CompressJob j{src, dt, count, params, dst, dst_cap, workspace, ws_bytes, size_pinned};
   compress_batch(&j, 1, &stream, 1);
 }
 
 void decompress(const uint8_t* src, size_t len_bound, void* dst, DType dt, uint64_t dst_count,
                 void* workspace, size_t ws_bytes, GpuStream stream, int32_t* err_pinned) {
-  DecompressJob j;
-  j.src = src;
-  j.len_bound = len_bound;
-  j.dst = dst;
-  j.dtype = dt;
-  j.count = dst_count;
-  j.workspace = workspace;
-  j.ws_bytes = ws_bytes;
-  j.err_pinned = err_pinned;
+  const DecompressJob j{src, len_bound, /*a=*/nullptr, dst, dt, dst_count, /*reduce=*/false,
+                        ReduceOp::Sum, workspace, ws_bytes, err_pinned};
   decompress_batch(&j, 1, &stream, 1);
 }
 
 void decompress_reduce(const uint8_t* src, size_t len_bound, const void* a, void* out, DType dt,
                        uint64_t count, ReduceOp op, void* workspace, size_t ws_bytes,
                        GpuStream stream, int32_t* err_pinned) {
-  DecompressJob j;
-  j.src = src;
-  j.len_bound = len_bound;
-  j.a = a;
-  j.dst = out;
-  j.dtype = dt;
-  j.count = count;
-  j.reduce = true;
-  j.op = op;
-  j.workspace = workspace;
-  j.ws_bytes = ws_bytes;
-  j.err_pinned = err_pinned;
+  const DecompressJob j{src, len_bound, a, out, dt, count, /*reduce=*/true, op,
+                        workspace, ws_bytes, err_pinned};
   decompress_batch(&j, 1, &stream, 1);
 }
 

@@ -169,21 +169,30 @@ __device__ inline uint64_t warp_sum_u64(uint64_t v) {
 }
 
 // Inclusive prefix sums across the warp (uint32 wraps, as the CPU decoder's carry does).
-__device__ inline uint32_t warp_scan_u32(uint32_t v) {
+template <class T>
+__device__ inline T warp_scan(T v) {
   const unsigned lane = lane_id();
   for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t up = __shfl_up_sync(kFull, v, o);
+    const T up = __shfl_up_sync(kFull, v, o);
     if (lane >= static_cast<unsigned>(o)) v += up;
   }
   return v;
 }
-__device__ inline uint64_t warp_scan_u64(uint64_t v) {
-  const unsigned lane = lane_id();
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint64_t up = __shfl_up_sync(kFull, v, o);
-    if (lane >= static_cast<unsigned>(o)) v += up;
-  }
-  return v;
+
+// Chunks are walked in tiles of kWarps blocks, one block a warp; tiles alternate two shared
+// buffers. In tile t of a chunk of nb blocks, this warp codes block b (active while b < nb: warp-
+// uniform) and this lane its value i.
+struct TileSlot {
+  int buf;
+  uint32_t b;
+  bool active;
+  uint32_t i;
+};
+__device__ inline uint32_t num_tiles(uint32_t nb) { return (nb + kWarps - 1) / kWarps; }
+__device__ inline TileSlot tile_slot(uint32_t t, uint32_t nb) {
+  const int buf = t & 1;
+  const uint32_t b = t * kWarps + warp_id();
+  return {buf, b, b < nb, b * 32 + lane_id()};
 }
 
 // 32x32 bit transpose across the warp (see lane::transpose_stage).
@@ -213,7 +222,7 @@ __device__ inline uint64_t cta_sum(uint64_t v, uint64_t* scratch) {
 
 // Exclusive prefix over the block in thread order; *total gets the block's sum.
 __device__ inline uint64_t cta_exclusive_scan(uint64_t v, uint64_t* scratch, uint64_t* total) {
-  const uint64_t incl = warp_scan_u64(v);
+  const uint64_t incl = warp_scan<uint64_t>(v);
   __syncthreads();
   if (lane_id() == 31) scratch[warp_id()] = incl;
   __syncthreads();
@@ -381,12 +390,9 @@ __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
   // Where the write pass puts outlier indices and outlier values (unused when sizing).
   const size_t idx_at = planes_at + payload_total;
   const size_t val_at = idx_at + 2 * static_cast<size_t>(n_out_total);
-  const uint32_t tiles = (nb + kWarps - 1) / kWarps;
+  const uint32_t tiles = num_tiles(nb);
   for (uint32_t t = 0; t < tiles; ++t) {
-    const int buf = t & 1;
-    const uint32_t b = t * kWarps + warp;
-    const bool active = b < nb;  // warp-uniform
-    const uint32_t i = b * 32 + lane;
+    const auto [buf, b, active, i] = tile_slot(t, nb);
     const bool valid = active && i < m;
     const B bits = valid ? x[i] : B{0};
     int32_t q = 0;
@@ -994,12 +1000,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<K> a) {
     const uint8_t* const planes = p + header;
     uint32_t carry = ld_u32(p + 1);  // q_start
     uint32_t out_run = 0, pay_run = 0;
-    const uint32_t tiles = (nb + kWarps - 1) / kWarps;
+    const uint32_t tiles = num_tiles(nb);
     for (uint32_t t = 0; t < tiles; ++t) {
-      const int buf = t & 1;
-      const uint32_t b = t * kWarps + warp;
-      const bool active = b < nb;  // warp-uniform
-      const uint32_t i = b * 32 + lane;
+      const auto [buf, b, active, i] = tile_slot(t, nb);
       B ab = 0;  // reduce operand, loaded first so its latency overlaps the decoding
       if (kMode != Mode::Store && active && i < m) ab = a.a[first + i];
       uint32_t pay_before = pay_run, out_before = out_run, pay_tile = 0, out_tile = 0;
@@ -1026,7 +1029,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<K> a) {
           mag = warp_transpose(row);
         }
         const uint32_t delta = ((sign >> lane) & 1u) ? 0u - mag : mag;
-        incl = warp_scan_u32(delta);
+        incl = warp_scan<uint32_t>(delta);
         block_total = __shfl_sync(kFull, incl, 31);
       }
       if (lane == 0) sm.total[buf][warp] = block_total;

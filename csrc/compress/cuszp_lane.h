@@ -25,101 +25,69 @@
 namespace zccl::gpu::lane {
 
 #if defined(__CUDA_ARCH__)
-__device__ inline float mul_rn_f32(float a, float b) {
+// The device side of Arith, by type: every rounding explicit, nothing contracted into an FMA.
+__device__ inline float mul_rn(float a, float b) {
   float r;
   asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
   return r;
 }
-__device__ inline double widen_f32(float a) {
+__device__ inline double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ inline float abs_of(float a) { return fabsf(a); }
+__device__ inline double abs_of(double a) { return fabs(a); }
+__device__ inline int32_t round_rn(float s) { return __float2int_rn(s); }
+__device__ inline int32_t round_rn(double s) { return __double2int_rn(s); }
+__device__ inline void from_int_rn(int32_t q, float& r) { r = __int2float_rn(q); }
+__device__ inline void from_int_rn(int32_t q, double& r) { r = __int2double_rn(q); }
+__device__ inline double widen_rn(float a) {
   double r;
   asm("cvt.f64.f32 %0, %1;" : "=d"(r) : "f"(a));
   return r;
 }
+__device__ inline double widen_rn(double a) { return a; }
 #endif
 
+// The quantiser's arithmetic in T (float or double): on the device the functions above, on the
+// host plain IEEE arithmetic.
 template <class T>
-struct Arith;
-
-template <>
-struct Arith<float> {
-  using Bits = uint32_t;
-  static constexpr float kCodeLimit = 1073741760.0f;  // = fz::block::kCodeLimit<float>
-  static ZCCL_HD float mul(float a, float b) {
+struct Arith {
+  static constexpr T kCodeLimit = fz::block::kCodeLimit<T>;
+  static ZCCL_HD T mul(T a, T b) {
 #if defined(__CUDA_ARCH__)
-    return mul_rn_f32(a, b);
+    return mul_rn(a, b);
 #else
     return a * b;
 #endif
   }
-  static ZCCL_HD float abs(float a) {
+  static ZCCL_HD T abs(T a) {
 #if defined(__CUDA_ARCH__)
-    return fabsf(a);
+    return abs_of(a);
 #else
     return std::fabs(a);
 #endif
   }
   // rint then convert: in range (|s| < 2^30) the two agree with fzlight's nearbyint + cast.
-  static ZCCL_HD int32_t round_to_code(float s) {
+  static ZCCL_HD int32_t round_to_code(T s) {
 #if defined(__CUDA_ARCH__)
-    return __float2int_rn(s);
+    return round_rn(s);
 #else
     return static_cast<int32_t>(std::nearbyint(s));
 #endif
   }
-  static ZCCL_HD float from_code(int32_t q) {
+  static ZCCL_HD T from_code(int32_t q) {
 #if defined(__CUDA_ARCH__)
-    return __int2float_rn(q);
+    T r;
+    from_int_rn(q, r);
+    return r;
 #else
-    return static_cast<float>(q);
+    return static_cast<T>(q);
 #endif
   }
   // |x - r| in double (exact conversions, one rounded subtraction).
-  static ZCCL_HD double err(float x, float r) {
+  static ZCCL_HD double err(T x, T r) {
 #if defined(__CUDA_ARCH__)
-    return fabs(__dsub_rn(widen_f32(x), widen_f32(r)));
+    return fabs(__dsub_rn(widen_rn(x), widen_rn(r)));
 #else
     return std::fabs(static_cast<double>(x) - static_cast<double>(r));
-#endif
-  }
-};
-
-template <>
-struct Arith<double> {
-  using Bits = uint64_t;
-  static constexpr double kCodeLimit = 1073741760.0;
-  static ZCCL_HD double mul(double a, double b) {
-#if defined(__CUDA_ARCH__)
-    return __dmul_rn(a, b);
-#else
-    return a * b;
-#endif
-  }
-  static ZCCL_HD double abs(double a) {
-#if defined(__CUDA_ARCH__)
-    return fabs(a);
-#else
-    return std::fabs(a);
-#endif
-  }
-  static ZCCL_HD int32_t round_to_code(double s) {
-#if defined(__CUDA_ARCH__)
-    return __double2int_rn(s);
-#else
-    return static_cast<int32_t>(std::nearbyint(s));
-#endif
-  }
-  static ZCCL_HD double from_code(int32_t q) {
-#if defined(__CUDA_ARCH__)
-    return __int2double_rn(q);
-#else
-    return static_cast<double>(q);
-#endif
-  }
-  static ZCCL_HD double err(double x, double r) {
-#if defined(__CUDA_ARCH__)
-    return fabs(__dsub_rn(x, r));
-#else
-    return std::fabs(x - r);
 #endif
   }
 };
@@ -133,24 +101,27 @@ struct Arith<double> {
 struct Half {};      // IEEE binary16 (stream dtype 3)
 struct BFloat16 {};  // bfloat16 (stream dtype 4)
 
-ZCCL_HD inline float f32_of_bits(uint32_t b) {
 #if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
+__device__ inline void cast_bits(uint32_t b, float& f) { f = __uint_as_float(b); }
+__device__ inline void cast_bits(float f, uint32_t& b) { b = __float_as_uint(f); }
+__device__ inline void cast_bits(uint64_t b, double& d) { d = __longlong_as_double(static_cast<long long>(b)); }
+__device__ inline void cast_bits(double d, uint64_t& b) { b = static_cast<uint64_t>(__double_as_longlong(d)); }
 #endif
-}
-ZCCL_HD inline uint32_t bits_of_f32(float f) {
+// The value whose bits `v` holds (a same-size reinterpretation): the device's register moves, the
+// host's memcpy.
+template <class To, class From>
+ZCCL_HD inline To bit_cast(From v) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast needs types of one size");
+  To out;
 #if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
+  cast_bits(v, out);
 #else
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
+  std::memcpy(&out, &v, sizeof(To));
 #endif
+  return out;
 }
+ZCCL_HD inline float f32_of_bits(uint32_t b) { return bit_cast<float>(b); }
+ZCCL_HD inline uint32_t bits_of_f32(float f) { return bit_cast<uint32_t>(f); }
 
 // float32 -> bfloat16 bits, round to nearest even, for any non-NaN input (subnormals, infinities
 // and overflow to infinity included): integer arithmetic, so the device gives the CPU's bits
@@ -177,24 +148,8 @@ struct Kind<double> {
   using S = uint64_t;
   using C = double;
   static constexpr uint8_t kDType = 2;
-  static ZCCL_HD C widen(S b) {
-#if defined(__CUDA_ARCH__)
-    return __longlong_as_double(static_cast<long long>(b));
-#else
-    double d;
-    std::memcpy(&d, &b, 8);
-    return d;
-#endif
-  }
-  static ZCCL_HD S narrow(C v) {
-#if defined(__CUDA_ARCH__)
-    return static_cast<uint64_t>(__double_as_longlong(v));
-#else
-    uint64_t b;
-    std::memcpy(&b, &v, 8);
-    return b;
-#endif
-  }
+  static ZCCL_HD C widen(S b) { return bit_cast<double>(b); }
+  static ZCCL_HD S narrow(C v) { return bit_cast<uint64_t>(v); }
 };
 
 template <>

@@ -101,34 +101,30 @@ inline uint16_t float_to_bf16_rne(float x) {
 }
 inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
 
-struct KindF32 {
-  using S = float;
-  using C = float;
-  static constexpr DType kDType = DType::Float32;
+// A stream dtype computed on in itself (float, double).
+template <class T, DType D>
+struct KindSame {
+  using S = T;
+  using C = T;
+  static constexpr DType kDType = D;
   static C widen(S x) { return x; }
   static S narrow(C x) { return x; }
 };
-struct KindF64 {
-  using S = double;
-  using C = double;
-  static constexpr DType kDType = DType::Float64;
-  static C widen(S x) { return x; }
-  static S narrow(C x) { return x; }
-};
-struct KindF16 {
+// A 16-bit stream dtype computed on in float32 (widening is exact; narrowing rounds to nearest
+// even).
+template <DType D, float (*Widen)(uint16_t), uint16_t (*Narrow)(float)>
+struct KindHalf {
   using S = uint16_t;
   using C = float;
-  static constexpr DType kDType = DType::Float16;
-  static C widen(S x) { return half_to_float(x); }
-  static S narrow(C x) { return float_to_half_rne(x); }
+  static constexpr DType kDType = D;
+  static C widen(S x) { return Widen(x); }
+  static S narrow(C x) { return Narrow(x); }
 };
-struct KindBF16 {
-  using S = uint16_t;
-  using C = float;
-  static constexpr DType kDType = DType::BFloat16;
-  static C widen(S x) { return bf16_to_float(x); }
-  static S narrow(C x) { return float_to_bf16_rne(x); }
-};
+using KindF32 = KindSame<float, DType::Float32>;
+using KindF64 = KindSame<double, DType::Float64>;
+using KindF16 = KindHalf<DType::Float16, half_to_float, float_to_half_rne>;
+using KindBF16 = KindHalf<DType::BFloat16, bf16_to_float, float_to_bf16_rne>;
+
 template <class K>
 inline constexpr bool kIsHalf = sizeof(typename K::S) == 2;
 

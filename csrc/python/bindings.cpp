@@ -9,8 +9,11 @@
 
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
+#include "../backend/settings.h"
 #include "../backend/zccl_backend.h"
 #include "../compress/fzlight.h"
 #include "../compress/fzlight_format.h"
@@ -154,44 +157,118 @@ py::dict stream_info(const torch::Tensor& stream) {
 
 namespace zb = zccl::backend;
 
-// The Python options (a dict of plain values; any subset of the fields) -> the C++ override.
+// ---- Settings: Python values <-> the settings table (backend/settings.h) ----
+
+// A Python value as a SettingValue, for `s` to check; a value of a kind no setting takes (a list,
+// a numpy scalar that is not a float) is the setting's type error.
+zb::SettingValue setting_value(const zb::Setting& s, const py::handle& v) {
+  PyObject* o = v.ptr();
+  if (o == Py_None) return std::monostate{};
+  if (PyBool_Check(o)) return o == Py_True;
+  if (PyLong_Check(o)) {
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(o, &overflow);
+    if (overflow == 0) return static_cast<int64_t>(i);
+    const double d = PyLong_AsDouble(o);  // past int64: a real, or an int out of every range
+    if (d == -1.0 && PyErr_Occurred()) throw py::error_already_set();  // OverflowError
+    return d;
+  }
+  if (PyFloat_Check(o)) return PyFloat_AsDouble(o);
+  if (PyUnicode_Check(o)) return v.cast<std::string>();
+  throw s.type_error();
+}
+
+// `v` checked against `s`, raising TypeError or ValueError "<name> must be ..., got <value>" as
+// Options always did (a float shown by str(), as its messages did, anything else by repr()).
+zb::SettingValue checked_setting(const zb::Setting& s, const py::handle& v) {
+  try {
+    return s.checked(setting_value(s, v));
+  } catch (const zb::SettingError& e) {
+    const py::object text = PyFloat_Check(v.ptr()) ? py::str(v) : py::repr(v);
+    const std::string message = std::string(e.what()) + ", got " + text.cast<std::string>();
+    if (e.wrong_type()) throw py::type_error(message);
+    throw py::value_error(message);
+  }
+}
+
+py::object to_python(const zb::SettingValue& value) {
+  return std::visit(
+      [](const auto& v) -> py::object {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::monostate>) {
+          return py::none();
+        } else {
+          return py::cast(v);
+        }
+      },
+      value);
+}
+
+// A dict of settings (any subset; no unknown names) -> the override laying them over defaults.
 zb::CallOverride call_override_from(const py::dict& d) {
-  using F = zb::CallOverride;
+  for (const auto& item : d) {
+    const std::string key = py::str(item.first);
+    if (zb::find_setting(key) == nullptr) throw py::value_error("zccl: unknown setting '" + key + "'");
+  }
   zb::CallOverride o;
-  auto has = [&](const char* key, uint32_t field) {
-    if (!d.contains(key)) return false;
-    o.fields |= field;
-    return true;
-  };
-  if (has("error_bound", F::kErrorBound)) o.values.error_bound = d["error_bound"].cast<double>();
-  if (has("mode", F::kMode)) {
-    const std::string mode = d["mode"].cast<std::string>();
-    o.values.mode = mode == "abs"        ? zb::BoundMode::Abs
-                    : mode == "lossless" ? zb::BoundMode::Lossless
-                                         : zb::BoundMode::Rel;
-  }
-  if (has("threads", F::kThreads)) o.values.threads = d["threads"].cast<int>();
-  if (has("chunk_size", F::kChunkLen)) o.values.chunk_len = d["chunk_size"].cast<uint32_t>();
-  if (has("min_compress_bytes", F::kMinCompressBytes)) {
-    o.values.min_compress_bytes = d["min_compress_bytes"].cast<size_t>();
-  }
-  if (has("check_agreement", F::kCheckAgreement)) {
-    o.values.check_agreement = d["check_agreement"].cast<bool>();
-  }
-  if (has("owner_exact", F::kOwnerExact)) o.values.owner_exact = d["owner_exact"].cast<bool>();
-  if (has("algorithm", F::kAlgorithm)) {
-    o.values.algorithm = zccl::coll::algorithm_from_name(d["algorithm"].cast<std::string>());
+  for (const zb::Setting& s : zb::settings()) {
+    if (d.contains(s.name)) o.fields.push_back({&s, checked_setting(s, d[s.name.c_str()])});
   }
   return o;
 }
 
-// A complete configuration (group creation): every field must be present.
+// A complete configuration (group creation): every setting must be present, except an optional
+// choice (its absence is None).
 zb::CallConfig call_config_from(const py::dict& d) {
-  const zb::CallOverride o = call_override_from(d);
-  if (o.fields != zb::CallOverride::kAll) throw std::invalid_argument("zccl: incomplete backend options");
-  return o.values;
+  for (const zb::Setting& s : zb::settings()) {
+    if (!s.none_allowed && !d.contains(s.name)) {
+      throw std::invalid_argument("zccl: incomplete backend options (no " + s.name + ")");
+    }
+  }
+  return call_override_from(d).apply(zb::CallConfig{});
 }
 
+py::dict to_python(const zb::CallConfig& c) {
+  py::dict d;
+  for (const zb::Setting& s : zb::settings()) d[s.name.c_str()] = to_python(s.read(s, c));
+  return d;
+}
+
+py::dict to_python(const zb::CallOverride& o) {
+  py::dict d;
+  for (const zb::CallOverride::Field& f : o.fields) d[f.setting->name.c_str()] = to_python(f.value);
+  return d;
+}
+
+const char* type_name(zb::SettingType t) {
+  switch (t) {
+    case zb::SettingType::Real: return "float";
+    case zb::SettingType::Int: return "int";
+    case zb::SettingType::Bool: return "bool";
+    case zb::SettingType::Choice: return "choice";
+  }
+  return "unknown";
+}
+
+// The table for Python: one dict per setting, in the order of Options' fields.
+py::list settings_for_python() {
+  py::list rows;
+  for (const zb::Setting& s : zb::settings()) {
+    py::dict row;
+    row["name"] = s.name;
+    row["env"] = s.env;
+    row["type"] = type_name(s.type);
+    row["default"] = to_python(s.default_value());
+    py::list choices;
+    if (s.none_allowed) choices.append(py::none());
+    for (const std::string& c : s.choices) choices.append(c);
+    row["choices"] = py::tuple(choices);
+    row["requirement"] = s.requirement();
+    row["doc"] = s.doc;
+    rows.append(row);
+  }
+  return rows;
+}
 
 }  // namespace
 
@@ -252,6 +329,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("rank"), py::arg("size"), py::arg("global_ranks"), py::arg("group_id"),
       py::arg("timeout_seconds"), py::arg("config"));
+  m.def("settings", &settings_for_python,
+        "The settings table: name, env, type, default, choices, requirement, doc of each");
+  m.def(
+      "check_settings",
+      [](const py::dict& values) { call_override_from(values); },
+      "Raises TypeError/ValueError naming the first setting (in table order) not allowed");
   m.def(
       "set_call_override",
       [](const py::object& config) {
@@ -261,27 +344,31 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           zb::set_thread_override(call_override_from(config.cast<py::dict>()));
         }
       },
-      "Fields (a subset) laid over each group's options for collectives issued from this thread; None clears");
+      "Settings (a subset) laid over each group's options for collectives issued from this thread; None clears");
+  m.def(
+      "call_override",
+      []() -> py::object {
+        const std::optional<zb::CallOverride>& o = zb::thread_override();
+        if (!o) return py::none();
+        return to_python(*o);
+      },
+      "This thread's override as set_call_override took it (None when there is none)");
+  m.def(
+      "resolve_call_config",
+      [](const py::dict& config) { return to_python(zb::resolve_for_thread(call_config_from(config))); },
+      py::arg("config"),
+      "The settings a collective issued from this thread on a group with `config` runs with");
   m.def(
       "output_error_bound",
       [](const std::string& algorithm, const std::string& op, int p, double eb, bool allreduce) {
         using zccl::coll::ReduceOp;
-        py::dict d;
-        d["algorithm"] = algorithm;
-        d["mode"] = "abs";
-        d["error_bound"] = 0.0;
-        d["threads"] = 0;
-        d["chunk_size"] = static_cast<int>(zccl::fz::kDefaultChunkLen);
-        d["min_compress_bytes"] = 0;
-        d["check_agreement"] = true;
-        d["owner_exact"] = false;
-        const zb::CallConfig c = call_config_from(d);
+        const zccl::coll::Algorithm a = zccl::coll::algorithm_from_name(algorithm);
         ReduceOp rop = ReduceOp::Sum;
         if (op == "avg") rop = ReduceOp::Avg;
         else if (op == "min") rop = ReduceOp::Min;
         else if (op == "max") rop = ReduceOp::Max;
         else if (op != "sum") throw std::invalid_argument("zccl: op must be sum, avg, min or max");
-        return zccl::coll::output_error_bound(c.algorithm, rop, p, eb, allreduce);
+        return zccl::coll::output_error_bound(a, rop, p, eb, allreduce);
       },
       py::arg("algorithm"), py::arg("op"), py::arg("p"), py::arg("eb"), py::arg("allreduce"),
       "Documented worst-case output error of a compressed reduction");

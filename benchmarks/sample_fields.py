@@ -1,4 +1,4 @@
-"""Synthetic and bundled scientific fields for tests, benchmarks and examples.
+"""Synthetic and bundled scientific fields for the benchmarks and examples (not the library).
 
 Everything here is generated locally and deterministically from a seed (no downloads), except
 :func:`real_fields`, which reads the sample data that matplotlib installs with itself.
@@ -7,6 +7,8 @@ The acoustic helpers (:func:`ricker`, :func:`layered_velocity`, :func:`stable_dt
 :func:`point_source`, :func:`propagate`) form a small constant-density finite-difference modelling
 kit: second order in time, fourth order in space, with a Cerjan damping sponge at every face. They
 are public so that examples (e.g. reverse-time-migration style image stacking) can reuse them.
+Scripts in benchmarks/ import it as ``sample_fields``; examples put benchmarks/ on ``sys.path``
+first. It needs only torch and numpy (and matplotlib's sample data for :func:`real_fields`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import numpy as np
 import torch
 
 __all__ = [
-    "acoustic_wavefield_2d",
     "acoustic_wavefield_3d",
     "laplace_noise",
     "layered_velocity",
@@ -296,22 +297,6 @@ def acoustic_wavefield_3d(
     if len(shape) != 3:
         raise ValueError(f"shape must have 3 dimensions, got {tuple(shape)}")
     return _wavefield(shape, steps, seed, dtype, f0, dx, sponge_width, reach)
-
-
-def acoustic_wavefield_2d(
-    shape: Sequence[int] = (512, 512),
-    steps: int | None = None,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float32,
-    *,
-    f0: float = 15.0,
-    dx: float = 10.0,
-    sponge_width: int = 16,
-) -> torch.Tensor:
-    """2-D (depth x lateral) counterpart of :func:`acoustic_wavefield_3d`."""
-    if len(shape) != 2:
-        raise ValueError(f"shape must have 2 dimensions, got {tuple(shape)}")
-    return _wavefield(shape, steps, seed, dtype, f0, dx, sponge_width)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,208 @@
+#include "settings.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <limits>
+#include <optional>
+#include <type_traits>
+
+#include "call_config.h"
+
+namespace zccl::backend {
+namespace {
+
+// Row builders: each ties a row to its CallConfig member, so reads and writes need no switch.
+
+template <auto Member>
+Setting real(const char* name, const char* env, double min, const char* doc) {
+  Setting s{name, env, SettingType::Real, doc};
+  s.min = min;
+  s.read = [](const Setting&, const CallConfig& c) -> SettingValue { return c.*Member; };
+  s.write = [](const Setting&, CallConfig& c, const SettingValue& v) { c.*Member = std::get<double>(v); };
+  return s;
+}
+
+// `max`: a documented upper bound; without one, the member type's limit (not in messages).
+template <auto Member>
+Setting integer(const char* name, const char* env, int64_t min, std::optional<int64_t> max,
+                int64_t multiple_of, const char* note, const char* doc) {
+  using T = std::remove_reference_t<decltype(std::declval<CallConfig&>().*Member)>;
+  constexpr auto limit = std::min<uint64_t>(std::numeric_limits<T>::max(),
+                                            std::numeric_limits<int64_t>::max());
+  Setting s{name, env, SettingType::Int, doc};
+  s.min = static_cast<double>(min);
+  s.max = static_cast<double>(max.value_or(static_cast<int64_t>(limit)));
+  s.max_in_message = max.has_value();
+  s.multiple_of = multiple_of;
+  s.note = note;
+  s.read = [](const Setting&, const CallConfig& c) -> SettingValue {
+    return static_cast<int64_t>(c.*Member);
+  };
+  s.write = [](const Setting&, CallConfig& c, const SettingValue& v) {
+    c.*Member = static_cast<T>(std::get<int64_t>(v));  // checked() kept it within T
+  };
+  return s;
+}
+
+template <auto Member>
+Setting flag(const char* name, const char* env, const char* doc) {
+  Setting s{name, env, SettingType::Bool, doc};
+  s.read = [](const Setting&, const CallConfig& c) -> SettingValue { return c.*Member; };
+  s.write = [](const Setting&, CallConfig& c, const SettingValue& v) { c.*Member = std::get<bool>(v); };
+  return s;
+}
+
+// An enum member whose values are 0, 1, ... in the order of `names`.
+template <auto Member>
+Setting enum_choice(const char* name, const char* env, std::vector<std::string> names,
+                    const char* doc) {
+  using E = std::remove_reference_t<decltype(std::declval<CallConfig&>().*Member)>;
+  Setting s{name, env, SettingType::Choice, doc};
+  s.choices = std::move(names);
+  s.read = [](const Setting& self, const CallConfig& c) -> SettingValue {
+    return self.choices.at(static_cast<size_t>(c.*Member));
+  };
+  s.write = [](const Setting& self, CallConfig& c, const SettingValue& v) {
+    const std::string& chosen = std::get<std::string>(v);
+    for (size_t i = 0; i < self.choices.size(); ++i) {
+      if (self.choices[i] == chosen) c.*Member = static_cast<E>(i);
+    }
+  };
+  return s;
+}
+
+std::vector<std::string> algorithm_names(std::initializer_list<coll::Algorithm> algorithms) {
+  std::vector<std::string> names;
+  for (coll::Algorithm a : algorithms) names.emplace_back(coll::algorithm_name(a));
+  return names;
+}
+
+std::vector<Setting> make_table() {
+  using coll::Algorithm;
+  Setting baseline{"baseline", "ZCCL_BASELINE", SettingType::Choice,
+                   R"(`"mpi"` or `"cprp2p"`: overrides `algorithm` (benchmarks))"};
+  baseline.choices = algorithm_names({Algorithm::Mpi, Algorithm::CprP2P});
+  baseline.none_allowed = true;
+  // A CallConfig holds the algorithm that runs: the baseline is folded into it, never kept.
+  baseline.read = [](const Setting&, const CallConfig&) -> SettingValue { return std::monostate{}; };
+  baseline.write = [](const Setting&, CallConfig& c, const SettingValue& v) {
+    if (const auto* name = std::get_if<std::string>(&v)) c.algorithm = coll::algorithm_from_name(*name);
+  };
+
+  std::vector<Setting> table;
+  table.push_back(real<&CallConfig::error_bound>("error_bound", "ZCCL_ERROR_BOUND", 0.0,
+                                                 "bound per compression"));
+  table.push_back(enum_choice<&CallConfig::mode>(
+      "mode", "ZCCL_MODE", {"abs", "rel", "lossless"},
+      R"(`"abs"`, `"rel"` to the value range agreed across ranks, or `"lossless"` (bit-exact; )"
+      R"(`error_bound` ignored; with `algorithm="auto"` reductions then take MPI's exact )"
+      R"(allreduce, data movement and `algorithm="ring"` run the lossless codec))"));
+  table.push_back(integer<&CallConfig::threads>(
+      "threads", "ZCCL_THREADS", 0, std::nullopt, 1, "0 = OpenMP default",
+      "compressor OpenMP threads (0: `OMP_NUM_THREADS`/all cores)"));
+  table.push_back(integer<&CallConfig::chunk_len>(
+      "chunk_size", "ZCCL_CHUNK_SIZE", fz::kBlockLen, fz::kMaxChunkLen, fz::kBlockLen, "",
+      "chunk of the (pipelined) compressor, values"));
+  table.push_back(integer<&CallConfig::min_compress_bytes>(
+      "min_compress_bytes", "ZCCL_MIN_COMPRESS_BYTES", 0, std::nullopt, 1, "",
+      "smaller payloads go through MPI uncompressed"));
+  table.push_back(enum_choice<&CallConfig::algorithm>(
+      "algorithm", "ZCCL_ALGORITHM",
+      algorithm_names({Algorithm::Auto, Algorithm::Ring, Algorithm::RecursiveDoubling,
+                       Algorithm::Mpi, Algorithm::CprP2P}),
+      "`auto`, `ring`, `recursive_doubling`, `mpi`, `cprp2p`"));
+  table.push_back(std::move(baseline));  // after algorithm: a baseline overrides it
+  table.push_back(flag<&CallConfig::check_agreement>(
+      "check_agreement", "ZCCL_CHECK_AGREEMENT",
+      "agree on what each collective is before it runs (see Agreement); a mismatch raises on "
+      "every rank"));
+  table.push_back(flag<&CallConfig::owner_exact>(
+      "owner_exact", "ZCCL_OWNER_EXACT",
+      "broadcast / all_gather: the root / owner keeps exact values (outputs then differ across "
+      "ranks within `eb`)"));
+  return table;
+}
+
+// "0" for 0.0, "65536" for 65536.0: the bounds in the table are integers.
+std::string integer_text(double v) { return std::to_string(static_cast<int64_t>(v)); }
+
+}  // namespace
+
+const std::vector<Setting>& settings() {
+  static const std::vector<Setting> table = make_table();
+  return table;
+}
+
+const Setting* find_setting(std::string_view name) {
+  for (const Setting& s : settings()) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+SettingValue Setting::default_value() const { return read(*this, CallConfig{}); }
+
+std::string Setting::requirement() const {
+  switch (type) {
+    case SettingType::Real: return "must be finite and >= " + integer_text(min);
+    case SettingType::Int: {
+      if (max_in_message) {
+        return "must be a multiple of " + std::to_string(multiple_of) + " in [" +
+               integer_text(min) + ", " + integer_text(max) + "]";
+      }
+      return "must be an int >= " + integer_text(min) + (note.empty() ? "" : " (" + note + ")");
+    }
+    case SettingType::Bool: return "must be a bool";
+    case SettingType::Choice: {
+      // Written as Python writes the tuple of allowed values.
+      std::string text = none_allowed ? "(None" : "(";
+      for (const std::string& c : choices) text += (text.size() > 1 ? ", '" : "'") + c + "'";
+      return "must be one of " + text + ")";
+    }
+  }
+  return "is unknown";
+}
+
+SettingError Setting::type_error() const {
+  switch (type) {
+    case SettingType::Real: return SettingError(name + " must be a real number", true);
+    case SettingType::Bool: return SettingError(name + " " + requirement(), true);
+    default: return SettingError(name + " " + requirement(), false);
+  }
+}
+
+SettingValue Setting::checked(const SettingValue& given) const {
+  const auto out_of_range = [this] { return SettingError(name + " " + requirement(), false); };
+  switch (type) {
+    case SettingType::Real: {
+      double v = 0.0;
+      if (const auto* d = std::get_if<double>(&given)) v = *d;
+      else if (const auto* i = std::get_if<int64_t>(&given)) v = static_cast<double>(*i);
+      else throw type_error();
+      if (!std::isfinite(v) || v < min) throw out_of_range();
+      return v;
+    }
+    case SettingType::Int: {
+      const auto* i = std::get_if<int64_t>(&given);
+      if (i == nullptr) throw type_error();
+      const double v = static_cast<double>(*i);
+      if (v < min || v > max || *i % multiple_of != 0) throw out_of_range();
+      return *i;
+    }
+    case SettingType::Bool:
+      if (!std::holds_alternative<bool>(given)) throw type_error();
+      return given;
+    case SettingType::Choice:
+      if (std::holds_alternative<std::monostate>(given) && none_allowed) return given;
+      if (const auto* s = std::get_if<std::string>(&given)) {
+        for (const std::string& c : choices) {
+          if (c == *s) return given;
+        }
+      }
+      throw type_error();
+  }
+  throw type_error();
+}
+
+}  // namespace zccl::backend
