@@ -27,12 +27,7 @@ class CpuDevice final : public Device {
     body();
   }
   bool widens_halves() const override { return false; }
-  bool compresses_allreduce(size_t bytes, int p, const coll::Config& cfg) const override {
-    const coll::Algorithm alg = cfg.algorithm == coll::Algorithm::Auto
-                                    ? coll::choose_allreduce(bytes, p, cfg)
-                                    : cfg.algorithm;
-    return p > 1 && alg != coll::Algorithm::Mpi;
-  }
+  coll::Device kind() const override { return coll::Device::Cpu; }
   fz::FiniteRange value_range(const at::Tensor& t, int threads) override {
     return fz::finite_range(t.data_ptr(), compressed_dtype(t.scalar_type()),
                             static_cast<uint64_t>(t.numel()), threads);

@@ -101,9 +101,7 @@ class CudaDevice final : public Device {
 
   bool widens_halves() const override { return true; }
 
-  bool compresses_allreduce(size_t bytes, int p, const coll::Config& cfg) const override {
-    return gpucoll::choose_allreduce(bytes, p, cfg) != coll::Algorithm::Mpi;
-  }
+  coll::Device kind() const override { return coll::Device::Cuda; }
 
   fz::FiniteRange value_range(const at::Tensor& t, int) override {
     // The GPU codec has no half streams: the range of a half tensor is taken on its widening.

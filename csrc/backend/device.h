@@ -53,10 +53,8 @@ class Device {
   // Whether the data-movement collectives take float16/bfloat16 as float32 (a codec without half
   // streams); the reductions always widen (they accumulate in float32).
   virtual bool widens_halves() const = 0;
-  // Whether an all_reduce of `bytes` on `p` ranks that the backend chose to compress runs a
-  // compressed algorithm (false: the exact transport, e.g. "auto" at eb 0 or below the size where
-  // compression pays).
-  virtual bool compresses_allreduce(size_t bytes, int p, const coll::Config& cfg) const = 0;
+  // Which collectives run the compressed calls (coll::route() takes it into account).
+  virtual coll::Device kind() const = 0;
   // Finite min/max of a contiguous floating tensor.
   virtual fz::FiniteRange value_range(const at::Tensor& t, int threads) = 0;
   // A tensor on the host holding `t`'s bytes for the exact (uncompressed) transport: `t` itself

@@ -89,10 +89,11 @@ void ZcclBackend::record_exact(const char* op, uint64_t bytes_in, double eb) {
 }
 
 bool ZcclBackend::compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const {
-  if (!is_compressible_dtype(dtype) || numel == 0) return false;
-  if (cfg.algorithm == coll::Algorithm::Mpi) return false;
-  const size_t bytes = numel * c10::elementSize(dtype);
-  return bytes >= cfg.min_compress_bytes;
+  if (!is_compressible_dtype(dtype)) return false;
+  coll::Config c;
+  c.algorithm = cfg.algorithm;
+  c.min_compress_bytes = cfg.min_compress_bytes;
+  return coll::may_compress(numel * c10::elementSize(dtype), c);
 }
 
 std::optional<coll::ReduceOp> ZcclBackend::reduction_path(const c10d::ReduceOp& op,
@@ -160,7 +161,9 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
   const at::ScalarType type = s.buffer.scalar_type();
   const coll::Config cc = reduction_config(dev, cfg, eb, t.scalar_type());
   const bool compress =
-      chosen && dev.compresses_allreduce(n * s.buffer.element_size(), comm_->size(), cc);
+      chosen && coll::route(coll::Collective::AllReduce, n * s.buffer.element_size(),
+                            comm_->size(), cc, dev.kind())
+                    .compressed;
   if (compress) {
     coll::Stats stats;
     dev.allreduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(type), *cop, cc, &stats);

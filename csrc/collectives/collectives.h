@@ -158,6 +158,12 @@ struct Route {
 Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device = Device::Cpu);
 inline constexpr size_t kUnknownBytes = SIZE_MAX;
 
+// The configuration's part of route(): a payload of `bytes` may take a compressed path (not
+// cfg.algorithm == Mpi, not 0 bytes, not below cfg.min_compress_bytes). The backend asks it once
+// per call, before the ranks agree (the bound and the value range depend on it); route() then
+// adds the group's size and the algorithm choice.
+bool may_compress(size_t bytes, const Config& cfg);
+
 // What Algorithm::Auto resolves to for a CPU allreduce of `bytes` on `p` ranks (the cost model
 // of route.cpp).
 Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg);

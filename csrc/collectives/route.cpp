@@ -115,10 +115,14 @@ Algorithm reduction_algorithm(Collective c, size_t bytes, int p, const Config& c
 
 }  // namespace
 
+bool may_compress(size_t bytes, const Config& cfg) {
+  return cfg.algorithm != Algorithm::Mpi && !too_small(bytes, cfg);
+}
+
 Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device) {
   // One rank moves nothing: the CPU collectives hand that to MPI, the GPU ones do it themselves.
   const bool alone = p == 1 && device == Device::Cpu;
-  if (cfg.algorithm == Algorithm::Mpi || alone || too_small(bytes, cfg)) {
+  if (alone || !may_compress(bytes, cfg)) {
     return {false, Algorithm::Mpi};
   }
   Algorithm algorithm = Algorithm::Auto;
