@@ -1,6 +1,6 @@
 #include "mpi_info.h"
 
-#include <mpi.h>
+#include "mpi_comm.h"  // <mpi.h> without its C++ bindings
 
 #include <stdexcept>
 
