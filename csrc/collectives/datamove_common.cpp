@@ -1,7 +1,6 @@
 // What the data-movement collectives share (see datamove_common.h).
 #include "datamove_common.h"
 
-#include "../transport/backoff.h"
 
 #include <algorithm>
 #include <cstring>
@@ -166,20 +165,15 @@ void FrameReceiver::start(const Comm& comm, uint8_t* buf, size_t capacity, int p
 
 void wait_until(const Comm& comm, const std::function<bool()>& done, const char* op,
                 const char* what, int peer) {
-  const auto t0 = toolkit::Clock::now();
+  // The transport's wait, with half its sleep cap: a relay that oversleeps delays every rank
+  // behind it. (Sleeping after 96 polls made 1 MB broadcasts ~0.3 ms slower on the test cluster;
+  // longer sleeps, or none, made large broadcasts no faster.)
   const auto timeout = comm.timeout();
-  // Waits back off like Comm::wait's, but with half its sleep cap: a relay that oversleeps delays
-  // every rank behind it. (Sleeping after 96 polls made 1 MB broadcasts ~0.3 ms slower on the
-  // test cluster; longer sleeps, or none, made large broadcasts no faster.)
-  Backoff backoff(/*cap_us=*/100);
-  while (!done()) {
-    if (toolkit::Clock::now() - t0 > timeout) {
-      throw transport::TimeoutError(std::string("zccl: ") + op + ": Timed out after " +
-                                    std::to_string(timeout.count()) + " ms waiting for " + what +
-                                    " (rank " + std::to_string(peer) + ")");
-    }
-    backoff.pause();
-  }
+  transport::wait_until(timeout, done, [&] {
+    throw transport::TimeoutError(std::string("zccl: ") + op + ": Timed out after " +
+                                  std::to_string(timeout.count()) + " ms waiting for " + what +
+                                  " (rank " + std::to_string(peer) + ")");
+  }, /*sleep_cap_us=*/100);
 }
 
 void send_segments(const Comm& comm, const SegmentPlan& plan, int series,

@@ -11,7 +11,6 @@ namespace zccl::transport {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kPollSleepCapUs = 200;  // sleep cap of polling waits (backoff.h)
 const char g_in_place_marker = 0;
 
 Clock::time_point deadline_after(std::chrono::milliseconds timeout) {
@@ -56,9 +55,9 @@ size_t elem_size(ElemType t) {
 }
 
 void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& poll,
-                const std::function<void()>& on_timeout) {
+                const std::function<void()>& on_timeout, int sleep_cap_us) {
   const auto deadline = deadline_after(timeout);
-  Backoff backoff(kPollSleepCapUs);
+  Backoff backoff(sleep_cap_us);
   while (!poll()) {
     if (Clock::now() > deadline) {
       on_timeout();

@@ -78,10 +78,11 @@ class Request {
 };
 
 // Runs `poll` until it returns true; past `timeout` (from now) calls `on_timeout`, which must
-// throw. Polling backs off (spin, yield, then capped sleeps) so oversubscribed ranks leave the
-// cores to the ones computing. The one wait-with-deadline of the transport.
+// throw. Polling backs off (spin, yield, then sleeps capped at `sleep_cap_us`) so oversubscribed
+// ranks leave the cores to the ones computing. The one wait-with-deadline: the transport's waits
+// and the collectives' own progress loops go through it.
 void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& poll,
-                const std::function<void()>& on_timeout);
+                const std::function<void()>& on_timeout, int sleep_cap_us = 200);
 
 // One group's communicator.
 class Comm {
