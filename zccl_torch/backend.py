@@ -60,6 +60,20 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     register_group_options(str(dist_opts.group_id), options)
     timeout = dist_opts.timeout
     seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    if transport() == "gloo":
+        # Two Gloo groups on this group's own store (torch prefixes it per group): one for the
+        # collectives, one for point-to-point traffic, as the MPI transport keeps two communicators.
+        delta = datetime.timedelta(seconds=seconds)
+        gloo = [
+            dist.ProcessGroupGloo(
+                dist.PrefixStore(f"zccl-transport/{i}/", dist_opts.store),
+                dist_opts.group_rank,
+                dist_opts.group_size,
+                delta,
+            )
+            for i in range(2)
+        ]
+        return _C.create_backend_gloo(gloo, seconds, options.to_native())
     return _C.create_backend(
         dist_opts.group_rank,
         dist_opts.group_size,
@@ -68,6 +82,27 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
         seconds,
         options.to_native(),
     )
+
+
+_TRANSPORTS = ("auto", "mpi", "gloo")
+_MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
+
+
+def transport(environ: dict[str, str] | None = None) -> str:
+    """The transport new zccl groups use: ``"mpi"`` or ``"gloo"``.
+
+    ``ZCCL_TRANSPORT`` (``auto``, ``mpi``, ``gloo``; default ``auto``) decides. ``auto`` takes Open
+    MPI when an MPI launcher started the process (mpirun sets ``OMPI_COMM_WORLD_SIZE``/PMIx
+    variables) and Gloo otherwise (torchrun or any launcher that gives torch a store): the
+    compressed collectives are the same over both, only the bytes' carrier differs.
+    """
+    env = os.environ if environ is None else environ
+    choice = env.get("ZCCL_TRANSPORT", "auto").strip().lower() or "auto"
+    if choice not in _TRANSPORTS:
+        raise ValueError(f"ZCCL_TRANSPORT must be one of {_TRANSPORTS}, got {choice!r}")
+    if choice != "auto":
+        return choice
+    return "mpi" if any(v in env for v in _MPI_LAUNCH_VARS) else "gloo"
 
 
 def register() -> None:

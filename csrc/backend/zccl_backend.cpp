@@ -545,7 +545,11 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::barrier(const c10d::BarrierOptions&)
 c10::intrusive_ptr<c10d::Backend> create_backend(int rank, int size, const std::vector<int64_t>& global_ranks,
                                                  const std::string& group_id, std::chrono::milliseconds timeout,
                                                  const CallConfig& defaults) {
-  std::unique_ptr<Comm> coll = transport::open_mpi_group(rank, size, global_ranks, group_id);
+  return create_backend_on(transport::open_mpi_group(rank, size, global_ranks, group_id), timeout, defaults);
+}
+
+c10::intrusive_ptr<c10d::Backend> create_backend_on(std::unique_ptr<Comm> coll, std::chrono::milliseconds timeout,
+                                                    const CallConfig& defaults) {
   std::unique_ptr<Comm> p2p = coll->duplicate();
   return c10::make_intrusive<ZcclBackend>(std::move(coll), std::move(p2p), defaults, timeout);
 }

@@ -223,5 +223,10 @@ c10::intrusive_ptr<c10d::Backend> create_backend(int rank, int size,
                                                  const std::string& group_id,
                                                  std::chrono::milliseconds timeout,
                                                  const CallConfig& defaults);
+// The same over any transport (the Gloo one of groups launched without mpirun): the backend
+// keeps `coll` for the collectives and a duplicate of it for point-to-point traffic.
+c10::intrusive_ptr<c10d::Backend> create_backend_on(std::unique_ptr<transport::Comm> coll,
+                                                    std::chrono::milliseconds timeout,
+                                                    const CallConfig& defaults);
 
 }  // namespace zccl::backend

@@ -13,6 +13,7 @@
 #include <variant>
 #include <vector>
 
+#include "../backend/c10d_comm.h"
 #include "../backend/settings.h"
 #include "../backend/zccl_backend.h"
 #include "../compress/fzlight.h"
@@ -329,6 +330,29 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("rank"), py::arg("size"), py::arg("global_ranks"), py::arg("group_id"),
       py::arg("timeout_seconds"), py::arg("config"));
+  m.def(
+      "create_backend_gloo",
+      [](std::vector<c10::intrusive_ptr<c10d::Backend>> glue, double timeout_seconds,
+         const py::dict& config) -> c10::intrusive_ptr<c10d::Backend> {
+        // `glue`: Gloo groups over this group's ranks, made on its store; the first carries the
+        // collectives, the second (the backend's duplicate) the point-to-point traffic.
+        if (glue.size() != 2) throw std::invalid_argument("create_backend_gloo: needs two Gloo groups");
+        const zb::CallConfig cfg = call_config_from(config);
+        const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
+        py::gil_scoped_release nogil;
+        auto pool = std::make_shared<std::vector<c10::intrusive_ptr<c10d::Backend>>>(std::move(glue));
+        auto next = [pool]() {
+          if (pool->empty()) throw std::logic_error("zccl: no Gloo group left for another communicator");
+          auto pg = pool->front();
+          pool->erase(pool->begin());
+          return pg;
+        };
+        auto comm = std::make_unique<zb::C10dComm>(next);
+        comm->set_timeout(timeout);
+        return zb::create_backend_on(std::move(comm), timeout, cfg);
+      },
+      py::arg("gloo_groups"), py::arg("timeout_seconds"), py::arg("config"),
+      "The zccl backend over Gloo groups (launches without mpirun)");
   m.def("settings", &settings_for_python,
         "The settings table: name, env, type, default, choices, requirement, doc of each");
   m.def(
