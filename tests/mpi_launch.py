@@ -25,19 +25,44 @@ def mpi_env() -> dict[str, str]:
     return env
 
 
-def mpirun(nprocs: int, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+def mpirun(
+    nprocs: int, argv: list[str], timeout: float, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Runs ``argv`` on ``nprocs`` ranks; a run past ``timeout`` seconds is killed and fails."""
     if shutil.which("mpirun") is None:
         raise RuntimeError("mpirun not found: run scripts/setup.sh (installs openmpi-bin)")
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(nprocs), *argv]
+    return run_bounded(cmd, {**mpi_env(), **(extra_env or {})}, timeout)
+
+
+def torchrun_env() -> dict[str, str]:
+    """What a user's shell has: no MPI launch variables, the checkout on the path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+    env.update(
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "1"),
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
+    return env
+
+
+def torchrun(nprocs: int, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc-per-node nprocs`` of a script (argv[0]) and its args."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc-per-node", str(nprocs), *argv]
+    return run_bounded(cmd, torchrun_env(), timeout)
+
+
+def run_bounded(
+    cmd: list[str], env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Runs a launcher; one that runs past ``timeout`` seconds is killed and fails the test."""
     try:
-        return subprocess.run(
-            cmd, cwd=ROOT, env=mpi_env(), capture_output=True, text=True, timeout=timeout
-        )
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         raise AssertionError(
-            f"mpirun -np {nprocs} {' '.join(argv)} timed out after {timeout} s\n{out[-4000:]}"
+            f"{' '.join(cmd)} timed out after {timeout} s\n{out[-4000:]}"
         ) from exc
 
 

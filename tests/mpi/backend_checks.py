@@ -83,6 +83,23 @@ def mpi_allreduce(t: torch.Tensor, op: MPI.Op) -> torch.Tensor:
     return out
 
 
+_gloo_reference_group = None
+
+
+def exact_float_reference(t: torch.Tensor) -> torch.Tensor:
+    """The exact float SUM the backend's uncompressed path must match bit for bit: MPI's own
+    (mpi4py) over the MPI transport, Gloo's own (a torch Gloo group on the same ranks) over the
+    Gloo transport -- each sums floats in its own order."""
+    global _gloo_reference_group
+    if zccl_torch.backend.transport() != "gloo":
+        return mpi_allreduce(t, MPI.SUM)
+    if _gloo_reference_group is None:
+        _gloo_reference_group = dist.new_group(backend="gloo")
+    out = t.clone()
+    dist.all_reduce(out, group=_gloo_reference_group)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 
 
@@ -155,10 +172,11 @@ def allreduce_exact_dtypes_match_mpi4py() -> None:
     ref = mpi_allreduce(b, MPI.LOR)
     dist.all_reduce(b, op=dist.ReduceOp.SUM)
     assert_equal("all_reduce bool", b, ref)
-    # Floats below the compression threshold and the 'mpi' baseline are exact, like MPI itself.
+    # Floats below the compression threshold and the 'mpi' baseline are exact, like the transport's
+    # own allreduce.
     for dtype in (torch.float32, torch.float64):
         x = data(rank(), 1009, dtype)
-        ref = mpi_allreduce(x, MPI.SUM)
+        ref = exact_float_reference(x)
         with zccl_torch.config(algorithm="mpi"):
             y = x.clone()
             dist.all_reduce(y)
