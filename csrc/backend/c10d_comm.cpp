@@ -14,6 +14,15 @@ using transport::ElemType;
 using transport::ReduceKind;
 using transport::TransportError;
 
+struct C10dRecvState {
+  int peer = -1;
+  int tag = 0;
+  at::Tensor length = at::empty({1}, at::kLong);
+  at::Tensor body;
+  std::shared_ptr<WatchedWork> length_work, body_work;
+  bool body_posted = false;
+};
+
 namespace {
 
 at::Tensor bytes_at(const void* p, size_t n) {
@@ -22,30 +31,43 @@ at::Tensor bytes_at(const void* p, size_t n) {
 
 at::Tensor owned_bytes(size_t n) { return at::empty({static_cast<int64_t>(n)}, at::kByte); }
 
-// One side of a byte message: the length, then (when not empty) the bytes.
+// One side of a byte message: the length, then (when not empty) the bytes. A receive's part
+// lives in a C10dRecvState shared with the comm's ordering queue.
 class C10dRequest final : public transport::RequestState {
  public:
   bool send = false;
-  int peer = -1;  // -1: any source (until the length arrived)
+  bool any_source = false;
+  int peer = -1;
   int tag = 0;
-  size_t bytes = 0;      // send: message length; receive: the receive's capacity
-  void* out = nullptr;   // receive: where the bytes go
-  at::Tensor length = at::empty({1}, at::kLong);
-  at::Tensor body;
-  std::shared_ptr<WatchedWork> length_work, body_work;
+  size_t bytes = 0;     // send: message length; receive: the receive's capacity
+  void* out = nullptr;  // receive: where the bytes go
+  at::Tensor length, body;                             // send
+  std::shared_ptr<WatchedWork> length_work, body_work;  // send
+  std::shared_ptr<C10dRecvState> recv;
+  std::mutex* order_mutex = nullptr;  // the comm's: guards recv->body_work while queued
   bool finished = false;
 
   bool active() const override { return !finished; }
   ~C10dRequest() override {
-    // Abandoned (an error elsewhere): wake the watcher; the work keeps our buffers alive.
-    for (auto* w : {&length_work, &body_work}) {
-      if (*w && !(*w)->done.load(std::memory_order_acquire)) {
-        try {
-          (*w)->work->abort();
-        } catch (...) {
-          // already completing: the watcher releases it
-        }
-      }
+    // Abandoned (an error elsewhere): wake the watchers; the works keep the buffers alive.
+    if (finished) return;
+    if (recv) {
+      std::lock_guard<std::mutex> lock(*order_mutex);
+      abort(recv->length_work);
+      abort(recv->body_work);
+    } else {
+      abort(length_work);
+      abort(body_work);
+    }
+  }
+
+ private:
+  static void abort(const std::shared_ptr<WatchedWork>& w) {
+    if (!w || w->done.load(std::memory_order_acquire)) return;
+    try {
+      w->work->abort();
+    } catch (...) {
+      // already completing: the watcher releases it
     }
   }
 };
@@ -166,6 +188,7 @@ transport::Request C10dComm::post_send(const void* buf, size_t bytes, int peer, 
   r->peer = peer;
   r->tag = tag;
   r->bytes = bytes;
+  r->length = at::empty({1}, at::kLong);
   r->length.data_ptr<int64_t>()[0] = static_cast<int64_t>(bytes);
   std::vector<at::Tensor> length{r->length};
   r->length_work = watcher_->watch(pg_->send(length, peer, 2 * tag));
@@ -180,47 +203,91 @@ transport::Request C10dComm::post_send(const void* buf, size_t bytes, int peer, 
 
 transport::Request C10dComm::post_recv(void* buf, size_t capacity, int peer, int tag) const {
   auto r = std::make_unique<C10dRequest>();
+  r->any_source = peer == kAnySource;
   r->peer = peer;
   r->tag = tag;
   r->bytes = capacity;
   r->out = buf;
-  std::vector<at::Tensor> length{r->length};
-  r->length_work = watcher_->watch(peer == kAnySource ? pg_->recvAnysource(length, 2 * tag)
-                                                      : pg_->recv(length, peer, 2 * tag));
+  r->order_mutex = &order_mutex_;
+  r->recv = std::make_shared<C10dRecvState>();
+  r->recv->peer = peer;
+  r->recv->tag = tag;
+  std::vector<at::Tensor> length{r->recv->length};
+  std::lock_guard<std::mutex> lock(order_mutex_);
+  r->recv->length_work = watcher_->watch(r->any_source ? pg_->recvAnysource(length, 2 * tag)
+                                                       : pg_->recv(length, peer, 2 * tag));
+  if (!r->any_source) awaiting_body_[{peer, tag}].push_back(r->recv);
   return transport::Request(std::move(r));
+}
+
+void C10dComm::post_body(C10dRecvState& s) const {
+  s.body_posted = true;
+  const int64_t n = s.length.data_ptr<int64_t>()[0];
+  if (n <= 0) return;  // empty, or malformed (poll reports it)
+  // Exactly sized (Gloo aborts on a larger message); a message over the capacity is received
+  // all the same, then fails the receive.
+  s.body = owned_bytes(static_cast<size_t>(n));
+  std::vector<at::Tensor> body{s.body};
+  s.body_work = watcher_->watch(pg_->recv(body, s.peer, 2 * s.tag + 1));
+}
+
+void C10dComm::post_bodies_in_order(int peer, int tag) const {
+  const auto it = awaiting_body_.find({peer, tag});
+  if (it == awaiting_body_.end()) return;
+  auto& queue = it->second;
+  while (!queue.empty()) {
+    C10dRecvState& s = *queue.front();
+    if (!s.length_work->done.load(std::memory_order_acquire)) break;
+    if (s.length_work->error) {
+      s.body_posted = true;  // no length, no body (the receive reports the failure)
+    } else {
+      post_body(s);
+    }
+    queue.pop_front();
+  }
+  if (queue.empty()) awaiting_body_.erase(it);
 }
 
 bool C10dComm::poll(transport::Request& req) const {
   auto* r = static_cast<C10dRequest*>(req.state());
   if (r == nullptr || r->finished) return true;
-  if (!completed(r->length_work, describe(req))) return false;
   if (r->send) {
+    if (!completed(r->length_work, describe(req))) return false;
     if (r->body_work && !completed(r->body_work, describe(req))) return false;
     r->finished = true;
     return true;
   }
-  const int64_t length = r->length.data_ptr<int64_t>()[0];
-  if (r->peer == kAnySource) r->peer = r->length_work->work->sourceRank();
-  if (length < 0) throw TransportError("zccl: malformed message length from rank " +
-                                       std::to_string(r->peer));
-  const size_t n = static_cast<size_t>(length);
-  if (n > 0 && !r->body_work) {
-    // Exactly sized (Gloo aborts on a larger message); a message over the capacity is drained
-    // into scratch memory, then fails the receive.
-    r->body = owned_bytes(n);
-    std::vector<at::Tensor> body{r->body};
-    r->body_work = watcher_->watch(pg_->recv(body, r->peer, 2 * r->tag + 1));
+  C10dRecvState& s = *r->recv;
+  if (!completed(s.length_work, describe(req))) return false;
+  {
+    std::lock_guard<std::mutex> lock(order_mutex_);
+    if (!s.body_posted) {
+      if (r->any_source) {
+        s.peer = s.length_work->work->sourceRank();
+        post_body(s);
+      } else {
+        post_bodies_in_order(s.peer, s.tag);
+        if (!s.body_posted) return false;  // an earlier receive's length has not arrived
+      }
+    }
   }
-  if (r->body_work && !completed(r->body_work, describe(req))) return false;
+  r->peer = s.peer;
+  const int64_t length = s.length.data_ptr<int64_t>()[0];
+  if (length < 0) {
+    r->finished = true;
+    throw TransportError("zccl: malformed message length from rank " + std::to_string(s.peer));
+  }
+  if (s.body_work && !completed(s.body_work, describe(req))) return false;
   r->finished = true;
-  req.source = r->peer;
+  req.source = s.peer;
+  const size_t n = static_cast<size_t>(length);
   if (n > r->bytes) {
-    throw TransportError("zccl: message truncated: rank " + std::to_string(r->peer) + " sent " +
+    throw TransportError("zccl: message truncated: rank " + std::to_string(s.peer) + " sent " +
                              std::to_string(n) + " bytes to a receive of " +
                              std::to_string(r->bytes) + " (tag " + std::to_string(r->tag) + ")",
                          /*truncated=*/true);
   }
-  if (n > 0) std::memcpy(r->out, r->body.data_ptr(), n);
+  if (n > 0) std::memcpy(r->out, s.body.data_ptr(), n);
   req.received = n;
   return true;
 }

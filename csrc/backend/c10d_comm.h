@@ -24,8 +24,11 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #pragma GCC diagnostic pop
 
+#include <deque>
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,8 @@ namespace zccl::backend {
 // Makes a new c10d backend over the same ranks, in the same order (collective: every rank calls
 // it the same number of times). The Python side creates Gloo process groups on the group's Store.
 using C10dFactory = std::function<c10::intrusive_ptr<c10d::Backend>()>;
+
+struct C10dRecvState;
 
 class C10dComm final : public transport::Comm {
  public:
@@ -83,11 +88,19 @@ class C10dComm final : public transport::Comm {
 
   // Waits for a collective's work within the timeout, turning its failure into our errors.
   void finish(const c10::intrusive_ptr<c10d::Work>& work, const char* what) const;
+  // Posts the body receives of the receives from (peer, tag) whose length arrived, in the order
+  // the receives were posted: Gloo matches a (peer, tag)'s messages in order, so a body receive
+  // posted out of order would take another message's bytes (and Gloo aborts on the size).
+  void post_bodies_in_order(int peer, int tag) const;
+  void post_body(C10dRecvState& s) const;
 
   C10dFactory factory_;
   c10::intrusive_ptr<c10d::Backend> pg_;
   int rank_ = 0;
   int size_ = 1;
+  mutable std::mutex order_mutex_;
+  // Receives from a known peer, per (peer, tag), whose body receive is not posted yet.
+  mutable std::map<std::pair<int, int>, std::deque<std::shared_ptr<C10dRecvState>>> awaiting_body_;
   // Declared last: destroyed first, aborting unfinished work while pg_ still exists.
   std::unique_ptr<WorkWatcher> watcher_;
 };
