@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
+import socket
 from typing import Any
 
 import torch
@@ -63,13 +64,12 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     if transport() == "gloo":
         # Two Gloo groups on this group's own store (torch prefixes it per group): one for the
         # collectives, one for point-to-point traffic, as the MPI transport keeps two communicators.
-        delta = datetime.timedelta(seconds=seconds)
         gloo = [
             dist.ProcessGroupGloo(
                 dist.PrefixStore(f"zccl-transport/{i}/", dist_opts.store),
                 dist_opts.group_rank,
                 dist_opts.group_size,
-                delta,
+                _gloo_options(seconds),
             )
             for i in range(2)
         ]
@@ -82,6 +82,35 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
         seconds,
         options.to_native(),
     )
+
+
+def _gloo_options(seconds: float) -> Any:
+    """Options of the Gloo groups under the Gloo transport: the group's timeout and a device
+    bound to the address this host uses to reach the rendezvous host (MASTER_ADDR), unless
+    GLOO_SOCKET_IFNAME names an interface. Gloo's own default, the address the host name
+    resolves to, is often loopback on multi-homed or containerised hosts (torch's docs then ask
+    for GLOO_SOCKET_IFNAME); the route to the store's host is the one the other ranks reach."""
+    opts = dist.ProcessGroupGloo._Options()
+    opts._timeout = datetime.timedelta(seconds=seconds)
+    iface = os.environ.get("GLOO_SOCKET_IFNAME")
+    if iface:
+        opts._devices = [dist.ProcessGroupGloo.create_device(interface=iface.split(",")[0])]
+    else:
+        opts._devices = [dist.ProcessGroupGloo.create_device(hostname=_local_address())]
+    return opts
+
+
+def _local_address() -> str:
+    """This host's address on the route to MASTER_ADDR (a UDP socket's connect sends nothing);
+    loopback when there is no MASTER_ADDR or no route."""
+    master = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    try:
+        family = socket.getaddrinfo(master, None)[0][0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((master, 9))
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
 
 
 _TRANSPORTS = ("auto", "mpi", "gloo")

@@ -21,6 +21,7 @@ struct C10dRecvState {
   at::Tensor body;
   std::shared_ptr<WatchedWork> length_work, body_work;
   bool body_posted = false;
+  std::string body_error;  // posting the body's receive failed
 };
 
 namespace {
@@ -213,10 +214,27 @@ transport::Request C10dComm::post_recv(void* buf, size_t capacity, int peer, int
   r->recv->peer = peer;
   r->recv->tag = tag;
   std::vector<at::Tensor> length{r->recv->length};
+  // The body's receive is posted by the watcher thread as soon as the length arrived (the
+  // sender's bytes wait for it), not when the owner next polls: on a chain of relays that poll
+  // latency came once per message and hop.
+  std::weak_ptr<C10dRecvState> state = r->recv;
+  std::function<void()> on_length = [this, state, any = r->any_source, peer, tag] {
+    std::lock_guard<std::mutex> lock(order_mutex_);
+    if (any) {
+      const auto s = state.lock();
+      if (s && !s->body_posted && !s->length_work->error) {
+        s->peer = s->length_work->work->sourceRank();
+        post_body_noexcept(*s);
+      }
+    } else {
+      post_bodies_in_order(peer, tag);
+    }
+  };
   std::lock_guard<std::mutex> lock(order_mutex_);
-  r->recv->length_work = watcher_->watch(r->any_source ? pg_->recvAnysource(length, 2 * tag)
-                                                       : pg_->recv(length, peer, 2 * tag));
   if (!r->any_source) awaiting_body_[{peer, tag}].push_back(r->recv);
+  r->recv->length_work = watcher_->watch(r->any_source ? pg_->recvAnysource(length, 2 * tag)
+                                                       : pg_->recv(length, peer, 2 * tag),
+                                         std::move(on_length));
   return transport::Request(std::move(r));
 }
 
@@ -231,17 +249,26 @@ void C10dComm::post_body(C10dRecvState& s) const {
   s.body_work = watcher_->watch(pg_->recv(body, s.peer, 2 * s.tag + 1));
 }
 
+void C10dComm::post_body_noexcept(C10dRecvState& s) const {
+  try {
+    post_body(s);
+  } catch (const std::exception& e) {
+    s.body_error = std::string("posting the receive of the message's bytes failed: ") + e.what();
+  }
+}
+
 void C10dComm::post_bodies_in_order(int peer, int tag) const {
   const auto it = awaiting_body_.find({peer, tag});
   if (it == awaiting_body_.end()) return;
   auto& queue = it->second;
   while (!queue.empty()) {
     C10dRecvState& s = *queue.front();
-    if (!s.length_work->done.load(std::memory_order_acquire)) break;
+    // Not yet watched (the watch is being set up under this lock), or its length not arrived.
+    if (!s.length_work || !s.length_work->done.load(std::memory_order_acquire)) break;
     if (s.length_work->error) {
       s.body_posted = true;  // no length, no body (the receive reports the failure)
     } else {
-      post_body(s);
+      post_body_noexcept(s);
     }
     queue.pop_front();
   }
@@ -264,12 +291,16 @@ bool C10dComm::poll(transport::Request& req) const {
     if (!s.body_posted) {
       if (r->any_source) {
         s.peer = s.length_work->work->sourceRank();
-        post_body(s);
+        post_body_noexcept(s);
       } else {
         post_bodies_in_order(s.peer, s.tag);
         if (!s.body_posted) return false;  // an earlier receive's length has not arrived
       }
     }
+  }
+  if (!s.body_error.empty()) {
+    r->finished = true;
+    throw TransportError("zccl: " + describe(req) + ": " + s.body_error);
   }
   r->peer = s.peer;
   const int64_t length = s.length.data_ptr<int64_t>()[0];

@@ -93,6 +93,7 @@ class C10dComm final : public transport::Comm {
   // posted out of order would take another message's bytes (and Gloo aborts on the size).
   void post_bodies_in_order(int peer, int tag) const;
   void post_body(C10dRecvState& s) const;
+  void post_body_noexcept(C10dRecvState& s) const;  // a failure is kept for the receive's poll
 
   C10dFactory factory_;
   c10::intrusive_ptr<c10d::Backend> pg_;

@@ -21,9 +21,11 @@ WorkWatcher::~WorkWatcher() {
   for (auto& t : threads_) t.join();
 }
 
-std::shared_ptr<WatchedWork> WorkWatcher::watch(c10::intrusive_ptr<c10d::Work> work) {
+std::shared_ptr<WatchedWork> WorkWatcher::watch(c10::intrusive_ptr<c10d::Work> work,
+                                                std::function<void()> on_done) {
   auto w = std::make_shared<WatchedWork>();
   w->work = std::move(work);
+  w->on_done = std::move(on_done);
   std::lock_guard<std::mutex> lock(mutex_);
   queue_.push_back(w);
   if (idle_ >= queue_.size()) {
@@ -56,6 +58,7 @@ void WorkWatcher::loop() {
       w->error = std::current_exception();
     }
     w->done.store(true, std::memory_order_release);
+    if (w->on_done) w->on_done();
     lock.lock();
     in_wait_.erase(std::find(in_wait_.begin(), in_wait_.end(), w));
   }

@@ -14,6 +14,7 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -25,6 +26,9 @@ struct WatchedWork {
   c10::intrusive_ptr<c10d::Work> work;
   std::atomic<bool> done{false};
   std::exception_ptr error;  // written before `done` is set (release), read after (acquire)
+  // Run by the watcher thread right after `done` is set (whatever the outcome): what must follow
+  // a completion at once, not when the owner next polls. Must not throw.
+  std::function<void()> on_done;
 };
 
 class WorkWatcher {
@@ -35,7 +39,8 @@ class WorkWatcher {
   // Aborts every work still watched, then joins the threads.
   ~WorkWatcher();
 
-  std::shared_ptr<WatchedWork> watch(c10::intrusive_ptr<c10d::Work> work);
+  std::shared_ptr<WatchedWork> watch(c10::intrusive_ptr<c10d::Work> work,
+                                     std::function<void()> on_done = {});
 
  private:
   void loop();
