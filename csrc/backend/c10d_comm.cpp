@@ -14,10 +14,16 @@ using transport::ElemType;
 using transport::ReduceKind;
 using transport::TransportError;
 
+// A message's head: its length (int64), then its first bytes, up to kInlineBytes (our frames
+// and small messages travel in one Gloo message); the rest, if any, follows as a second one.
+constexpr size_t kLengthBytes = sizeof(int64_t);
+constexpr size_t kInlineBytes = size_t{64} << 10;
+
 struct C10dRecvState {
   int peer = -1;
   int tag = 0;
-  at::Tensor length = at::empty({1}, at::kLong);
+  // Posted at the largest head: Gloo accepts a smaller message than the receive.
+  at::Tensor length = at::empty({static_cast<int64_t>(kLengthBytes + kInlineBytes)}, at::kByte);
   at::Tensor body;
   std::shared_ptr<WatchedWork> length_work, body_work;
   bool body_posted = false;
@@ -32,7 +38,7 @@ at::Tensor bytes_at(const void* p, size_t n) {
 
 at::Tensor owned_bytes(size_t n) { return at::empty({static_cast<int64_t>(n)}, at::kByte); }
 
-// One side of a byte message: the length, then (when not empty) the bytes. A receive's part
+// One side of a byte message: its head (length and first bytes), then the rest if any. A receive's part
 // lives in a C10dRecvState shared with the comm's ordering queue.
 class C10dRequest final : public transport::RequestState {
  public:
@@ -189,13 +195,17 @@ transport::Request C10dComm::post_send(const void* buf, size_t bytes, int peer, 
   r->peer = peer;
   r->tag = tag;
   r->bytes = bytes;
-  r->length = at::empty({1}, at::kLong);
-  r->length.data_ptr<int64_t>()[0] = static_cast<int64_t>(bytes);
+  const size_t inline_bytes = std::min(bytes, kInlineBytes);
+  r->length = owned_bytes(kLengthBytes + inline_bytes);
+  const int64_t n = static_cast<int64_t>(bytes);
+  std::memcpy(r->length.data_ptr(), &n, kLengthBytes);
+  if (inline_bytes > 0) std::memcpy(r->length.data_ptr<uint8_t>() + kLengthBytes, buf, inline_bytes);
   std::vector<at::Tensor> length{r->length};
   r->length_work = watcher_->watch(pg_->send(length, peer, 2 * tag));
-  if (bytes > 0) {
-    r->body = owned_bytes(bytes);
-    std::memcpy(r->body.data_ptr(), buf, bytes);
+  if (bytes > inline_bytes) {
+    r->body = owned_bytes(bytes - inline_bytes);
+    std::memcpy(r->body.data_ptr(), static_cast<const uint8_t*>(buf) + inline_bytes,
+                bytes - inline_bytes);
     std::vector<at::Tensor> body{r->body};
     r->body_work = watcher_->watch(pg_->send(body, peer, 2 * tag + 1));
   }
@@ -240,11 +250,12 @@ transport::Request C10dComm::post_recv(void* buf, size_t capacity, int peer, int
 
 void C10dComm::post_body(C10dRecvState& s) const {
   s.body_posted = true;
-  const int64_t n = s.length.data_ptr<int64_t>()[0];
-  if (n <= 0) return;  // empty, or malformed (poll reports it)
+  int64_t n = 0;
+  std::memcpy(&n, s.length.data_ptr(), kLengthBytes);
+  if (n <= static_cast<int64_t>(kInlineBytes)) return;  // all in the head, or malformed
   // Exactly sized (Gloo aborts on a larger message); a message over the capacity is received
   // all the same, then fails the receive.
-  s.body = owned_bytes(static_cast<size_t>(n));
+  s.body = owned_bytes(static_cast<size_t>(n) - kInlineBytes);
   std::vector<at::Tensor> body{s.body};
   s.body_work = watcher_->watch(pg_->recv(body, s.peer, 2 * s.tag + 1));
 }
@@ -303,7 +314,8 @@ bool C10dComm::poll(transport::Request& req) const {
     throw TransportError("zccl: " + describe(req) + ": " + s.body_error);
   }
   r->peer = s.peer;
-  const int64_t length = s.length.data_ptr<int64_t>()[0];
+  int64_t length = 0;
+  std::memcpy(&length, s.length.data_ptr(), kLengthBytes);
   if (length < 0) {
     r->finished = true;
     throw TransportError("zccl: malformed message length from rank " + std::to_string(s.peer));
@@ -318,7 +330,13 @@ bool C10dComm::poll(transport::Request& req) const {
                              std::to_string(r->bytes) + " (tag " + std::to_string(r->tag) + ")",
                          /*truncated=*/true);
   }
-  if (n > 0) std::memcpy(r->out, s.body.data_ptr(), n);
+  const size_t inline_bytes = std::min(n, kInlineBytes);
+  if (inline_bytes > 0) {
+    std::memcpy(r->out, s.length.data_ptr<uint8_t>() + kLengthBytes, inline_bytes);
+  }
+  if (n > inline_bytes) {
+    std::memcpy(static_cast<uint8_t*>(r->out) + inline_bytes, s.body.data_ptr(), n - inline_bytes);
+  }
   req.received = n;
   return true;
 }

@@ -8,12 +8,13 @@
 // ~780 MB/s on loopback with 8 in flight, several times what the 1-10 Gbit/s links compression
 // is for can carry.
 //
-// Byte messages: Gloo requires a receive to know the exact size (a larger message than posted
-// aborts the process inside Gloo), while the collectives post receives by capacity. So every
-// message travels as an 8-byte length on c10d tag 2*tag, then (when not empty) its bytes on tag
-// 2*tag+1; the receiver posts the bytes' receive once the length arrived, exactly sized. A
-// message larger than the receive's capacity is drained into scratch memory and fails the
-// receive with TransportError::truncated(). Sends and receives go through buffers the request
+// Byte messages: a Gloo receive may be larger than its message, but a larger message than posted
+// aborts the process inside Gloo, while the collectives post receives by capacity. So every
+// message travels as a head on c10d tag 2*tag (its 8-byte length and its first bytes, up to
+// 64 KiB: frames and small messages need nothing more), received into a buffer of the largest
+// head; the rest, if any, follows on tag 2*tag+1, and the receiver posts its receive once the
+// head arrived, exactly sized. A message larger than the receive's capacity is received into
+// scratch memory all the same and fails the receive with TransportError::truncated(). Sends and receives go through buffers the request
 // owns (one copy each way) so that a request abandoned on an error never lets Gloo touch the
 // caller's memory after it was freed. Completion is observed by a WorkWatcher (Gloo's
 // point-to-point work has no non-blocking test).
