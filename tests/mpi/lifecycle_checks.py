@@ -112,6 +112,11 @@ def monitored_barrier_names_missing_ranks() -> None:
         while int(store.add(f"after-{wait_all}", 0)) < p:
             pass
     print("MONITORED BARRIER OK", flush=True)
+    # Rank 0 serves the store: it leaves last, or a rank still in its store loop above loses the
+    # connection ("Connection reset by peer").
+    store.add("left", 1)
+    while r == 0 and int(store.add("left", 0)) < p:
+        pass
     # The skipped barriers left the ranks' tag counters apart: leave without more collectives.
     zccl_torch._C.finalize_mpi_if_owned()
     sys.stdout.flush()
