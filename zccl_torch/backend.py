@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zccl_torch import _C
+from zccl_torch._native import _C
 from zccl_torch.config import Options, register_group_options
 
 BACKEND_NAME = "zccl"

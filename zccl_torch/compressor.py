@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from zccl_torch import _C
+from zccl_torch._native import _C
 
 #: Values per independently decodable chunk (also the pipelining granularity).
 DEFAULT_CHUNK_SIZE: int = _C.DEFAULT_CHUNK_LEN

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from zccl_torch import _C
+from zccl_torch._native import _C
 
 _TRUE = ("1", "true", "yes")
 _FALSE = ("0", "false", "no")

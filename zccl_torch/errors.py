@@ -1,6 +1,6 @@
 """Exceptions raised by zccl-torch."""
 
-from zccl_torch import _C
+from zccl_torch._native import _C
 
 #: Raised when a compressed stream is truncated, corrupted or otherwise malformed.
 #: A subclass of :class:`ValueError`, created by the C++ extension so that the C++ decoder's

@@ -51,7 +51,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zccl_torch import _C
+from zccl_torch._native import _C
 from zccl_torch.config import ALGORITHMS, Options, config, current_options
 
 logger = logging.getLogger("zccl_torch.policy")
