@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from mpi_launch import mpirun, python_argv
+from mpi_launch import ROOT, mpirun, python_argv
 
 SCRIPT = "examples/image_stacking.py"
 
@@ -28,3 +30,24 @@ def test_image_stacking_quick(nprocs: int, extra: tuple[str, ...], tmp_path: Pat
     assert "bound check: passed" in out, out
     assert "chose uncompressed MPI" not in out, out  # the quick run must really compress
     assert (tmp_path / "image_stacking.png").stat().st_size > 10_000
+
+
+def test_demo_pieces_partials_summary_and_forced_mpi(tmp_path: Path) -> None:
+    """What scripts/demo.sh chains: a run that migrates and caches the partial images, a run with
+    Open MPI's allreduce forced to ring that reuses them, and the summary of both."""
+    common = ("--quick", "--out", str(tmp_path), "--partials", str(tmp_path / "partials"))
+    first = mpirun(2, python_argv(SCRIPT, *common, "--summary", str(tmp_path / "default.json")),
+                   120)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
+    assert "migration done" in first.stdout
+    forced = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+              "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}
+    second = mpirun(2, python_argv(SCRIPT, *common, "--summary",
+                                   str(tmp_path / "forced_ring.json")), 120, forced)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
+    assert "partial images loaded" in second.stdout and "migration done" not in second.stdout
+    summary = subprocess.run([sys.executable, "examples/demo_summary.py", str(tmp_path)],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert summary.returncode == 0, summary.stdout + summary.stderr
+    assert "best exact MPI (ring)" in summary.stdout, summary.stdout
+    assert "bound check: passed on every run" in summary.stdout
