@@ -14,9 +14,11 @@ import sys
 import pytest
 
 from tests.mpi_launch import ROOT
+from tests.test_transport_gloo import digests
 
 CLUSTER = ROOT / "benchmarks" / "cluster" / "cluster.sh"
 MPIRUN = ROOT / "benchmarks" / "cluster" / "mpirun_cluster.sh"
+TORCHRUN = ROOT / "benchmarks" / "cluster" / "torchrun_cluster.sh"
 ENV = {"ZC_PREFIX": "zt", "ZC_NET": "10.79.0", "ZC_STATE_DIR": "/run/zccl-cluster-test",
        "MASTER_PORT": "29571"}
 
@@ -68,6 +70,24 @@ def test_ranks_run_in_shaped_namespaces(cluster):
                  PYTHONPATH=str(ROOT))
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     assert "CLUSTER OK 3 ranks" in result.stdout
+
+
+def test_torchrun_per_host_gives_the_mpirun_results(cluster):
+    """One torchrun per emulated host, joined by c10d rendezvous (the Gloo transport), against
+    mpirun on the same cluster (Open MPI): every bound holds and every compressed output is the
+    same bits (tests/mpi/launch_checks.py)."""
+    script = "tests/mpi/launch_checks.py"
+    by_torchrun = run([str(TORCHRUN), "-np", "3", script], timeout=300, PYTHONPATH=str(ROOT),
+                      ZC_RDZV_PORT="29572")
+    assert by_torchrun.returncode == 0, (by_torchrun.stdout + by_torchrun.stderr)[-4000:]
+    assert by_torchrun.stdout.count("TRANSPORT gloo") == 3
+    assert by_torchrun.stdout.count("LAUNCH OK") == 3
+    by_mpirun = run([str(MPIRUN), "-np", "3", sys.executable, script], timeout=300,
+                    PYTHONPATH=str(ROOT))
+    assert by_mpirun.returncode == 0, (by_mpirun.stdout + by_mpirun.stderr)[-4000:]
+    assert by_mpirun.stdout.count("TRANSPORT mpi") == 3
+    gloo, mpi = digests(by_torchrun.stdout), digests(by_mpirun.stdout)
+    assert len(gloo) == 9 * 3 and gloo == mpi
 
 
 @pytest.mark.parametrize("args, words", [(["up", "2", "fast"], "must end in"),
