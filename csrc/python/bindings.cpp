@@ -13,7 +13,7 @@
 #include <variant>
 #include <vector>
 
-#include "../backend/c10d_comm.h"
+#include "../transport/gloo/c10d_comm.h"
 #include "../backend/settings.h"
 #include "../backend/zccl_backend.h"
 #include "../compress/fzlight.h"
@@ -347,7 +347,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           pool->erase(pool->begin());
           return pg;
         };
-        auto comm = std::make_unique<zb::C10dComm>(next);
+        auto comm = std::make_unique<zccl::transport::C10dComm>(next);
         comm->set_timeout(timeout);
         return zb::create_backend_on(std::move(comm), timeout, cfg);
       },

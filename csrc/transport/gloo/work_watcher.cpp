@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-namespace zccl::backend {
+namespace zccl::transport {
 
 WorkWatcher::~WorkWatcher() {
   {
@@ -64,4 +64,4 @@ void WorkWatcher::loop() {
   }
 }
 
-}  // namespace zccl::backend
+}  // namespace zccl::transport

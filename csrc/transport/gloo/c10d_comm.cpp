@@ -9,10 +9,7 @@
 #include <numeric>
 #include <stdexcept>
 
-namespace zccl::backend {
-using transport::ElemType;
-using transport::ReduceKind;
-using transport::TransportError;
+namespace zccl::transport {
 
 // A message's head: its length (int64), then its first bytes, up to kInlineBytes (our frames
 // and small messages travel in one Gloo message); the rest, if any, follows as a second one.
@@ -494,4 +491,4 @@ void C10dComm::alltoallv(const void* send, const std::vector<size_t>& send_count
   }
 }
 
-}  // namespace zccl::backend
+}  // namespace zccl::transport

