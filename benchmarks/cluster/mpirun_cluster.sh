@@ -9,12 +9,7 @@
 # fixes that without per-namespace daemons.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-cluster_env=$("$HERE/cluster.sh" env) || exit 1
-eval "$cluster_env"
-
-np=$ZC_HOSTS
-if [[ "${1:-}" == "-np" ]]; then np=$2; shift 2; fi
-[[ $# -ge 1 ]] || { echo "usage: mpirun_cluster.sh [-np P] program [args...]" >&2; exit 2; }
+source "$HERE/launch_args.sh"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1

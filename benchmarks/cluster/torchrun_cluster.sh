@@ -6,12 +6,7 @@
 # one rank per host). Exits non-zero when any node fails.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
-cluster_env=$("$HERE/cluster.sh" env) || exit 1
-eval "$cluster_env"
-
-np=$ZC_HOSTS
-if [[ "${1:-}" == "-np" ]]; then np=$2; shift 2; fi
-[[ $# -ge 1 ]] || { echo "usage: torchrun_cluster.sh [-np P] program [args...]" >&2; exit 2; }
+source "$HERE/launch_args.sh"
 (( np <= ZC_HOSTS )) || { echo "torchrun_cluster.sh: $np ranks > $ZC_HOSTS hosts" >&2; exit 2; }
 
 # Oversubscribed ranks (several per core) must not spin: OpenMP threads sleep at barriers.
