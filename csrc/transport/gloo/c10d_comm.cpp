@@ -419,16 +419,28 @@ void C10dComm::allgatherv(const void* send, size_t count, void* recv,
   }
 }
 
+namespace {
+
+// The root's side of gather and scatter: its `size` blocks of `bytes` at `p`, as one list of
+// byte tensors (none elsewhere).
+std::vector<std::vector<at::Tensor>> root_blocks(const void* p, size_t bytes, int size,
+                                                 bool at_root) {
+  std::vector<std::vector<at::Tensor>> lists;
+  if (!at_root) return lists;
+  at::Tensor all = bytes_at(p, bytes * static_cast<size_t>(size));
+  // chunk() of an empty tensor gives one chunk, not `size`
+  lists.emplace_back(bytes == 0 ? std::vector<at::Tensor>(static_cast<size_t>(size), all)
+                                : all.chunk(size));
+  return lists;
+}
+
+}  // namespace
+
 void C10dComm::gather(const void* send, void* recv, size_t count, ElemType type,
                       int root) const {
   const size_t bytes = count * transport::elem_size(type);
   std::vector<at::Tensor> in{bytes_at(send, bytes)};
-  std::vector<std::vector<at::Tensor>> outs;
-  if (rank_ == root) {
-    at::Tensor all = bytes_at(recv, bytes * static_cast<size_t>(size_));
-    outs.emplace_back(all.chunk(size_));
-    if (bytes == 0) outs[0].assign(static_cast<size_t>(size_), all);
-  }
+  auto outs = root_blocks(recv, bytes, size_, rank_ == root);
   c10d::GatherOptions opts;
   opts.rootRank = root;
   finish(pg_->gather(outs, in, opts), "gather");
@@ -438,12 +450,7 @@ void C10dComm::scatter(const void* send, void* recv, size_t count, ElemType type
                        int root) const {
   const size_t bytes = count * transport::elem_size(type);
   std::vector<at::Tensor> out{bytes_at(recv, bytes)};
-  std::vector<std::vector<at::Tensor>> ins;
-  if (rank_ == root) {
-    at::Tensor all = bytes_at(send, bytes * static_cast<size_t>(size_));
-    ins.emplace_back(all.chunk(size_));
-    if (bytes == 0) ins[0].assign(static_cast<size_t>(size_), all);
-  }
+  auto ins = root_blocks(send, bytes, size_, rank_ == root);
   c10d::ScatterOptions opts;
   opts.rootRank = root;
   finish(pg_->scatter(out, ins, opts), "scatter");
