@@ -257,6 +257,32 @@ def recv_from_any_source() -> None:
 
 
 @check
+def recv_smaller_than_the_message_raises() -> None:
+    """A receive smaller than what was sent fails that receive with a clear error (never memory
+    corruption, never an abort) and the group goes on working: exact payloads (small, and larger
+    than one message head of the Gloo transport) and a compressed one."""
+    p = world()
+    if p == 1:
+        return
+    for n, dtype in ((1000, torch.int32), (100_000, torch.int32), (70_001, torch.float32)):
+        if rank() == 0:
+            dist.send(torch.ones(n, dtype=dtype), dst=1, tag=21)
+        elif rank() == 1:
+            try:
+                dist.recv(torch.empty(n // 10, dtype=dtype), src=0, tag=21)
+            except (RuntimeError, ValueError) as exc:
+                text = str(exc)
+                assert "truncat" in text.lower() or "size mismatch" in text, text
+            else:
+                raise AssertionError(f"a receive of {n // 10} values took {n} without an error")
+        dist.barrier()
+    t = torch.full((5,), float(rank()))
+    with zccl_torch.config(algorithm="mpi"):
+        dist.all_reduce(t)
+    assert float(t[0]) == p * (p - 1) / 2, t
+
+
+@check
 def sparse_all_reduce_matches_gloo() -> None:
     """SUM of sparse COO tensors (overlapping and disjoint indices, a dense trailing dimension,
     an empty one on rank 0) equals Gloo's on the same input and the dense sum, bit for bit
