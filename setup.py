@@ -1,7 +1,13 @@
 """Build of the zccl_torch._C extension (torch C++ extension API + pybind11, OpenMP, Open MPI).
 
-Build with ``pip install --no-build-isolation -e .`` so the extension is compiled against the torch
-that is installed. Environment knobs:
+The extension is compiled against the torch installed in the environment that builds it, so
+always build without pip's build isolation (an isolated build would compile against another torch,
+whose C++ ABI differs). Into your own environment (torch installed first)::
+
+    pip install --no-build-isolation .               # or: pip wheel --no-build-isolation -w DIR .
+    pip install --no-build-isolation -e .            # development (what scripts/setup.sh does)
+
+Environment knobs:
 
 * ``ZCCL_MARCH``: ``-march`` value (default ``native``: this is a source build for the machine it
   runs on; the AVX2 kernels need it on x86). ``ZCCL_MARCH=none`` drops the flag (portable scalar
@@ -25,7 +31,15 @@ import sys
 from pathlib import Path
 
 from setuptools import setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+try:
+    from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+except ImportError as exc:  # pyproject.toml leaves torch out of the isolated build on purpose
+    raise SystemExit(
+        "zccl-torch compiles against the torch of the environment it is installed into: install "
+        "torch first, then build without isolation: pip install --no-build-isolation . "
+        f"({exc})"
+    ) from exc
 
 ROOT = Path(__file__).resolve().parent
 # Torch-free core first, then the pybind11/torch layer.
