@@ -17,11 +17,13 @@ Each rank migrates its own shots with a 2-D reverse-time-migration recipe built 
    ``image += source(t) * receiver(t)`` (summed over the kept snapshots) builds the shot image.
 
 The partial image of a rank is the sum of its shot images (Laplacian-filtered, top muted); the
-final image is the all_reduce SUM over ranks. It is computed twice, with Open MPI's exact
+final image is the all_reduce SUM over ranks. It is computed with the backend's exact
 all_reduce (``zccl_torch.config(algorithm="mpi")``) and with the compressed zccl all_reduce
-at ``--rel`` (``--mode``); rank 0 prints timings, wire bytes and quality figures, checks the
-documented error bound on every pixel and writes a PNG of the exact image, the zccl image and
-their difference to ``--out`` (exit status 1 if the bound is violated).
+at ``--rel`` (``--mode``), and under mpirun timed once more as Open MPI's own blocking
+``MPI_Allreduce`` (mpi4py), the baseline of the speed-up; rank 0 prints timings, wire bytes
+and quality figures, checks the documented error bound on every pixel and writes a PNG of the
+exact image, the zccl image and their difference to ``--out`` (exit status 1 if the bound is
+violated).
 """
 
 from __future__ import annotations
@@ -199,6 +201,34 @@ def timed_allreduce(
     return statistics.median(times), out, stats
 
 
+def timed_mpi_allreduce(partial: torch.Tensor, reps: int) -> float | None:
+    """Median over ``reps`` (after a warm-up) of the slowest rank's time for Open MPI's own
+    blocking ``MPI_Allreduce`` SUM of the image (mpi4py, out of place): the uncompressed baseline,
+    with the algorithm Open MPI picks or the one forced through ``OMPI_MCA_coll_tuned_*`` (the
+    backend's exact path uses the non-blocking call, which those settings do not reach).
+
+    None when the ranks were not started by mpirun (the Gloo transport) or mpi4py is missing.
+    """
+    if zccl_torch.backend.transport() != "mpi":
+        return None
+    try:
+        from mpi4py import MPI  # zccl already initialised MPI; mpi4py reuses it
+    except ImportError:
+        return None
+    comm = MPI.COMM_WORLD
+    send = partial.contiguous().numpy()
+    recv = torch.empty_like(partial).numpy()
+    times = []
+    for rep in range(reps + 1):
+        comm.Barrier()
+        start = time.perf_counter()
+        comm.Allreduce(send, recv, op=MPI.SUM)
+        elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+        if rep:
+            times.append(elapsed)
+    return statistics.median(times)
+
+
 def exact_sum(t: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
     """Uncompressed all_reduce of a copy of ``t`` (MPI itself)."""
     out = t.clone()
@@ -365,7 +395,10 @@ def main(argv: list[str] | None = None) -> int:
         say(f"migration done in {time.perf_counter() - started:.1f} s")
 
     # ---- stacking: exact and compressed all_reduce -----------------------------------------
-    t_mpi, exact, _ = timed_allreduce(partial, args.reps, replace(options, algorithm="mpi"))
+    t_exact_path, exact, _ = timed_allreduce(partial, args.reps, replace(options, algorithm="mpi"))
+    t_direct = timed_mpi_allreduce(partial, args.reps)
+    # The speed-up is taken against the faster of the two exact all_reduces.
+    t_mpi = min(t_exact_path, t_direct) if t_direct is not None else t_exact_path
     t_zccl, lossy, stats = timed_allreduce(
         partial, args.reps, replace(options, algorithm=args.algorithm)
     )
@@ -397,8 +430,16 @@ def main(argv: list[str] | None = None) -> int:
         f"all_reduce SUM of {image_bytes / 1e6:.2f} MB, median of {args.reps} (slowest rank, "
         "barrier before each):"
     )
-    say(f"  {'exact MPI':<23}: {t_mpi * 1e3:9.2f} ms")
-    say(f"  {'zccl ' + algorithm:<23}: {t_zccl * 1e3:9.2f} ms   speedup x{t_mpi / t_zccl:.2f}")
+    if t_direct is not None:
+        say(f"  {'exact MPI_Allreduce':<23}: {t_mpi * 1e3:9.2f} ms   (Open MPI's blocking call)")
+    say(
+        f"  {'zccl exact path':<23}: {t_exact_path * 1e3:9.2f} ms   "
+        "(algorithm='mpi': the backend's uncompressed all_reduce)"
+    )
+    say(
+        f"  {'zccl ' + algorithm:<23}: {t_zccl * 1e3:9.2f} ms   "
+        f"speedup x{t_mpi / t_zccl:.2f} over the faster exact one"
+    )
     fewer = raw_wire / max(float(sent), 1.0)
     say(
         f"  compressed bytes sent (all ranks): {float(sent) / 1e6:.3f} MB vs "
@@ -443,12 +484,25 @@ def main(argv: list[str] | None = None) -> int:
     say(f"total {time.perf_counter() - started:.1f} s")
     if rank == 0 and args.summary is not None:
         args.summary.parent.mkdir(parents=True, exist_ok=True)
-        args.summary.write_text(json.dumps({
-            "ranks": p, "image_mb": image_bytes / 1e6, "exact_mpi_ms": t_mpi * 1e3,
-            "zccl_ms": t_zccl * 1e3, "zccl_algorithm": algorithm, "rel": args.rel,
-            "psnr_db": metrics.psnr(exact, lossy), "max_error": max_err, "bound": bound,
-            "bound_check_passed": not float(failed),
-        }, indent=1))
+        args.summary.write_text(
+            json.dumps(
+                {
+                    "ranks": p,
+                    "image_mb": image_bytes / 1e6,
+                    "exact_mpi_ms": (t_direct or t_exact_path) * 1e3,
+                    "exact_mpi_is_direct": t_direct is not None,
+                    "zccl_exact_path_ms": t_exact_path * 1e3,
+                    "zccl_ms": t_zccl * 1e3,
+                    "zccl_algorithm": algorithm,
+                    "rel": args.rel,
+                    "psnr_db": metrics.psnr(exact, lossy),
+                    "max_error": max_err,
+                    "bound": bound,
+                    "bound_check_passed": not float(failed),
+                },
+                indent=1,
+            )
+        )
     dist.destroy_process_group()
     return 1 if float(failed) else 0
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -40,6 +41,9 @@ def test_demo_pieces_partials_summary_and_forced_mpi(tmp_path: Path) -> None:
                    120)
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
     assert "migration done" in first.stdout
+    # The baseline is Open MPI's own blocking MPI_Allreduce (forced coll_tuned settings reach it).
+    assert "exact MPI_Allreduce" in first.stdout, first.stdout
+    assert json.loads((tmp_path / "default.json").read_text())["exact_mpi_is_direct"] is True
     forced = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
               "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}
     second = mpirun(2, python_argv(SCRIPT, *common, "--summary",
@@ -49,5 +53,7 @@ def test_demo_pieces_partials_summary_and_forced_mpi(tmp_path: Path) -> None:
     summary = subprocess.run([sys.executable, "examples/demo_summary.py", str(tmp_path)],
                              cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert summary.returncode == 0, summary.stdout + summary.stderr
-    assert "best exact MPI (ring)" in summary.stdout, summary.stdout
+    assert "exact MPI forced ring" in summary.stdout, summary.stdout
+    assert "exact MPI Iallreduce (zccl exact)" in summary.stdout, summary.stdout
+    assert re.search(r"best exact \(.+\) *: +[0-9.]+ ms +zccl is x[0-9.]+ faster", summary.stdout)
     assert "bound check: passed on every run" in summary.stdout

@@ -94,16 +94,22 @@ void MpiComm::allreduce(const void* send, void* recv, size_t count, ElemType ele
   const MPI_Datatype type = mpi::datatype(elem);
   const MPI_Op op = mpi::op(kind);
   if (count == 0) return;
-  const bool in_place = send == kInPlace || send == recv;
   const MPI_Aint ext = type_extent(type);
-  const auto* s = static_cast<const char*>(send);
   auto* d = static_cast<char*>(recv);
+  // Open MPI's non-blocking allreduce (libnbc) falls back to a slower schedule for MPI_IN_PLACE
+  // (measured on the emulated 1 Gbit/s cluster, 4 ranks, 4 MiB: 99 ms in place, 56 ms out of
+  // place, 75 ms for the blocking call): an in-place call reduces from a copy instead.
+  std::vector<char> copy;
+  const char* s = static_cast<const char*>(send);
+  if (send == kInPlace || send == recv) {
+    copy.assign(d, d + count * static_cast<size_t>(ext));
+    s = copy.data();
+  }
   std::vector<MPI_Request> reqs;
   {
     Guard g;
     reqs = post_split(count, [&](size_t off, int n, MPI_Request* r) {
-      check(MPI_Iallreduce(in_place ? MPI_IN_PLACE : s + off * ext, d + off * ext, n, type, op,
-                           comm_, r),
+      check(MPI_Iallreduce(s + off * ext, d + off * ext, n, type, op, comm_, r),
             "MPI_Iallreduce");
     });
   }
