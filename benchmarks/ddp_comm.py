@@ -75,7 +75,7 @@ class StepCounters:
     bytes_sent: float = 0.0
     hook_s: float = 0.0  # main thread inside the hook (blocks backward)
     agree_s: float = 0.0  # of which: the hook's exact all_reduce agreeing on gradient norms
-    ef_codec_s: float = 0.0  # of which: compress + decompress for error feedback
+    ef_codec_s: float = 0.0  # of which: the error-feedback quantisation (quantize)
     backend_codec_s: float = 0.0  # backend worker: compress + decompress inside all_reduce
     lossy_payload_bytes: float = 0.0
     mismatches: int = 0  # lossy payloads whose backend record did not match (not counted)
@@ -157,7 +157,7 @@ def timed_hook_internals(counters: StepCounters) -> Iterator[None]:
 
         return wrapper
 
-    slots = {"_agree": "agree_s", "compress": "ef_codec_s", "decompress": "ef_codec_s"}
+    slots = {"_agree": "agree_s", "quantize": "ef_codec_s"}
     saved = {name: getattr(hooks, name) for name in slots if hasattr(hooks, name)}
     for name, fn in saved.items():
         setattr(hooks, name, timed(fn, slots[name]))

@@ -10,6 +10,7 @@ Public API (compressor layer)::
     exact = zccl_torch.compress(tensor, mode="lossless")  # bit-exact
     info = zccl_torch.stream_info(stream)             # header fields
     zccl_torch.max_compressed_size(torch.float32, n)  # worst-case stream bytes
+    grid = zccl_torch.quantize(tensor, 1e-4)           # the round trip's values, no stream
 
 See README.md for the error-bound contract and the stream format.
 """
@@ -24,6 +25,7 @@ from zccl_torch.compressor import (
     decompress_chunk,
     lossless_codec,
     max_compressed_size,
+    quantize,
     resolve_error_bound,
     stream_info,
 )
@@ -52,6 +54,7 @@ __all__ = [
     "lossless_codec",
     "max_compressed_size",
     "policy",
+    "quantize",
     "resolve_error_bound",
     "stream_info",
 ]

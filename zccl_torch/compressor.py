@@ -182,6 +182,48 @@ def compress(
     )
 
 
+def quantize(
+    tensor: torch.Tensor,
+    error_bound: float | None = None,
+    mode: str = "abs",
+    *,
+    threads: int | None = None,
+    residual: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The values ``decompress(compress(tensor, error_bound, mode))`` reconstructs, computed in
+    one pass without building the stream.
+
+    Each value the compressor quantises comes back as its grid value (the decoder's own
+    arithmetic); values it stores exactly (NaN, +/-Inf, out-of-range codes, or a rounding that
+    would miss the bound) come back unchanged, so ``abs(x - x') <= eb`` in float64 for every
+    finite value, as for :func:`compress`. The result differs from the real round trip only in
+    chunks the compressor stores raw (incompressible data) or as a constant: those decode to the
+    input itself, here to their grid values (within the same bound). Error feedback uses this:
+    it needs ``x'`` and ``x - x'``, not the stream (several times cheaper than the round trip).
+
+    Args:
+        tensor: CPU tensor of dtype float32, float64, float16 or bfloat16, any shape.
+        error_bound, mode: as for :func:`compress` (``"lossless"`` or 0 returns a copy).
+        threads: OpenMP threads; ``None`` uses the OpenMP default.
+        residual: also return ``tensor - x'`` (computed in the tensor's dtype; 0 where a
+            value is kept exactly, so NaN and +/-Inf leave 0 rather than NaN).
+
+    Returns:
+        ``x'`` with ``tensor``'s dtype and shape, or ``(x', tensor - x')`` when ``residual``.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"quantize expects a torch.Tensor, got {type(tensor).__name__}")
+    code = _check_dtype(tensor.dtype)
+    if tensor.device.type != "cpu":
+        raise ValueError(f"quantize handles CPU tensors only, got a tensor on {tensor.device}")
+    if tensor.layout != torch.strided:
+        raise TypeError(f"quantize needs a dense (strided) tensor, got layout {tensor.layout}")
+    eb = resolve_error_bound(tensor, error_bound, mode)
+    src = tensor.detach().contiguous()
+    grid, rest = _C.quantize(src, code, eb, _check_threads(threads), bool(residual))
+    return (grid, rest) if residual else grid
+
+
 def _as_stream(stream: torch.Tensor) -> torch.Tensor:
     if not isinstance(stream, torch.Tensor):
         raise TypeError(f"expected a torch.uint8 stream tensor, got {type(stream).__name__}")

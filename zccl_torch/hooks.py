@@ -18,11 +18,13 @@ Per bucket (flat gradient buffer ``g`` of one rank, ``p`` ranks, iteration ``t``
    policy form one payload. Statistics the policies agree on (norms, ranges) are MAX-reduced
    across ranks in one exact all_reduce; each payload gets an absolute per-compression bound
    ``eb`` (or exact).
-4. Error feedback: each lossy payload ``x_s`` is compressed and decompressed locally with ``eb``:
-   ``x'_s = D(C(x_s, eb))``, ``|x'_s - x_s| <= eb`` element-wise. The residual becomes
-   ``e <- x - x'`` (zero on exact slices) and ``x'`` is what this rank contributes. Since ``x'``
-   lies on the compressor's quantisation grid, the backend's own compression of ``x'`` and of
-   the partial sums of such values is (up to float rounding) lossless, so the output is
+4. Error feedback: each lossy payload ``x_s`` is put on the compressor's quantisation grid with
+   ``eb``: ``x'_s = Q(x_s, eb)`` (:func:`zccl_torch.quantize`: the values ``D(C(x_s, eb))``
+   reconstructs, without building the stream), ``|x'_s - x_s| <= eb`` element-wise. The
+   residual becomes ``e <- x - x'`` (zero on exact slices and on values kept exactly, such as
+   +/-Inf) and ``x'`` is what this rank contributes. Since ``x'`` lies on
+   the compressor's quantisation grid, the backend's own compression of ``x'`` and of the partial
+   sums of such values is (up to float rounding) lossless, so the output is
    ``sum_r x'_r`` up to the algorithm's documented worst-case bound (which the policy, e.g.
    ``EndToEnd``, accounts for). Over ``T`` steps, ``sum_t x'_t = sum_t g_t / p + e_0 - e_T``
    per rank: the compression error does not accumulate (it stays bounded by ``eb``).
@@ -50,7 +52,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zccl_torch.compressor import compress, decompress
+from zccl_torch.compressor import quantize
 from zccl_torch.config import Options, config, current_options
 from zccl_torch.policy import (
     EXACT,
@@ -329,17 +331,16 @@ def compressed_allreduce_hook(
         if d.mode != "abs" and not d.exact:  # policies decide absolutely under ctx.absolute
             raise ValueError(f"zccl hook: policy {leaf!r} gave a non-absolute decision {d!r}")
         if not d.exact and state.error_feedback:
-            threads = base.threads or None
-            stream = compress(
-                payload, d.error_bound, "abs", chunk_size=base.chunk_size, threads=threads
+            # x' on the compressor's grid and x - x' in one pass (no stream is built).
+            decoded, rest = quantize(
+                payload, d.error_bound, "abs", threads=base.threads or None, residual=True
             )
-            decoded = decompress(stream, threads=threads)
             if slices == [(0, x.numel())]:  # the whole bucket: no zero-filled buffer needed
-                residual = payload - decoded
+                residual = rest
             else:
                 if residual is None:
                     residual = torch.zeros_like(x)
-                _scatter(residual, payload - decoded, slices)
+                _scatter(residual, rest, slices)
             payload = decoded  # x' is what this rank contributes
         decisions.append((0.0 if d.exact else d.error_bound, payload.numel()))
         plan.append((payload, d))

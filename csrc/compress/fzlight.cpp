@@ -856,6 +856,44 @@ FiniteRange finite_range_half(const uint16_t* x, uint64_t count, int threads) {
       });
 }
 
+// Quantise-and-reconstruct of [begin, end) (a whole number of blocks from a block boundary, the
+// last one possibly partial): the encoder's own per-block kernel, then the decoder's arithmetic.
+// `residual` (may be null): x - x' in the storage type, computed as the caller would.
+template <class K>
+void quantize_range(const typename K::S* x, uint64_t begin, uint64_t end,
+                    const Quantizer<typename K::C>& qz, typename K::S* out,
+                    typename K::S* residual) {
+  using S = typename K::S;
+  using C = typename K::C;
+  alignas(32) int32_t q[kBlockLen];
+  alignas(32) S padded[kBlockLen];
+  for (uint64_t base = begin; base < end; base += kBlockLen) {
+    const uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(kBlockLen, end - base));
+    const S* xb = x + base;
+    if (n < kBlockLen) {
+      std::fill(padded, padded + kBlockLen, S(0));
+      std::copy(xb, xb + n, padded);
+      xb = padded;
+    }
+    const uint32_t bad = block::quantize<K>(xb, qz, q);
+    // Branch-free over the block (vectorises), then the rare exactly-kept lanes patched.
+    alignas(32) S v[kBlockLen];
+    alignas(32) S r[kBlockLen];
+    for (uint32_t i = 0; i < kBlockLen; ++i) v[i] = K::narrow(static_cast<C>(q[i]) * qz.bin);
+    if (residual != nullptr) {
+      for (uint32_t i = 0; i < kBlockLen; ++i) r[i] = K::narrow(K::widen(xb[i]) - K::widen(v[i]));
+    }
+    for (uint32_t rest = bad; rest != 0; rest &= rest - 1) {
+      const int i = __builtin_ctz(rest);
+      v[i] = xb[i];
+      r[i] = K::narrow(C(0));  // a value kept exactly leaves no error (Inf - Inf would be NaN)
+    }
+    // Copied out last: `out` may alias x.
+    std::copy(v, v + n, out + base);
+    if (residual != nullptr) std::copy(r, r + n, residual + base);
+  }
+}
+
 // Calls f(Kind{}) for the stream value type dt.
 template <class F>
 decltype(auto) with_kind(DType dt, F&& f) {
@@ -919,6 +957,37 @@ bool lossless_codec_available(LosslessCodec codec) {
   return false;
 }
 
+
+void quantize(const void* src, DType dt, uint64_t count, double error_bound, void* dst,
+              void* residual, int threads) {
+  if (!std::isfinite(error_bound) || error_bound < 0) {
+    throw ArgumentError("zccl: error bound must be finite and >= 0, got " +
+                        std::to_string(error_bound));
+  }
+  if ((src == nullptr || dst == nullptr) && count > 0) throw ArgumentError("zccl: null pointer");
+  with_kind(dt, [&](auto kind) {
+    using K = decltype(kind);
+    using S = typename K::S;
+    const S* x = static_cast<const S*>(src);
+    S* out = static_cast<S*>(dst);
+    S* res = static_cast<S*>(residual);
+    Quantizer<typename K::C> qz{};
+    if (!make_quantizer<K>(error_bound, qz)) {  // lossless, or below the quantiser's floor
+      if (count > 0 && out != x) std::memmove(out, x, count * sizeof(S));
+      if (res != nullptr && count > 0) std::fill(res, res + count, K::narrow(0.0f));
+      return;
+    }
+    // Pieces of whole blocks, ~256 KiB of float32 each, spread over the threads.
+    constexpr uint64_t kPiece = uint64_t{1} << 16;
+    const uint64_t pieces = (count + kPiece - 1) / kPiece;
+    const int nt = resolve_threads(threads, pieces);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < static_cast<int64_t>(pieces); ++i) {
+      const uint64_t b = static_cast<uint64_t>(i) * kPiece;
+      quantize_range<K>(x, b, std::min(count, b + kPiece), qz, out, res);
+    }
+  });
+}
 
 void narrow_to_half(const float* src, DType half, uint64_t n, void* dst) {
   if (half == DType::Float16) return narrow_typed<block::KindF16>(src, n, static_cast<uint16_t*>(dst));

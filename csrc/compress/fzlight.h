@@ -114,6 +114,18 @@ struct FiniteRange {
 };
 FiniteRange finite_range(const void* src, DType dt, uint64_t count, int threads = 0);
 
+// The compressor's quantisation grid without the stream: writes to `dst` the value the decoder
+// reconstructs for each quantised value, x' = C(q) * bin (rounded into the storage type), and x
+// itself for every value the encoder stores exactly (NaN, +/-Inf, code overflow, or a rounding
+// that would miss the bound), so |x - x'| <= eb in double for every value, as in compress().
+// It equals decompress(compress(x, eb)) except in chunks the encoder keeps raw (incompressible)
+// or as a constant, which decode to x itself. eb = 0 (or below the smallest normal of the
+// compute type): dst = x. `residual` (optional, same type): x - x' in the storage type, 0 where x is kept exactly (so
+// +/-Inf leave 0, not NaN). `dst`
+// may be `src`. Used by error feedback, where the round trip only serves to find x'.
+void quantize(const void* src, DType dt, uint64_t count, double error_bound, void* dst,
+              void* residual = nullptr, int threads = 0);
+
 // float32 <-> float16/bfloat16 (`half` names which), round to nearest even when narrowing (as
 // the half streams' reconstruction does); widening is exact. Used where values accumulate in
 // float32 but travel as half streams (the reductions of half tensors).

@@ -95,6 +95,24 @@ torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bo
   return 2 * used < cap ? stream.clone() : stream;
 }
 
+// The values decompress(compress(src, eb)) reconstructs, without the stream (fz::quantize); and
+// src - those values when `with_residual`.
+py::tuple quantize(const torch::Tensor& src, int dtype_code, double error_bound, int threads,
+                   bool with_residual) {
+  const fz::DType dt = dtype_from_code(dtype_code);
+  TORCH_CHECK(src.scalar_type() == scalar_type(dt) && src.is_contiguous() && src.device().is_cpu(),
+              "zccl: quantize needs a contiguous CPU tensor of the declared dtype");
+  torch::Tensor out = torch::empty_like(src);
+  torch::Tensor residual = with_residual ? torch::empty_like(src) : torch::Tensor();
+  {
+    py::gil_scoped_release nogil;
+    fz::quantize(src.data_ptr(), dt, static_cast<uint64_t>(src.numel()), error_bound,
+                 out.data_ptr(), with_residual ? residual.data_ptr() : nullptr, threads);
+  }
+  if (!with_residual) return py::make_tuple(out, py::none());
+  return py::make_tuple(out, residual);
+}
+
 // `out` (optional): a preallocated contiguous CPU tensor of the stream's dtype and value count
 // to decode into (any shape), so repeated decodes skip the allocation and its page faults.
 torch::Tensor decompress(const torch::Tensor& stream, int threads, const py::object& progress,
@@ -296,6 +314,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("decompress", &decompress, py::arg("stream"), py::arg("threads"), py::arg("progress"),
         py::arg("out") = py::none());
+  m.def("quantize", &quantize, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
+        py::arg("threads"), py::arg("with_residual"));
   m.def("decompress_chunk", &decompress_chunk, py::arg("stream"), py::arg("index"));
   m.def("stream_info", &stream_info, py::arg("stream"));
   m.def("max_compressed_size", [](int code, uint64_t n, uint32_t chunk_len, size_t ndim) {

@@ -1,0 +1,128 @@
+"""zccl_torch.quantize: the compressor's reconstruction without the stream.
+
+Its promise: the bound of compress() (checked in float64, no tolerance), NaN/Inf unchanged, and
+bit-identity with decompress(compress(x)) in every chunk the encoder quantises; chunks it keeps
+raw or constant decode to x itself. ``residual=True`` adds x - x' as torch computes it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers_compress import (
+    DTYPES,
+    HALF_DTYPES,
+    SPECIAL_SIZES,
+    Stream,
+    assert_bitwise_equal,
+    assert_within_bound,
+    bounds,
+    datasets,
+    examples,
+    make_data,
+)
+from hypothesis import given
+from hypothesis import strategies as st
+
+import zccl_torch
+
+ALL_DTYPES = DTYPES + HALF_DTYPES
+
+
+def check_against_round_trip(x: torch.Tensor, eb: float, chunk_size: int, what: str) -> None:
+    """quantize(x) equals the real round trip chunk by chunk (raw/constant chunks: x itself)."""
+    grid = zccl_torch.quantize(x, eb)
+    assert_within_bound(x, grid, eb, what)
+    stream = zccl_torch.compress(x, eb, chunk_size=chunk_size)
+    decoded = zccl_torch.decompress(stream).reshape(-1)
+    parsed = Stream(stream)
+    flat, gflat = x.reshape(-1), grid.reshape(-1)
+    for c in range(parsed.nchunks):
+        lo = c * chunk_size
+        hi = min(lo + chunk_size, x.numel())
+        kind = parsed.kind(c)
+        if kind == "encoded":
+            assert_bitwise_equal(gflat[lo:hi], decoded[lo:hi], f"{what}: chunk {c} ({kind})")
+        else:  # raw, constant (or a repeat of one), lossless (eb 0): the input itself
+            assert kind in ("raw", "constant", "repeat", "lossless"), f"{what}: chunk {c}: {kind}"
+            assert_bitwise_equal(flat[lo:hi], decoded[lo:hi], f"{what}: chunk {c} ({kind})")
+
+
+@examples(60)
+@given(data=datasets(dtypes=ALL_DTYPES), error_bound=bounds, chunk_size=st.sampled_from((32, 5120)))
+def test_within_bound_and_equal_to_the_round_trip(data, error_bound, chunk_size):
+    x, desc = data
+    eb = zccl_torch.resolve_error_bound(x, error_bound, "abs")
+    check_against_round_trip(x, eb, chunk_size, desc)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("n", SPECIAL_SIZES)
+def test_special_sizes_smooth_data(dtype, n):
+    """Smooth data: every chunk is encoded, so quantize is the round trip exactly."""
+    x = make_data("sin", n, dtype, seed=n, scale=10.0)
+    check_against_round_trip(x, 1e-3, 5120, f"{dtype} n={n}")
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_residual_is_x_minus_grid_and_nonfinite_survive(dtype):
+    x = make_data("noise", 10007, dtype, seed=3, scale=1.0, nonfinite=0.05)
+    grid, residual = zccl_torch.quantize(x, 1e-2, residual=True)
+    assert_within_bound(x, grid, 1e-2, str(dtype))
+    finite = torch.isfinite(x)
+    assert_bitwise_equal(x[~finite], grid[~finite], "non-finite values unchanged")
+    assert_bitwise_equal(residual[finite], (x - grid)[finite], "residual = x - x'")
+    assert bool((residual[~finite] == 0).all()), "non-finite values leave no residual"
+    assert bool((grid[finite] != x[finite]).any()), "nothing was quantised"
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_zero_bound_and_lossless_mode_copy(dtype):
+    x = make_data("random_bits", 4099, dtype, seed=1)
+    for grid in (zccl_torch.quantize(x, 0.0), zccl_torch.quantize(x, mode="lossless")):
+        assert_bitwise_equal(x, grid, "eb = 0")
+        assert grid.data_ptr() != x.data_ptr()
+    grid, residual = zccl_torch.quantize(x, 0.0, residual=True)
+    assert bool((residual == 0).all())
+
+
+def test_rel_mode_and_shape():
+    x = make_data("sin", 3 * 5 * 7 * 11, torch.float32, seed=2, scale=100.0).reshape(3, 5, 77)
+    eb = zccl_torch.resolve_error_bound(x, 1e-4, "rel")
+    grid = zccl_torch.quantize(x, 1e-4, "rel")
+    assert grid.shape == x.shape and grid.dtype == x.dtype
+    assert_bitwise_equal(grid, zccl_torch.quantize(x, eb), "rel = abs of the resolved bound")
+    assert_within_bound(x, grid, eb)
+
+
+def test_thread_counts_agree_and_input_untouched():
+    x = make_data("noise", 300_001, torch.float32, seed=4)
+    before = x.clone()
+    one = zccl_torch.quantize(x, 1e-3, threads=1)
+    two = zccl_torch.quantize(x, 1e-3, threads=2)
+    assert_bitwise_equal(one, two, "threads 1 vs 2")
+    assert_bitwise_equal(x, before, "input unchanged")
+
+
+def test_non_contiguous_input():
+    x = make_data("sin", 2 * 4096, torch.float64, seed=5).reshape(2, 4096).t()
+    grid = zccl_torch.quantize(x, 1e-5)
+    assert grid.shape == x.shape
+    assert_bitwise_equal(grid, zccl_torch.quantize(x.contiguous(), 1e-5), "strided input")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        ((torch.arange(8, dtype=torch.int32), 1e-3), {}, TypeError, "float32, float64"),
+        ((torch.zeros(8), -1.0), {}, ValueError, "finite and >= 0"),
+        ((torch.zeros(8), float("nan")), {}, ValueError, "finite and >= 0"),
+        ((torch.zeros(8), 1e-3), {"mode": "bogus"}, ValueError, "mode must be"),
+        ((torch.zeros(8), 1e-3), {"threads": 0}, ValueError, "threads"),
+        (([1.0, 2.0], 1e-3), {}, TypeError, "torch.Tensor"),
+        ((torch.zeros(8).to_sparse(), 1e-3), {}, TypeError, "dense"),
+    ],
+)
+def test_bad_arguments_raise(args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        zccl_torch.quantize(*args, **kwargs)
