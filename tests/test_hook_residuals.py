@@ -75,3 +75,24 @@ def test_residual_of_other_size_or_dtype_is_not_reused() -> None:
     assert got is not None and torch.equal(got[6:8], torch.zeros(2)) and float(got.sum()) == 9.0
     got64 = state.bucket_residual(FakeBucket(0, params), torch.float64)
     assert got64 is not None and float(got64.abs().sum()) == 0.0
+
+
+def test_live_residual_is_the_stored_buffer_only_when_back_to_back() -> None:
+    model = two_layer()
+    params = list(model.parameters())
+    state = ZcclHookState(model=model)
+    bucket = FakeBucket(0, params)
+    stored = torch.arange(11, dtype=torch.float32)
+    state._store_residual(bucket, stored)
+    live = state.bucket_residual(bucket, live=True)
+    copy = state.bucket_residual(bucket)
+    assert torch.equal(live, stored) and torch.equal(copy, stored)
+    assert live.data_ptr() == stored.data_ptr()  # no copy: the hook overwrites it in place
+    assert copy.data_ptr() != stored.data_ptr()  # the public default stays a new tensor
+    # Another order (a rebuilt bucket): not back to back, so a copy in the new order.
+    rebuilt = FakeBucket(0, params[::-1])
+    reordered = state.bucket_residual(rebuilt, live=True)
+    assert reordered.data_ptr() != stored.data_ptr()
+    assert torch.equal(reordered, torch.cat([stored[10:], stored[8:10], stored[6:8], stored[:6]]))
+    # Another dtype: converted, never the stored buffer.
+    assert state.bucket_residual(bucket, torch.float64, live=True).data_ptr() != stored.data_ptr()

@@ -126,3 +126,32 @@ def test_non_contiguous_input():
 def test_bad_arguments_raise(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         zccl_torch.quantize(*args, **kwargs)
+
+
+def test_into_given_tensors_and_in_place():
+    x = make_data("noise", 70_001, torch.float32, seed=6)
+    want, want_rest = zccl_torch.quantize(x, 1e-3, residual=True)
+    out, rest = torch.empty_like(x), torch.full_like(x, 7.0)
+    got, got_rest = zccl_torch.quantize(x, 1e-3, residual=rest, out=out)
+    assert got.data_ptr() == out.data_ptr() and got_rest.data_ptr() == rest.data_ptr()
+    assert_bitwise_equal(got, want, "into out")
+    assert_bitwise_equal(got_rest, want_rest, "into residual")
+    y = x.clone()
+    in_place, rest2 = zccl_torch.quantize(y, 1e-3, residual=True, out=y)
+    assert in_place.data_ptr() == y.data_ptr()
+    assert_bitwise_equal(y, want, "in place")
+    assert_bitwise_equal(rest2, want_rest, "residual of the in-place call")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"out": torch.empty(5)}, "out must be a CPU torch.float32 tensor of 8 values"),
+        ({"out": torch.empty(8, dtype=torch.float64)}, "out must be a CPU torch.float32"),
+        ({"out": torch.empty(16)[::2]}, "out must be contiguous"),
+        ({"residual": torch.empty(9)}, "residual must be a CPU torch.float32 tensor of 8"),
+    ],
+)
+def test_bad_destinations_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        zccl_torch.quantize(torch.zeros(8), 1e-3, **kwargs)

@@ -188,7 +188,8 @@ def quantize(
     mode: str = "abs",
     *,
     threads: int | None = None,
-    residual: bool = False,
+    residual: bool | torch.Tensor = False,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The values ``decompress(compress(tensor, error_bound, mode))`` reconstructs, computed in
     one pass without building the stream.
@@ -205,11 +206,14 @@ def quantize(
         tensor: CPU tensor of dtype float32, float64, float16 or bfloat16, any shape.
         error_bound, mode: as for :func:`compress` (``"lossless"`` or 0 returns a copy).
         threads: OpenMP threads; ``None`` uses the OpenMP default.
-        residual: also return ``tensor - x'`` (computed in the tensor's dtype; 0 where a
-            value is kept exactly, so NaN and +/-Inf leave 0 rather than NaN).
+        residual: ``True``: also return ``tensor - x'`` (in the tensor's dtype; 0 where a value
+            is kept exactly, so NaN and +/-Inf leave 0 rather than NaN). A tensor: write that
+            into it (contiguous, same dtype and size; reusing one skips an allocation).
+        out: contiguous tensor of the same dtype and size to write ``x'`` into (``tensor``
+            itself quantises in place); None allocates one.
 
     Returns:
-        ``x'`` with ``tensor``'s dtype and shape, or ``(x', tensor - x')`` when ``residual``.
+        ``x'`` with ``tensor``'s dtype and shape, or ``(x', tensor - x')`` with a residual.
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"quantize expects a torch.Tensor, got {type(tensor).__name__}")
@@ -220,8 +224,28 @@ def quantize(
         raise TypeError(f"quantize needs a dense (strided) tensor, got layout {tensor.layout}")
     eb = resolve_error_bound(tensor, error_bound, mode)
     src = tensor.detach().contiguous()
-    grid, rest = _C.quantize(src, code, eb, _check_threads(threads), bool(residual))
-    return (grid, rest) if residual else grid
+    grid = torch.empty_like(src) if out is None else _check_into(out, src, "out")
+    rest = None
+    if isinstance(residual, torch.Tensor):
+        rest = _check_into(residual, src, "residual")
+    elif residual:
+        rest = torch.empty_like(src)
+    _C.quantize(src, code, eb, _check_threads(threads), grid, rest)
+    grid = grid.view(tensor.shape)
+    return grid if rest is None else (grid, rest.view(tensor.shape))
+
+
+def _check_into(t: torch.Tensor, like: torch.Tensor, what: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != like.dtype or t.numel() != like.numel() or t.device.type != "cpu":
+        raise ValueError(
+            f"{what} must be a CPU {like.dtype} tensor of {like.numel()} values, got "
+            f"{t.dtype} with {t.numel()} on {t.device}"
+        )
+    if not t.is_contiguous():
+        raise ValueError(f"{what} must be contiguous")
+    return t
 
 
 def _as_stream(stream: torch.Tensor) -> torch.Tensor:

@@ -197,16 +197,23 @@ class ZcclHookState:
         return out
 
     def bucket_residual(
-        self, bucket: dist.GradBucket, dtype: torch.dtype | None = None
+        self, bucket: dist.GradBucket, dtype: torch.dtype | None = None, *, live: bool = False
     ) -> torch.Tensor | None:
         """The bucket's residual in buffer order (zeros for parameters without one, or whose
-        saved residual has another size or dtype), or None when no parameter has one."""
+        saved residual has another size or dtype), or None when no parameter has one.
+
+        A new tensor, unless ``live``: then the stored residuals themselves when they lie back
+        to back (the hook's own use: it overwrites them with the next residual)."""
         keys = self._residual_keys(bucket)
         found = [self.residuals.get(k) for k, _ in keys]
         if all(r is None for r in found):
             return None
         if dtype is None:
             dtype = next(r.dtype for r in found if r is not None)
+        if live:
+            whole = _consecutive_views(found, [n for _, n in keys], dtype)
+            if whole is not None:  # the residual stored by the last call, as it was: no copy
+                return whole
         parts = [
             r if r is not None and r.numel() == n and r.dtype == dtype
             else torch.zeros(n, dtype=dtype)
@@ -244,9 +251,35 @@ class ZcclHookState:
         return list(groups.items())
 
 
+def _consecutive_views(
+    parts: list[torch.Tensor | None], sizes: list[int], dtype: torch.dtype
+) -> torch.Tensor | None:
+    """One tensor over ``parts`` when they lie back to back in one storage with the given sizes
+    and dtype (how :meth:`ZcclHookState._store_residual` leaves a bucket's residual), else None.
+    """
+    if not parts or any(r is None for r in parts):
+        return None
+    first = parts[0]
+    assert first is not None
+    offset = first.storage_offset()
+    for r, n in zip(parts, sizes, strict=True):
+        assert r is not None
+        if (
+            r.dtype != dtype
+            or r.numel() != n
+            or not r.is_contiguous()
+            or r.untyped_storage().data_ptr() != first.untyped_storage().data_ptr()
+            or r.storage_offset() != offset
+        ):
+            return None
+        offset += n
+    return first.as_strided((sum(sizes),), (1,), first.storage_offset())
+
+
 def _gather(t: torch.Tensor, slices: list[_Slice]) -> torch.Tensor:
-    if len(slices) == 1 and slices[0] == (0, t.numel()):
-        return t
+    """The slices of ``t`` as one payload: a view when they are one slice, else a copy."""
+    if len(slices) == 1:
+        return t.narrow(0, *slices[0])
     return torch.cat([t.narrow(0, off, n) for off, n in slices])
 
 
@@ -293,10 +326,9 @@ def compressed_allreduce_hook(
     policy = state._policy()
     groups = state._slices(bucket, policy)
 
-    if state.error_feedback:
-        e = state.bucket_residual(bucket, work_dtype)
-        if e is not None:
-            x.add_(e)
+    e = state.bucket_residual(bucket, work_dtype, live=True) if state.error_feedback else None
+    if e is not None:
+        x.add_(e)
 
     # Agree on every payload's statistics in one exact all_reduce (MAX).
     payloads = [_gather(x, slices) for _, slices in groups]
@@ -331,17 +363,21 @@ def compressed_allreduce_hook(
         if d.mode != "abs" and not d.exact:  # policies decide absolutely under ctx.absolute
             raise ValueError(f"zccl hook: policy {leaf!r} gave a non-absolute decision {d!r}")
         if not d.exact and state.error_feedback:
-            # x' on the compressor's grid and x - x' in one pass (no stream is built).
-            decoded, rest = quantize(
-                payload, d.error_bound, "abs", threads=base.threads or None, residual=True
-            )
-            if slices == [(0, x.numel())]:  # the whole bucket: no zero-filled buffer needed
-                residual = rest
+            if residual is None:
+                # The old residual is spent (added into x above): its buffer takes the new one.
+                residual = e if e is not None else torch.empty_like(x)
+                if slices != [(0, x.numel())]:
+                    residual.zero_()  # exact slices keep no residual
+            # x' on the compressor's grid, in place (payload is the hook's: a view of the
+            # bucket buffer or a gathered copy), and x - x' in the same pass.
+            threads = base.threads or None
+            if len(slices) == 1:
+                quantize(payload, d.error_bound, "abs", threads=threads, out=payload,
+                         residual=residual.narrow(0, *slices[0]))
             else:
-                if residual is None:
-                    residual = torch.zeros_like(x)
+                _, rest = quantize(payload, d.error_bound, "abs", threads=threads, out=payload,
+                                   residual=True)
                 _scatter(residual, rest, slices)
-            payload = decoded  # x' is what this rank contributes
         decisions.append((0.0 if d.exact else d.error_bound, payload.numel()))
         plan.append((payload, d))
 
@@ -356,7 +392,10 @@ def compressed_allreduce_hook(
     def write_back(done: torch.futures.Future[list[torch.futures.Future[Any]]]) -> torch.Tensor:
         flat = buf.view(-1)
         for slices, f in zip(slices_list, done.value(), strict=True):
-            _scatter(flat, f.value().to(buf.dtype), slices)
+            result = f.value()
+            if len(slices) == 1 and result.data_ptr() == flat.narrow(0, *slices[0]).data_ptr():
+                continue  # reduced in place inside the bucket buffer already
+            _scatter(flat, result.to(buf.dtype), slices)
         return buf
 
     return torch.futures.collect_all(futures).then(write_back)

@@ -95,22 +95,21 @@ torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bo
   return 2 * used < cap ? stream.clone() : stream;
 }
 
-// The values decompress(compress(src, eb)) reconstructs, without the stream (fz::quantize); and
-// src - those values when `with_residual`.
-py::tuple quantize(const torch::Tensor& src, int dtype_code, double error_bound, int threads,
-                   bool with_residual) {
+// The values decompress(compress(src, eb)) reconstructs, without the stream (fz::quantize), into
+// `out` (may be `src`); src - those values into `residual` when given. Python checks and allocates.
+void quantize(const torch::Tensor& src, int dtype_code, double error_bound, int threads,
+              torch::Tensor& out, const std::optional<torch::Tensor>& residual) {
   const fz::DType dt = dtype_from_code(dtype_code);
-  TORCH_CHECK(src.scalar_type() == scalar_type(dt) && src.is_contiguous() && src.device().is_cpu(),
-              "zccl: quantize needs a contiguous CPU tensor of the declared dtype");
-  torch::Tensor out = torch::empty_like(src);
-  torch::Tensor residual = with_residual ? torch::empty_like(src) : torch::Tensor();
-  {
-    py::gil_scoped_release nogil;
-    fz::quantize(src.data_ptr(), dt, static_cast<uint64_t>(src.numel()), error_bound,
-                 out.data_ptr(), with_residual ? residual.data_ptr() : nullptr, threads);
-  }
-  if (!with_residual) return py::make_tuple(out, py::none());
-  return py::make_tuple(out, residual);
+  auto usable = [&](const torch::Tensor& t) {
+    return t.scalar_type() == scalar_type(dt) && t.is_contiguous() && t.device().is_cpu() &&
+           t.numel() == src.numel();
+  };
+  TORCH_CHECK(usable(src) && usable(out) && (!residual || usable(*residual)),
+              "zccl: quantize needs contiguous CPU tensors of the declared dtype and size");
+  void* res = residual ? residual->data_ptr() : nullptr;
+  py::gil_scoped_release nogil;
+  fz::quantize(src.data_ptr(), dt, static_cast<uint64_t>(src.numel()), error_bound,
+               out.data_ptr(), res, threads);
 }
 
 // `out` (optional): a preallocated contiguous CPU tensor of the stream's dtype and value count
@@ -315,7 +314,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decompress", &decompress, py::arg("stream"), py::arg("threads"), py::arg("progress"),
         py::arg("out") = py::none());
   m.def("quantize", &quantize, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
-        py::arg("threads"), py::arg("with_residual"));
+        py::arg("threads"), py::arg("out"), py::arg("residual"));
   m.def("decompress_chunk", &decompress_chunk, py::arg("stream"), py::arg("index"));
   m.def("stream_info", &stream_info, py::arg("stream"));
   m.def("max_compressed_size", [](int code, uint64_t n, uint32_t chunk_len, size_t ndim) {
