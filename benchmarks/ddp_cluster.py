@@ -71,6 +71,7 @@ def rank_argv(args: argparse.Namespace, contenders: str, out: Path) -> list[str]
             "--tail", str(args.tail), "--lr", str(args.lr), "--seed", str(args.seed),
             "--train-size", str(args.train_size), "--eval-size", str(args.eval_size),
             "--bucket-mb", str(args.bucket_mb), "--link-mb", str(args.link_mb),
+            *(["--zccl-rel", str(args.zccl_rel)] if args.zccl_rel is not None else []),
             "--out", str(out)]
 
 
@@ -148,6 +149,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-size", type=int, default=None)
     parser.add_argument("--link-mb", type=float, default=None, help="link probe size (32)")
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb")
+    parser.add_argument("--zccl-rel", type=float, default=None,
+                        help="zccl hook policy Rules(NormRelative(REL, 'rms')) (default: the "
+                        "hook's default, REL 1e-3)")
     parser.add_argument("--timeout", type=float, default=2400, help="seconds per mpirun")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes, one host, no cluster, no root (tests)")

@@ -95,7 +95,7 @@ def train(name: str, args: argparse.Namespace, groups: ddp_comm.Groups, comm: MP
     torch.manual_seed(args.seed)  # same initial weights on every rank and in every contender
     model = ddp_workload.WideMLP(dims)
     steps = args.compute_steps if name == "compute" else args.steps
-    wrapped = ddp_comm.wrap(name, model, groups, args.start_iter, args.bucket_mb)
+    wrapped = ddp_comm.wrap(name, model, groups, args.start_iter, args.bucket_mb, args.zccl_rel)
     acct = wrapped.accounting
     opt = torch.optim.SGD(wrapped.model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss()
@@ -208,6 +208,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--compute-steps", type=int, default=40, help="steps of 'compute'")
     parser.add_argument("--warmup", type=int, default=10, help="untimed first steps")
     parser.add_argument("--start-iter", type=int, default=10, help="zccl hook exact warm-up")
+    parser.add_argument("--zccl-rel", type=float, default=None,
+                        help="zccl hook policy Rules(NormRelative(REL, 'rms')); default: the "
+                        "hook's default policy (REL 1e-3)")
     parser.add_argument("--tail", type=int, default=30, help="steps averaged for final loss")
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--lr-warmup", type=int, default=20)

@@ -41,6 +41,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import zccl_torch
 from zccl_torch import hooks
+from zccl_torch.policy import NormRelative, Rules
 
 CONTENDERS = ("mpi", "gloo", "fp16", "zccl", "compute")
 
@@ -178,8 +179,10 @@ class Wrapped:
 
 
 def wrap(name: str, model: nn.Module, groups: Groups, start_iter: int,
-         bucket_mb: float) -> Wrapped:
-    """Wraps ``model`` (same initial weights on every rank) for contender ``name``."""
+         bucket_mb: float, zccl_rel: float | None = None) -> Wrapped:
+    """Wraps ``model`` (same initial weights on every rank) for contender ``name``; ``zccl_rel``:
+    the zccl hook's policy ``Rules(NormRelative(zccl_rel, "rms"))`` (None: the hook's default,
+    the same policy at 1e-3)."""
     world = dist.get_world_size()
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if name == "compute":
@@ -197,7 +200,8 @@ def wrap(name: str, model: nn.Module, groups: Groups, start_iter: int,
     # would be compressed (lossy), so it goes through MPI like in the other contenders.
     with zccl_torch.config(algorithm="mpi"):
         ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
-    state = hooks.ZcclHookState(model=ddp, start_iter=start_iter)
+    policy = None if zccl_rel is None else Rules(NormRelative(zccl_rel, "rms"))
+    state = hooks.ZcclHookState(model=ddp, start_iter=start_iter, policy=policy)
     accounting = ZcclAccounting(world, groups.zccl)
     ddp.register_comm_hook(state, accounting.hook)
     return Wrapped(ddp, lambda: accounting.counters.bytes_sent, accounting)
