@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -348,6 +349,57 @@ def test_progress_pipeline_matches_plain(data, error_bound, chunk_size):
 
 class _StopError(Exception):
     pass
+
+
+@pytest.mark.parametrize("threads", (2, 3))
+@pytest.mark.parametrize("n", (0, 31, 32 * 7 + 5, 5120 * 9 + 1))
+def test_threaded_pipeline_matches_plain_and_polls_from_the_caller(threads, n):
+    """threads > 1 with progress: chunks coded in parallel, the calling thread alone runs the
+    hook (the collectives poll MPI there), and the stream is the plain one."""
+    x = make_data("noise", n, torch.float32, seed=n)
+    chunk = 32 if n < 5120 else 5120
+    plain = zccl_torch.compress(x, 1e-3, chunk_size=chunk, threads=1)
+    caller = threading.get_ident()
+    for direction in ("compress", "decompress"):
+        calls = []
+
+        def progress(done, total, calls=calls):
+            calls.append((done, total, threading.get_ident()))
+
+        if direction == "compress":
+            got = zccl_torch.compress(x, 1e-3, chunk_size=chunk, threads=threads,
+                                      progress=progress)
+            assert torch.equal(got, plain), f"threads={threads}: stream differs"
+        else:
+            y = zccl_torch.decompress(plain, threads=threads, progress=progress)
+            assert_bitwise_equal(y, zccl_torch.decompress(plain, threads=1), "threaded decode")
+        nch = num_chunks(n, chunk)
+        assert all(t == caller for *_, t in calls), "progress ran on another thread"
+        assert all(total == nch for _, total, _ in calls), calls
+        done = [d for d, _, _ in calls]
+        assert done == sorted(done) and all(0 < d <= nch for d in done), done
+        if nch >= threads:
+            assert calls, f"{direction}: progress never called"
+            # The calling thread coded only its share: the other threads did the rest.
+            assert len(calls) < nch, f"{direction}: {len(calls)} calls for {nch} chunks"
+
+
+@pytest.mark.parametrize("direction", ("compress", "decompress"))
+def test_threaded_pipeline_exception_propagates(direction):
+    x = make_data("sin", 32 * 64, torch.float64, seed=2)
+    stream = zccl_torch.compress(x, 1e-4, chunk_size=32)
+
+    def progress(done, total):
+        raise _StopError("stop")
+
+    with pytest.raises(_StopError, match="stop"):
+        if direction == "compress":
+            zccl_torch.compress(x, 1e-4, chunk_size=32, threads=2, progress=progress)
+        else:
+            zccl_torch.decompress(stream, threads=2, progress=progress)
+    assert torch.equal(zccl_torch.compress(x, 1e-4, chunk_size=32, threads=2), stream)
+
+
 
 
 @pytest.mark.parametrize("fail_at", (1, 2, 5))

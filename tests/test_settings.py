@@ -5,7 +5,9 @@ all agree with it."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -146,3 +148,27 @@ def test_readme_configuration_table_is_the_table() -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     assert cfg.markdown_table() in section, "README's table differs from markdown_table()"
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"OMP_NUM_THREADS": "3"}, lambda cores: 3),
+        ({"OMP_NUM_THREADS": "2,1"}, lambda cores: 2),  # a nested list: its first level
+        ({"OMPI_COMM_WORLD_LOCAL_SIZE": "2"}, lambda cores: max(1, cores // 2)),
+        ({"LOCAL_WORLD_SIZE": "64"}, lambda cores: max(1, cores // 64)),
+        ({}, lambda cores: cores),
+    ],
+    ids=["omp", "omp-list", "mpirun-local-size", "torchrun-local-size", "alone"],
+)
+def test_automatic_threads_never_oversubscribe(env: dict[str, str], expected: Any) -> None:
+    """threads = 0: OMP_NUM_THREADS when set, else this process's cores per rank of its host
+    (fixed per process, so each case runs in a fresh interpreter)."""
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("OMP_NUM_THREADS", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
+                          "MPI_LOCALNRANKS")}
+    done = subprocess.run(
+        [sys.executable, "-c", "import zccl_torch; print(zccl_torch._C.automatic_threads())"],
+        env={**clean, **env}, capture_output=True, text=True, timeout=120, check=True,
+    )
+    assert int(done.stdout.strip()) == expected(len(os.sched_getaffinity(0)))

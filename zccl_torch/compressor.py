@@ -159,8 +159,11 @@ def compress(
             ``"lossless"``.
         chunk_size: values per independently decodable chunk (multiple of 32, at most 65536).
         threads: OpenMP threads; ``None`` uses the OpenMP default (``OMP_NUM_THREADS``).
-        progress: optional ``progress(chunks_done, chunks_total)`` called between chunks; the
-            compression then runs chunk by chunk on the calling thread (the pipelined mode).
+        progress: optional ``progress(chunks_done, chunks_total)`` called between chunks (the
+            pipelined mode): with ``threads`` None or 1 the compression runs chunk by chunk on
+            the calling thread; with ``threads > 1`` the chunks are split among the threads
+            and the calling thread alone calls ``progress`` between its own chunks
+            (``chunks_done`` is then an estimate). The stream is the same either way.
 
     Returns:
         A 1-D ``torch.uint8`` tensor holding the whole stream.

@@ -1,5 +1,10 @@
 #include "call_config.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+
 namespace zccl::backend {
 namespace {
 // The override is held here and only here. The backend reads it on the thread that issues each
@@ -20,6 +25,41 @@ const std::optional<CallOverride>& thread_override() { return g_override; }
 
 CallConfig resolve_for_thread(const CallConfig& defaults) {
   return g_override ? g_override->apply(defaults) : defaults;
+}
+
+CallConfig resolve_for_call(const CallConfig& defaults) {
+  CallConfig c = resolve_for_thread(defaults);
+  if (c.threads <= 0) c.threads = automatic_threads();
+  return c;
+}
+
+namespace {
+int positive_env(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);  // OMP_NUM_THREADS may be a list: its first entry
+  return end != v && n > 0 && n < 1 << 16 ? static_cast<int>(n) : 0;
+}
+}  // namespace
+
+int automatic_threads() {
+  // Computed once: the environment and the affinity mask are the launcher's, fixed at start.
+  static const int threads = [] {
+    if (const int omp = positive_env("OMP_NUM_THREADS")) return omp;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+    int local = 1;  // ranks on this host, as the launchers say it
+    for (const char* name : {"OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS"}) {
+      if (const int n = positive_env(name)) {
+        local = n;
+        break;
+      }
+    }
+    return std::max(1, cores / local);
+  }();
+  return threads;
 }
 
 }  // namespace zccl::backend

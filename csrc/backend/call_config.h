@@ -54,6 +54,14 @@ struct CallOverride {
 void set_thread_override(std::optional<CallOverride> config);
 const std::optional<CallOverride>& thread_override();
 // The configuration a collective issued from this thread on a group with `defaults` uses.
+// The configuration in force on this thread: `defaults` with the thread's override applied.
 CallConfig resolve_for_thread(const CallConfig& defaults);
+// What a call runs with: resolve_for_thread, and threads = 0 resolved to automatic_threads().
+CallConfig resolve_for_call(const CallConfig& defaults);
+// Compression threads per rank when the setting is 0: OMP_NUM_THREADS if set, else the cores in
+// this process's affinity mask divided by the ranks on its host (OMPI_COMM_WORLD_LOCAL_SIZE,
+// LOCAL_WORLD_SIZE or MPI_LOCALNRANKS; 1 when none is set), at least 1. Never oversubscribes a
+// host whose launcher says how many ranks it runs.
+int automatic_threads();
 
 }  // namespace zccl::backend

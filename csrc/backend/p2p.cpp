@@ -43,7 +43,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensor
   check_root(dst, getSize(), "send");
   check_tag(tag, "send");
   const at::Tensor t = tensors[0].contiguous();
-  const CallConfig cfg = resolve_for_thread(defaults_);
+  const CallConfig cfg = resolve_for_call(defaults_);
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const std::string to = "the receive of rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
   if (compressed_path(t.scalar_type(), n, cfg)) {
@@ -81,7 +81,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::recvAnysource(std::vector<at::Tensor
 c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& tensors, int src, int tag,
                                                       const char* name) {
   at::Tensor out = tensors[0];
-  const CallConfig cfg = resolve_for_thread(defaults_);
+  const CallConfig cfg = resolve_for_call(defaults_);
   const uint64_t n = static_cast<uint64_t>(out.numel());
   auto post = [&](void* buf, size_t capacity) {
     return src < 0 ? p2p_comm_->irecv_any(buf, capacity, tag) : p2p_comm_->irecv(buf, capacity, src, tag);

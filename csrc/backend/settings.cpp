@@ -99,8 +99,10 @@ std::vector<Setting> make_table() {
       R"(`error_bound` ignored; with `algorithm="auto"` reductions then take MPI's exact )"
       R"(allreduce, data movement and `algorithm="ring"` run the lossless codec))"));
   table.push_back(integer<&CallConfig::threads>(
-      "threads", "ZCCL_THREADS", 0, std::nullopt, 1, "0 = OpenMP default",
-      "compressor OpenMP threads (0: `OMP_NUM_THREADS`/all cores)"));
+      "threads", "ZCCL_THREADS", 0, std::nullopt, 1, "0 = automatic",
+      "compression threads per rank, also inside the pipelined ring, broadcast and scatter "
+      "(0: `OMP_NUM_THREADS` if set, else the cores this process may use divided by the ranks "
+      "on its host)"));
   table.push_back(integer<&CallConfig::chunk_len>(
       "chunk_size", "ZCCL_CHUNK_SIZE", fz::kBlockLen, fz::kMaxChunkLen, fz::kBlockLen, "",
       "chunk of the (pipelined) compressor, values"));

@@ -78,7 +78,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::enqueue(const char* name, c10d::OpTy
                                                     const std::vector<at::Tensor>& touched, Job job) {
   const std::optional<c10::Stream> stream = device.prepare(touched);
   auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_, stream);
-  const CallConfig config = resolve_for_thread(defaults_);  // captured on the caller's thread
+  const CallConfig config = resolve_for_call(defaults_);  // captured on the caller's thread
   seq_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);

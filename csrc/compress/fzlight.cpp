@@ -5,7 +5,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -146,6 +148,40 @@ int resolve_threads(int threads, uint64_t units) {
   const int t = threads > 0 ? threads : default_threads();
   return static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(static_cast<uint64_t>(t), units)));
 }
+
+// The progress hook of a threaded pipelined call: only the calling thread (OpenMP's thread 0,
+// which is the thread that entered the region) runs it, between its own chunks, so MPI is polled
+// from the thread that owns the communicator while the other threads keep coding. The first
+// exception it throws stops every thread at its next chunk and is rethrown after the region.
+class ThreadedProgress {
+ public:
+  ThreadedProgress(const Progress* progress, uint64_t total, int threads)
+      : progress_(progress), total_(total), threads_(static_cast<uint64_t>(threads)) {}
+  // After a chunk on thread t (its `done`-th); false once the call must stop.
+  bool after_chunk(int t, uint64_t done) {
+    if (stop_.load(std::memory_order_relaxed)) return false;
+    if (t != 0 || progress_ == nullptr) return true;
+    try {
+      (*progress_)(std::min(total_, done * threads_), total_);  // an estimate of all threads
+    } catch (...) {
+      error_ = std::current_exception();
+      stop_.store(true, std::memory_order_relaxed);
+      return false;
+    }
+    return true;
+  }
+  bool stopped() const { return stop_.load(std::memory_order_relaxed); }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  const Progress* progress_;
+  uint64_t total_;
+  uint64_t threads_;
+  std::atomic<bool> stop_{false};
+  std::exception_ptr error_;  // written by thread 0 only, read after the region
+};
 
 // Parallel units of chunk work: four default-sized chunks (~80 KB of float32) per thread at least.
 uint64_t chunk_units(uint64_t chunks) { return (chunks + 3) / 4; }
@@ -499,7 +535,7 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
   };
 
   size_t end = data_base;
-  if (progress != nullptr) {
+  if (progress != nullptr && p.threads <= 1) {
     // Pipelined: one chunk at a time on this thread, the caller's progress hook in between.
     Scratch<S> scratch(cl, how.zstd);
     bool prev_constant = false;
@@ -517,7 +553,9 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
     // are then slid down in order (compressed data is small, so the move is cheap). A run never
     // starts with a repeat (its first chunk is written in full), so the slide keeps every
     // repeat right after the bytes it repeats.
+    // With a progress hook (threads > 1): the calling thread runs it between its own chunks.
     const int nt = resolve_threads(p.threads, chunk_units(chunks));
+    ThreadedProgress hook(progress, chunks, nt);
     const size_t full = raw_chunk_bytes(cl, sizeof(S));
     std::vector<size_t> run_bytes(static_cast<size_t>(nt), 0);
     std::vector<Scratch<S>> scratch;
@@ -537,9 +575,12 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
         finish_chunk(c, dst + at, bytes);
         at += bytes;
         prev_constant = constant;
+        if (!hook.after_chunk(t, c + 1 - c0)) break;
       }
       run_bytes[static_cast<size_t>(t)] = at - (data_base + c0 * full);
     }
+    hook.rethrow();
+    if (hook.stopped()) throw std::logic_error("zccl: compression stopped without an error");
     // A run's first chunk was written in full even when it repeats the previous run's last
     // constant chunk; turn it into a repeat now that the runs meet.
     for (int t = 0; t < nt; ++t) {
@@ -686,7 +727,7 @@ void decompress_typed(const uint8_t* src, const Parsed& p, typename K::S* out, i
   const uint64_t chunks = p.info.num_chunks;
   const uint32_t cl = p.info.chunk_len;
   const bool lossless = p.traits.codec != LosslessCodec::None;
-  if (progress != nullptr) {
+  if (progress != nullptr && threads <= 1) {
     LosslessScratch scratch(cl, kElem, lossless);
     for (uint64_t c = 0; c < chunks; ++c) {
       decode_one<K>(src, p, c, out + c * cl, scratch);
@@ -699,8 +740,11 @@ void decompress_typed(const uint8_t* src, const Parsed& p, typename K::S* out, i
   std::mutex failure_lock;
   std::string failure;
   const int nt = resolve_threads(threads, chunk_units(chunks));
+  ThreadedProgress hook(progress, chunks, nt);  // with a progress hook (threads > 1)
 #pragma omp parallel num_threads(nt)
   {
+    const int t = omp_get_thread_num();
+    uint64_t mine = 0;
     std::optional<LosslessScratch> scratch;
     try {
       scratch.emplace(cl, kElem, lossless);
@@ -710,16 +754,18 @@ void decompress_typed(const uint8_t* src, const Parsed& p, typename K::S* out, i
     }
 #pragma omp for schedule(static)
     for (int64_t c = 0; c < static_cast<int64_t>(chunks); ++c) {
-      if (!scratch) continue;
+      if (!scratch || hook.stopped()) continue;
       try {
         decode_one<K>(src, p, static_cast<uint64_t>(c), out + static_cast<uint64_t>(c) * cl, *scratch);
       } catch (const std::exception& e) {
         const std::lock_guard<std::mutex> guard(failure_lock);
         if (failure.empty()) failure = e.what();
       }
+      hook.after_chunk(t, ++mine);
     }
   }
   if (!failure.empty()) throw StreamError(failure);
+  hook.rethrow();
 }
 
 // Min/max of x[0..n) over finite values; a non-finite value contributes +inf to the min and -inf

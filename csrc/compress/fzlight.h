@@ -63,7 +63,7 @@ struct CompressParams {
   double error_bound = 0.0;              // absolute bound; 0 means lossless (values stored exactly)
   LosslessCodec lossless_codec = LosslessCodec::Auto;  // used only when error_bound == 0
   uint32_t chunk_len = kDefaultChunkLen; // multiple of kBlockLen, in [kBlockLen, kMaxChunkLen]
-  int threads = 0;                       // 0: OpenMP default; ignored when progress is set
+  int threads = 0;                       // 0: OpenMP default (with progress: 1, see compress)
   // Shape recorded in the header: nullopt means 1-D {count}; an empty vector means 0-d (count 1).
   std::optional<std::vector<uint64_t>> shape;
 };
@@ -86,8 +86,11 @@ size_t max_compressed_size(DType dt, uint64_t count, uint32_t chunk_len = kDefau
                            size_t ndim = 1);
 
 // Compresses `count` values at `src` into `dst` (capacity `dst_cap`, which must be at least
-// max_compressed_size). Returns the stream size in bytes. With `progress`, chunks are compressed
-// one after another on the calling thread and `progress` runs after each chunk (PIPE-fZ-light).
+// max_compressed_size). Returns the stream size in bytes. With `progress` (PIPE-fZ-light) and
+// params.threads <= 1, chunks are compressed one after another on the calling thread and
+// `progress` runs after each chunk; with threads > 1 the chunks are split among that many
+// OpenMP threads and the calling thread runs `progress` between its own chunks (the collectives
+// keep MPI progressing while the other threads code). The stream is the same either way.
 size_t compress(const void* src, DType dt, uint64_t count, const CompressParams& params,
                 uint8_t* dst, size_t dst_cap, const Progress* progress = nullptr);
 
@@ -96,6 +99,7 @@ StreamInfo read_info(const uint8_t* src, size_t len);
 
 // Decompresses the whole stream into `dst` (room for `dst_count` values of the stream's dtype).
 // Verifies every chunk's checksum and structure; throws StreamError on any inconsistency.
+// `progress` and `threads` as for compress (threads <= 1 with progress: the calling thread only).
 void decompress(const uint8_t* src, size_t len, void* dst, uint64_t dst_count, int threads = 0,
                 const Progress* progress = nullptr);
 

@@ -401,6 +401,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](const py::dict& config) { return to_python(zb::resolve_for_thread(call_config_from(config))); },
       py::arg("config"),
       "The settings a collective issued from this thread on a group with `config` runs with");
+  m.def("automatic_threads", &zb::automatic_threads,
+        "Compression threads per rank when the threads setting is 0 (fixed per process)");
   m.def(
       "output_error_bound",
       [](const std::string& algorithm, const std::string& op, int p, double eb, bool allreduce) {

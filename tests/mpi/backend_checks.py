@@ -359,6 +359,30 @@ def pipelined_broadcast_scatter() -> None:
 
 
 @check
+def compression_threads_change_no_bit() -> None:
+    """threads = 1, 2 and 3 (chunks coded in parallel inside the pipelined ring, broadcast and
+    scatter, MPI polled by the calling thread): bit-identical outputs, the streams being the
+    same whatever the thread count."""
+    p = world()
+    n = 1_100_003  # above 4 MiB: the segmented pipelines
+    outs: dict[int, list[torch.Tensor]] = {}
+    for threads in (1, 2, 3):
+        with zccl_torch.config(threads=threads, algorithm="ring"):
+            t = data(rank(), n, salt=7)
+            dist.all_reduce(t)
+            b = data(0, n, salt=8) if rank() == 0 else torch.zeros(n)
+            dist.broadcast(b, src=0)
+            s = torch.empty(n // p + 1)
+            blocks = [data(300 + r, n // p + 1) for r in range(p)] if rank() == p - 1 else None
+            dist.scatter(s, scatter_list=blocks, src=p - 1)
+        outs[threads] = [t, b, s]
+    for threads in (2, 3):
+        for name, got, ref in zip(("all_reduce", "broadcast", "scatter"), outs[threads], outs[1],
+                                  strict=True):
+            assert_equal(f"{name} threads={threads} vs 1", got, ref)
+
+
+@check
 def scatter_blocks_read_in_place() -> None:
     """The compressed scatter reads each root block where it lies: non-contiguous (transposed)
     blocks, half-precision blocks, and a REL bound taken over the value range of *all* blocks
