@@ -13,8 +13,9 @@ both against the uncompressed MPI run; then the product owner's targets for zccl
 step time goes. The machine's load average is recorded before and after every run.
 
 Run (as root): ``python benchmarks/ddp_cluster.py`` (full: 300 steps per contender, about half
-an hour on the 2-core VM; 200 steps took 21 min), or ``--steps 40`` for a trial (6 min); ``--smoke`` runs everything tiny on one host without the cluster
-(no root, seconds). Writes ``benchmarks/results/ddp_cluster.json`` and ``ddp_cluster.png``.
+an hour on the 2-core VM; 200 steps took 21 min), or ``--steps 40`` for a trial (6 min);
+``--smoke`` runs everything tiny on one host without the cluster (no root, seconds).
+Writes ``benchmarks/results/ddp_cluster.json`` and ``ddp_cluster.png``.
 """
 
 from __future__ import annotations
