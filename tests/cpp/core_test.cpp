@@ -822,65 +822,102 @@ struct ProgressAbort {
   uint64_t at;
 };
 
+// Progress calls of one compress or decompress: with threads <= 1 exactly one per chunk,
+// (1, n) .. (n, n) in order; with threads > 1 only the calling thread reports, between its own
+// chunks, with an estimate of the work done: done never decreases and never passes total, and
+// a call with chunks to code reports at least once.
+static void check_progress_calls(const std::vector<std::pair<uint64_t, uint64_t>>& calls,
+                                 uint64_t nchunks, int threads, const char* what) {
+  if (threads <= 1) {
+    CHECK_MSG(calls.size() == nchunks,
+              fmt("%s: %zu progress calls, want %" PRIu64, what, calls.size(), nchunks));
+    for (size_t i = 0; i < calls.size(); ++i) {
+      CHECK_MSG(calls[i].first == i + 1 && calls[i].second == nchunks,
+                fmt("%s call %zu = (%" PRIu64 ", %" PRIu64 ")", what, i, calls[i].first,
+                    calls[i].second));
+    }
+    return;
+  }
+  CHECK_MSG(nchunks == 0 ? calls.empty() : !calls.empty() && calls.size() <= nchunks,
+            fmt("%s (threads %d): %zu progress calls for %" PRIu64 " chunks", what, threads,
+                calls.size(), nchunks));
+  for (size_t i = 0; i < calls.size(); ++i) {
+    CHECK_MSG(calls[i].second == nchunks && calls[i].first >= 1 && calls[i].first <= nchunks &&
+                  (i == 0 || calls[i].first >= calls[i - 1].first),
+              fmt("%s (threads %d) call %zu = (%" PRIu64 ", %" PRIu64 ")", what, threads, i,
+                  calls[i].first, calls[i].second));
+  }
+}
+
 template <typename T> static void test_progress() {
   for (size_t n : {(size_t)0, (size_t)1, (size_t)5120, (size_t)5121, (size_t)51200, (size_t)54321}) {
     for (uint32_t cl : {32u, 5120u}) {
       if (cl == 32 && n > 5121) continue;
-      g_ctx = fmt("progress %s n=%zu chunk=%u", tname<T>(), n, cl);
       const std::vector<T> x = make_data<T>(Kind::Smooth, n, 9);
       const uint64_t nchunks = (n + cl - 1) / cl;
-      fz::CompressParams p;
-      p.error_bound = 1e-3;
-      p.chunk_len = cl;
-      p.threads = 3;  // ignored when progress is set
-      std::vector<std::pair<uint64_t, uint64_t>> calls;
-      const fz::Progress prog = [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); };
-      const Bytes s = compress_exact(x, p, &prog);
-      CHECK_MSG(calls.size() == nchunks, fmt("compress: %zu progress calls, want %" PRIu64, calls.size(), nchunks));
-      for (size_t i = 0; i < calls.size(); ++i) {
-        CHECK_MSG(calls[i].first == i + 1 && calls[i].second == nchunks,
-                  fmt("compress call %zu = (%" PRIu64 ", %" PRIu64 ")", i, calls[i].first, calls[i].second));
-      }
-      calls.clear();
-      const std::vector<T> y = decompress_exact<T>(s, n, 3, &prog);
-      check_bound(x, y, 1e-3);
-      CHECK_MSG(calls.size() == nchunks, fmt("decompress: %zu progress calls, want %" PRIu64, calls.size(), nchunks));
-      for (size_t i = 0; i < calls.size(); ++i) {
-        CHECK_MSG(calls[i].first == i + 1 && calls[i].second == nchunks,
-                  fmt("decompress call %zu = (%" PRIu64 ", %" PRIu64 ")", i, calls[i].first, calls[i].second));
-      }
+      Bytes single;  // the stream of the one-thread pipelined call
+      for (int threads : {1, 3}) {
+        g_ctx = fmt("progress %s n=%zu chunk=%u threads=%d", tname<T>(), n, cl, threads);
+        fz::CompressParams p;
+        p.error_bound = 1e-3;
+        p.chunk_len = cl;
+        p.threads = threads;
+        std::vector<std::pair<uint64_t, uint64_t>> calls;
+        const fz::Progress prog = [&](uint64_t done, uint64_t total) {
+          calls.emplace_back(done, total);
+        };
+        const Bytes s = compress_exact(x, p, &prog);
+        check_progress_calls(calls, nchunks, threads, "compress");
+        if (threads == 1) {
+          single = s;
+        } else {
+          CHECK_MSG(s.v == single.v, "threaded pipelined stream differs from the one-thread stream");
+        }
+        calls.clear();
+        const std::vector<T> y = decompress_exact<T>(s, n, threads, &prog);
+        check_bound(x, y, 1e-3);
+        check_progress_calls(calls, nchunks, threads, "decompress");
 
-      // An exception thrown by the callback propagates out of compress/decompress unchanged.
-      for (uint64_t stop_at : {(uint64_t)1, nchunks / 2 + 1, nchunks}) {
-        if (nchunks == 0) break;
-        const fz::Progress thrower = [&](uint64_t done, uint64_t) {
-          if (done == stop_at) throw ProgressAbort{done};
-        };
-        bool caught = false;
-        try {
-          compress_exact(x, p, &thrower);
-        } catch (const ProgressAbort& a) {
-          caught = (a.at == stop_at);
+        // An exception thrown by the callback propagates out of compress/decompress unchanged.
+        // Threaded calls report an estimate, so they throw at the first report at or past
+        // stop_at (the last report may fall short of nchunks: stop_at 1 is the one sure hit).
+        for (uint64_t stop_at : {(uint64_t)1, nchunks / 2 + 1, nchunks}) {
+          if (nchunks == 0 || (threads > 1 && stop_at != 1)) break;
+          uint64_t thrown_at = 0;
+          const fz::Progress thrower = [&](uint64_t done, uint64_t) {
+            if (done >= stop_at && thrown_at == 0) {
+              thrown_at = done;
+              throw ProgressAbort{done};
+            }
+          };
+          bool caught = false;
+          try {
+            p.threads = threads;
+            compress_exact(x, p, &thrower);
+          } catch (const ProgressAbort& a) {
+            caught = (a.at == thrown_at);
+          }
+          CHECK_MSG(caught, fmt("compress: exception from progress at %" PRIu64 " not propagated", stop_at));
+          caught = false;
+          thrown_at = 0;
+          try {
+            decompress_exact<T>(s, n, threads, &thrower);
+          } catch (const ProgressAbort& a) {
+            caught = (a.at == thrown_at);
+          }
+          CHECK_MSG(caught, fmt("decompress: exception from progress at %" PRIu64 " not propagated", stop_at));
+          // A std::exception subtype too (must not be translated into a StreamError).
+          const fz::Progress thrower2 = [&](uint64_t done, uint64_t) {
+            if (done >= stop_at) throw std::logic_error("stop");
+          };
+          caught = false;
+          try {
+            decompress_exact<T>(s, n, threads, &thrower2);
+          } catch (const std::logic_error& e) {
+            caught = std::string(e.what()) == "stop" && !dynamic_cast<const fz::ArgumentError*>(&e);
+          }
+          CHECK_MSG(caught, "decompress: std::logic_error from progress not propagated unchanged");
         }
-        CHECK_MSG(caught, fmt("compress: exception from progress at %" PRIu64 " not propagated", stop_at));
-        caught = false;
-        try {
-          decompress_exact<T>(s, n, 2, &thrower);
-        } catch (const ProgressAbort& a) {
-          caught = (a.at == stop_at);
-        }
-        CHECK_MSG(caught, fmt("decompress: exception from progress at %" PRIu64 " not propagated", stop_at));
-        // A std::exception subtype too (must not be translated into a StreamError).
-        const fz::Progress thrower2 = [&](uint64_t done, uint64_t) {
-          if (done == stop_at) throw std::logic_error("stop");
-        };
-        caught = false;
-        try {
-          decompress_exact<T>(s, n, 1, &thrower2);
-        } catch (const std::logic_error& e) {
-          caught = std::string(e.what()) == "stop" && !dynamic_cast<const fz::ArgumentError*>(&e);
-        }
-        CHECK_MSG(caught, "decompress: std::logic_error from progress not propagated unchanged");
       }
     }
   }
