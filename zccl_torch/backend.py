@@ -222,7 +222,8 @@ def get_backend(group: Any = None, device: str = "cpu") -> Any:
 
 def last_stats(group: Any = None, device: str = "cpu") -> dict[str, Any]:
     """Counters of the most recent compressed collective on ``group`` (on ``device``'s tensors):
-    bytes, eb, timings."""
+    bytes, eb, the algorithm that ran, whether the ring added integer codes (``integer_hop``),
+    timings."""
     return _C.last_stats(get_backend(group, device))
 
 

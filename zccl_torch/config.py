@@ -11,8 +11,8 @@ used as given; otherwise the group's options come from the ``ZCCL_*`` environmen
 the defaults. Inside ``with zccl_torch.config(...)``, collectives issued from that thread use
 their group's options with the block's fields replaced.
 
-``check_agreement``, ``owner_exact``, ``algorithm``, ``mode``, ``error_bound``, ``chunk_size`` and
-``min_compress_bytes`` must be the same on every rank for each collective: with
+``check_agreement``, ``owner_exact``, ``integer_ring``, ``algorithm``, ``mode``, ``error_bound``,
+``chunk_size`` and ``min_compress_bytes`` must be the same on every rank for each collective: with
 ``check_agreement`` (the default) a difference raises on every rank naming the field and ranks.
 """
 

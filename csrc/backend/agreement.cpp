@@ -49,6 +49,7 @@ enum Field : int {
   kChunkLen,
   kMinCompressBytes,
   kOwnerExact,
+  kIntegerRing,
   kCheckAgreement,
   kNumFields
 };
@@ -57,7 +58,8 @@ const char* field_name(int f) {
   static const char* const names[kNumFields] = {
       "collective",       "reduce op",          "root",          "dtype",
       "element count",    "algorithm",          "mode",          "error_bound",
-      "chunk_size",       "min_compress_bytes", "owner_exact",   "check_agreement"};
+      "chunk_size",       "min_compress_bytes", "owner_exact",   "integer_ring",
+      "check_agreement"};
   return names[f];
 }
 
@@ -87,6 +89,7 @@ std::vector<double> describe(const CallDescription& call, const CallConfig& cfg)
     f[kChunkLen] = cfg.chunk_len;
     f[kMinCompressBytes] = static_cast<double>(cfg.min_compress_bytes);
     f[kOwnerExact] = cfg.owner_exact ? 1.0 : 0.0;
+    f[kIntegerRing] = cfg.integer_ring ? 1.0 : 0.0;
   }
   f[kCheckAgreement] = cfg.check_agreement ? 1.0 : 0.0;
   return f;
@@ -113,6 +116,7 @@ std::string format_value(int field, double v) {
       return "unknown";
     case kErrorBound: std::snprintf(buf, sizeof(buf), "%.17g", v); return buf;
     case kOwnerExact:
+    case kIntegerRing:
     case kCheckAgreement: return v != 0.0 ? "True" : "False";
     default: return std::to_string(static_cast<uint64_t>(v));
   }

@@ -112,6 +112,7 @@ coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb) const {
   c.algorithm = cfg.algorithm;
   c.min_compress_bytes = 0;  // the backend already decided to compress
   c.owner_exact = cfg.owner_exact;
+  c.integer_ring = cfg.integer_ring;
   return c;
 }
 

@@ -123,6 +123,10 @@ std::vector<Setting> make_table() {
       "owner_exact", "ZCCL_OWNER_EXACT",
       "broadcast / all_gather: the root / owner keeps exact values (outputs then differ across "
       "ranks within `eb`)"));
+  table.push_back(flag<&CallConfig::integer_ring>(
+      "integer_ring", "ZCCL_INTEGER_RING",
+      "ring all_reduce (SUM/AVG, lossy): hops add quantisation codes as integers; `false`: "
+      "decode, add in floating point and recompress at each hop (same bound, `p * eb`)"));
   return table;
 }
 

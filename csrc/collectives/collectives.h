@@ -55,6 +55,10 @@ struct Config {
   // travels as a half stream (rounded to nearest-even into the half type, then compressed within
   // error_bound), half the bytes of a float32 stream. Float32 (default): streams of the data type.
   DType wire_half = DType::Float32;
+  // Ring all_reduce, SUM/AVG, eb > 0: true (default) adds quantisation codes as integers at every
+  // hop (allreduce_ring_integer.cpp: each value quantised once, no decode-add-recompress);
+  // false: the ZCCL computation framework's float hop (allreduce_ring.cpp). Same bound, p * eb.
+  bool integer_ring = true;
 };
 
 // What a collective did, for stats and benchmarks (summed over the call, this rank).
@@ -66,6 +70,7 @@ struct Stats {
   double decompress_seconds = 0.0;
   double total_seconds = 0.0;
   Algorithm algorithm = Algorithm::Auto;  // the one that ran
+  bool integer_hop = false;  // the ring added integer codes (Config::integer_ring took effect)
 };
 
 // ---- Data-movement framework (output error: eb per value; exact when eb == 0) ----

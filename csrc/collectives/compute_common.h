@@ -137,6 +137,12 @@ template <class T>
 void allgather_decompressed(Comm& comm, T* buf, const Blocks& blocks, double eb,
                             const Config& cfg, Stats& st);
 
+// allreduce_ring_integer.cpp: the ring for SUM/AVG (AVG not divided here) on integer codes;
+// false (nothing done) when eb has no integer grid (eb == 0 or subnormal).
+template <class T>
+bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
+                            const Config& cfg, Stats& st);
+
 // allreduce_recursive_doubling.cpp
 template <class T>
 void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb,

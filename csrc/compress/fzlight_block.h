@@ -192,16 +192,14 @@ inline int pack_scalar(const int32_t* q, int32_t prev, uint32_t* words) {
   return len;
 }
 
-// Inverse of pack: reads the sign + len planes at `src`, prefix-sums from `carry`, reconstructs.
-// Integer arithmetic wraps (uint32) so a hostile stream cannot cause undefined behaviour.
-template <class K>
-inline void unpack_scalar(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
-                          typename K::S* out) {
-  using C = typename K::C;
+// Inverse of pack: reads the sign + len planes at `src` and prefix-sums the deltas from `carry`,
+// handing each lane's code to sink(i, code); carry becomes the last code. Integer arithmetic
+// wraps (uint32) so a hostile stream cannot cause undefined behaviour.
+template <class Sink>
+inline void unpack_codes_scalar_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
   uint32_t acc = static_cast<uint32_t>(carry);
   if (len == 0) {
-    const auto v = K::narrow(static_cast<C>(carry) * bin);
-    for (int i = 0; i < kLen; ++i) out[i] = v;
+    for (int i = 0; i < kLen; ++i) sink(i, carry);
     return;
   }
   uint32_t words[33];
@@ -210,9 +208,24 @@ inline void unpack_scalar(const uint8_t* src, int len, int32_t& carry, typename 
     uint32_t mag = 0;
     for (int j = 0; j < len; ++j) mag |= ((words[1 + j] >> i) & 1u) << j;
     acc += ((words[0] >> i) & 1u) ? 0u - mag : mag;
-    out[i] = K::narrow(static_cast<C>(static_cast<int32_t>(acc)) * bin);
+    sink(i, static_cast<int32_t>(acc));
   }
   carry = static_cast<int32_t>(acc);
+}
+
+// Reconstructs the values of a packed block: out[i] = S(C(code) * bin).
+template <class K>
+inline void unpack_scalar(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
+                          typename K::S* out) {
+  using C = typename K::C;
+  unpack_codes_scalar_with(src, len, carry, [&](int i, int32_t code) {
+    out[i] = K::narrow(static_cast<C>(code) * bin);
+  });
+}
+
+// The codes of a packed block, as integers (the integer-domain reductions, fzcodes.h).
+inline void unpack_codes_scalar(const uint8_t* src, int len, int32_t& carry, int32_t* q) {
+  unpack_codes_scalar_with(src, len, carry, [q](int i, int32_t code) { q[i] = code; });
 }
 
 #if defined(__AVX2__)
@@ -415,12 +428,12 @@ inline void store_codes(__m256i codes, double bin, double* out) {
                    _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(codes, 1)), b));
 }
 
-template <class K>
-inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
-                   typename K::S* out) {
+// The codes of a packed block, eight lanes at a time: sink(k, codes of lanes 8k .. 8k+7).
+template <class Sink>
+inline void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
   __m256i acc = _mm256_set1_epi32(carry);
   if (len == 0) {
-    for (int k = 0; k < 4; ++k) store_codes<K>(acc, bin, out + 8 * k);
+    for (int k = 0; k < 4; ++k) sink(k, acc);
     return;
   }
   uint32_t words[33];
@@ -440,10 +453,23 @@ inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bi
         _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(words[0])), idx), one));
     const __m256i delta = _mm256_sub_epi32(_mm256_xor_si256(mag, neg), neg);
     const __m256i codes = scan8(delta, acc);
-    store_codes<K>(codes, bin, out + 8 * k);
+    sink(k, codes);
     acc = _mm256_permutevar8x32_epi32(codes, _mm256_set1_epi32(7));
   }
   carry = _mm256_cvtsi256_si32(acc);
+}
+
+template <class K>
+inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
+                   typename K::S* out) {
+  unpack_codes_with(src, len, carry,
+                    [&](int k, __m256i codes) { store_codes<K>(codes, bin, out + 8 * k); });
+}
+
+inline void unpack_codes(const uint8_t* src, int len, int32_t& carry, int32_t* q) {
+  unpack_codes_with(src, len, carry, [q](int k, __m256i codes) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 8 * k), codes);
+  });
 }
 
 #else
@@ -457,6 +483,9 @@ template <class K>
 inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
                    typename K::S* out) {
   unpack_scalar<K>(src, len, carry, bin, out);
+}
+inline void unpack_codes(const uint8_t* src, int len, int32_t& carry, int32_t* q) {
+  unpack_codes_scalar(src, len, carry, q);
 }
 
 #endif

@@ -20,6 +20,7 @@
 #include "../compress/fzlight_format.h"
 #include "../transport/mpi_comm.h"
 #include "../transport/mpi_info.h"
+#include "codes_bindings.h"
 
 namespace py = pybind11;
 namespace fz = zccl::fz;
@@ -315,6 +316,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("out") = py::none());
   m.def("quantize", &quantize, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
         py::arg("threads"), py::arg("out"), py::arg("residual"));
+  zccl::python::bind_codes(m);
   m.def("decompress_chunk", &decompress_chunk, py::arg("stream"), py::arg("index"));
   m.def("stream_info", &stream_info, py::arg("stream"));
   m.def("max_compressed_size", [](int code, uint64_t n, uint32_t chunk_len, size_t ndim) {
@@ -425,6 +427,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["op"] = s.op;
     d["error_bound"] = s.error_bound;
     d["algorithm"] = zccl::coll::algorithm_name(s.stats.algorithm);
+    d["integer_hop"] = s.stats.integer_hop;
     d["bytes_in"] = s.stats.bytes_in;
     d["bytes_sent"] = s.stats.bytes_sent;
     d["bytes_compressed"] = s.stats.bytes_compressed;

@@ -1398,6 +1398,8 @@ static void test_dtype_mismatch() {
                fz::ArgumentError);
 }
 
+#include "fzcodes_tests.h"
+
 // ------------------------------------------------------------------------------------------------
 
 int main(int argc, char** argv) {
@@ -1422,6 +1424,8 @@ int main(int argc, char** argv) {
     h = digest_v2<double>(h);
     h = digest_v2<F16>(h);
     h = digest_v2<BF16>(h);
+    h = codes_test::digest<float>(h);
+    h = codes_test::digest<double>(h);
     // Which lossless codec the streams used: builds compared must agree on it too.
     const bool zstd = fz::lossless_codec_available(fz::LosslessCodec::ShuffleZstd);
     std::printf("DIGEST %016llx zstd=%d\n", (unsigned long long)h, zstd ? 1 : 0);
@@ -1443,6 +1447,13 @@ int main(int argc, char** argv) {
   step("bad_args<f64>", test_bad_args<double>);
   step("shape<f32>", test_shape<float>);
   step("shape<f64>", test_shape<double>);
+  step("codes_grid", codes_test::test_grid);
+  step("codes_sums<f32>", codes_test::test_sums<float>);
+  step("codes_sums<f64>", codes_test::test_sums<double>);
+  step("codes_ratio<f32>", codes_test::test_ratio<float>);
+  step("codes_ratio<f64>", codes_test::test_ratio<double>);
+  step("codes_corruption<f32>", codes_test::test_corruption<float>);
+  step("codes_corruption<f64>", codes_test::test_corruption<double>);
   step("progress<f32>", test_progress<float>);
   step("progress<f64>", test_progress<double>);
   step("ftz_daz<f32>", test_ftz_daz<float>);

@@ -202,8 +202,13 @@ std::string describe(const char* fn, Algorithm a, DType dt, ReduceOp op, double 
   return buf;
 }
 
+// false while the "float hop" phase runs: the ring all_reduce's decode-add-recompress hop
+// (Config::integer_ring = false) instead of the default integer hop.
+bool g_integer_ring = true;
+
 Config make_cfg(Algorithm a, double eb) {
   Config c;
+  c.integer_ring = g_integer_ring;
   c.algorithm = a;
   c.error_bound = eb;
   c.threads = 1;  // tests oversubscribe 2 cores: no OpenMP fan-out inside ranks
@@ -241,7 +246,7 @@ void run_allreduce(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t n, ui
   Config cfg = make_cfg(a, eb);
   cfg.segment_bytes = segment_bytes;
   coll::allreduce(comm, buf.data(), n, dt, op, cfg, &st);
-  const std::string what = describe("allreduce", a, dt, op, eb, n, p) +
+  const std::string what = describe("allreduce", a, dt, op, eb, n, p) + (g_integer_ring ? "" : " float-hop") +
                            (integer ? " integer" : "") + (nonfinite ? " nonfinite" : "") +
                            (segment_bytes ? " segment_bytes=" + std::to_string(segment_bytes) : "");
   // MPI's MIN/MAX does not promise NaN propagation: skip those cases on the MPI path.
@@ -765,6 +770,12 @@ int main(int argc, char** argv) {
     phase("reduce_scatter matrix", test_reduce_scatter_matrix);
     phase("reduce matrix", test_reduce_matrix);
     phase("segmented ring", test_segmented_ring);
+    // The same ring cases with the float hop (Config::integer_ring = false).
+    phase("segmented ring, float hop", [](Comm& c) {
+      g_integer_ring = false;
+      test_segmented_ring(c);
+      g_integer_ring = true;
+    });
     if (g_large) phase("large", test_large);
     phase("mismatch", test_mismatch);
     if (g_verbose && comm->rank() == 0) {

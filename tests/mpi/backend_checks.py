@@ -359,6 +359,51 @@ def pipelined_broadcast_scatter() -> None:
 
 
 @check
+def integer_ring_hop() -> None:
+    """The ring all_reduce's integer hop (default) and float hop (integer_ring=False): SUM and
+    AVG within p*eb (eb for AVG) in float32, float64 and the half types, every rank the same
+    bits, the hop asked for the one that ran; MIN/MAX and lossless calls keep the float ring."""
+    p = world()
+    if p == 1:
+        return
+    for integer in (True, False):
+        for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+            for op, name in ((dist.ReduceOp.SUM, "sum"), (dist.ReduceOp.AVG, "avg")):
+                for n in (p + 1, 1009, 300_007):
+                    what = f"all_reduce {name} {dtype} n={n} integer_ring={integer}"
+                    inputs = [data(r, n, dtype, salt=31) for r in range(p)]
+                    t = inputs[rank()].clone()
+                    with zccl_torch.config(algorithm="ring", integer_ring=integer,
+                                           min_compress_bytes=0):
+                        dist.all_reduce(t, op=op)
+                    st = zccl_torch.last_stats()
+                    assert st["algorithm"] == "ring" and st["bytes_compressed"] > 0, (what, st)
+                    assert st["integer_hop"] == integer, (what, st)
+                    exact = torch.stack([x.double() for x in inputs]).sum(0)
+                    ref = exact / p if name == "avg" else exact
+                    bound = zccl_torch._C.output_error_bound("ring", name, p, EB, True)
+                    # Rounding on top: float32/64 sums (float hop) or one conversion (integer
+                    # hop); half tensors: the float hop's partials travel as half streams
+                    # (one rounding to the half type per hop), and the result is rounded too.
+                    if dtype in (torch.bfloat16, torch.float16):
+                        abs_sum = sum(x.double().abs() for x in inputs)
+                        rounding = (p + 1) * torch.finfo(dtype).eps * (abs_sum + bound)
+                    else:
+                        rounding = float_rounding(inputs, dtype)
+                    if name == "avg":
+                        rounding = rounding / p + torch.finfo(dtype).eps * ref.abs()
+                    assert_within(what, t, ref, bound + rounding)
+                    identical_across_ranks(what, t)
+    # MIN/MAX and lossless rings never take the integer hop.
+    for op, mode in ((dist.ReduceOp.MAX, "abs"), (dist.ReduceOp.SUM, "lossless")):
+        t = data(rank(), 5000)
+        with zccl_torch.config(algorithm="ring", mode=mode, min_compress_bytes=0):
+            dist.all_reduce(t, op=op)
+        st = zccl_torch.last_stats()
+        assert st["algorithm"] == "ring" and not st["integer_hop"], (op, mode, st)
+
+
+@check
 def compression_threads_change_no_bit() -> None:
     """threads = 1, 2 and 3 (chunks coded in parallel inside the pipelined ring, broadcast and
     scatter, MPI polled by the calling thread): bit-identical outputs, the streams being the

@@ -202,6 +202,9 @@ def disagreements_raise_on_every_rank() -> None:
     with zccl_torch.config(error_bound=2 * EB if odd else EB):
         raises_everywhere("error_bound", lambda: dist.all_reduce(data(rank(), large)),
                           "error_bound")
+    with zccl_torch.config(integer_ring=not odd):
+        raises_everywhere("integer_ring", lambda: dist.all_reduce(data(rank(), large)),
+                          "integer_ring")
 
     def different_ops() -> None:
         if odd:

@@ -106,4 +106,56 @@ void Codec::decompress(const uint8_t* src, size_t len, void* dst, size_t expecte
   }
 }
 
+std::optional<CodeCodec> CodeCodec::for_reduction(double eb, int ranks, Stats& stats) {
+  const std::optional<fz::codes::Grid> grid = fz::codes::make_grid(eb, ranks);
+  if (!grid) return std::nullopt;
+  return CodeCodec(*grid, stats);
+}
+
+namespace {
+
+[[noreturn]] void segment_count_mismatch(const fz::codes::CountMismatch& e, int peer) {
+  throw std::runtime_error(std::string("zccl: size mismatch across ranks: from rank ") +
+                           std::to_string(peer) + ": " + e.what() +
+                           " (do all ranks call the collective with the same count, dtype and op?)");
+}
+
+}  // namespace
+
+template <class T>
+size_t CodeCodec::combine(const uint8_t* in, size_t in_len, const T* x, size_t n, uint8_t* dst,
+                          size_t cap, int peer, const fz::Progress* progress) {
+  const AddSeconds timed(stats_.compress_seconds);
+  const std::optional<fz::Progress> hook = throttled(progress);
+  try {
+    const size_t bytes =
+        fz::codes::combine(in, in_len, x, n, grid_, dst, cap, hook ? &*hook : nullptr);
+    stats_.bytes_compressed += n * sizeof(T);
+    return bytes;
+  } catch (const fz::codes::CountMismatch& e) {
+    segment_count_mismatch(e, peer);
+  }
+}
+
+template <class T>
+void CodeCodec::decode(const uint8_t* src, size_t len, T* out, size_t n, int peer,
+                       const fz::Progress* progress) {
+  const AddSeconds timed(stats_.decompress_seconds);
+  const std::optional<fz::Progress> hook = throttled(progress);
+  try {
+    fz::codes::decode(src, len, n, grid_, out, hook ? &*hook : nullptr);
+  } catch (const fz::codes::CountMismatch& e) {
+    segment_count_mismatch(e, peer);
+  }
+}
+
+template size_t CodeCodec::combine<float>(const uint8_t*, size_t, const float*, size_t, uint8_t*,
+                                          size_t, int, const fz::Progress*);
+template size_t CodeCodec::combine<double>(const uint8_t*, size_t, const double*, size_t,
+                                           uint8_t*, size_t, int, const fz::Progress*);
+template void CodeCodec::decode<float>(const uint8_t*, size_t, float*, size_t, int,
+                                       const fz::Progress*);
+template void CodeCodec::decode<double>(const uint8_t*, size_t, double*, size_t, int,
+                                        const fz::Progress*);
+
 }  // namespace zccl::coll::toolkit

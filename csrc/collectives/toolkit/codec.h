@@ -6,8 +6,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 
+#include "../../compress/fzcodes.h"
 #include "../collectives.h"
 #include "buffers.h"
 
@@ -61,6 +63,31 @@ class Codec {
   const Config& cfg_;
   Stats& stats_;
   const char* op_;  // data movement: the collective's name; reductions: nullptr
+};
+
+// The integer code segments (compress/fzcodes.h) as the ring all_reduce calls them: one grid
+// for the p ranks of the call, accounting into Stats (combine counts as compression, decode as
+// decompression), MPI polled at most every 50 us, and a segment of another count reported as
+// "size mismatch across ranks".
+class CodeCodec {
+ public:
+  // nullopt when eb cannot be met on an integer grid (0, or below float64's smallest normal).
+  static std::optional<CodeCodec> for_reduction(double eb, int ranks, Stats& stats);
+
+  size_t capacity(size_t n) const { return fz::codes::max_segment_bytes(n); }
+  // Segment of (in + quantised x) into dst; in == nullptr: x alone. `peer` sent `in`.
+  template <class T>
+  size_t combine(const uint8_t* in, size_t in_len, const T* x, size_t n, uint8_t* dst,
+                 size_t cap, int peer, const fz::Progress* progress);
+  // The values of a segment from `peer` (this rank: its own) into out.
+  template <class T>
+  void decode(const uint8_t* src, size_t len, T* out, size_t n, int peer,
+              const fz::Progress* progress);
+
+ private:
+  CodeCodec(const fz::codes::Grid& grid, Stats& stats) : grid_(grid), stats_(stats) {}
+  fz::codes::Grid grid_;
+  Stats& stats_;
 };
 
 }  // namespace zccl::coll::toolkit

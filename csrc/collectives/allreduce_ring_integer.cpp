@@ -1,0 +1,135 @@
+// Ring allreduce on integer codes (SUM/AVG, eb > 0): the reduce-scatter adds quantisation codes
+// as integers instead of decoding, adding floats and re-compressing at each hop (hZCCL's idea,
+// see compress/fzcodes.h for the segment format and its arithmetic).
+//
+// Same ring, blocks and segments as allreduce_ring.cpp (p ranks, rank r, block b belongs to rank
+// b, each block cut into S segments of ~1 MiB that travel as their own messages):
+//   1. reduce-scatter, for (step s = 0 .. p-1, segment j) in order, block b = r-s-1 (mod p):
+//        s = 0:       quantise segment j of the local block b into a code segment, isend to next;
+//        1 <= s < p-1: wait for segment j of block b from prev, combine it with the local
+//                     values' codes (unpack planes, add integers, re-pack: no float
+//                     reconstruction, no re-quantisation of the partial), isend to next;
+//        s = p-1:     b = r: the same combine gives the final codes of the own block; the
+//                     segment is isent to next on the allgather tag and decoded into buf.
+//   2. allgather: at step t = 0 .. p-2 segment j of block r-t-1 arrives from prev; it is
+//      forwarded to next as received (t < p-2) and decoded into its place. Every rank decodes
+//      the same segment of each block, the owner included, so the replicas are bit-identical.
+//   3. AVG: the caller divides by p at the very end.
+// The allgather's receives are all posted before the reduce-scatter starts (their own tag), so
+// the stages overlap; MPI is polled between blocks of 4096 values.
+//
+// Cost (n values of w bytes, ratio R of the code segments, link beta, hop throughput H, decode
+// throughput D): every rank quantises each of its n values once (inside the hops), runs p-1
+// combines and p-1 decodes of n/p values and sends 2 (p-1)/p n w / R bytes; pipelined, the time
+// tends to max(2 (p-1)/p n w beta / R, (n w / p) ((p-1)/H + (p-1)/D + 1/D)). The float hop
+// (allreduce_ring.cpp) spends a decode, a float add and a quantise-and-verify per hop instead of
+// one combine.
+//
+// Output error (exact arithmetic): every rank's value is quantised once within eb and the codes
+// add exactly, so SUM: |result - exact| <= p eb (the same bound as the float ring's (p-1) eb +
+// eb); AVG: eb. Rounding on top: one conversion of the exact Q * bin to T (float32), and at
+// outlier indices (NaN, Inf, values off the grid) the float64 sum of the exact partials.
+#include <optional>
+#include <vector>
+
+#include "compute_common.h"
+
+namespace zccl::coll::compute {
+
+template <class T>
+bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
+                            const Config& cfg, Stats& st) {
+  const Ring ring(comm.size(), comm.rank());
+  const int p = ring.p, r = ring.rank, next = ring.next, prev = ring.prev;
+  std::optional<CodeCodec> maybe = CodeCodec::for_reduction(eb, p, st);
+  if (!maybe) return false;
+  CodeCodec& codec = *maybe;
+  st.integer_hop = true;
+  const int ag_tag = comm.next_tag_base();
+  const int rs_tag = comm.next_tag_base();
+  const RingSegments seg = RingSegments::plan(blocks, dtype_of<T>(), cfg);
+  const int S = seg.per_block;
+  const size_t cap = codec.capacity(seg.seg_len);
+
+  // Reduce-scatter: two send and two receive areas of S slots, by step parity. Allgather: the
+  // own segments (S slots), then one slot per received segment (forwarded from where it landed).
+  const size_t slots = 2 * static_cast<size_t>(S);
+  const size_t received = static_cast<size_t>(p - 1) * S;
+  uint8_t* const tx_area = workspace_bytes(kSlotSend0, slots * cap);
+  uint8_t* const rx_area = workspace_bytes(kSlotRecv, slots * cap);
+  uint8_t* const own_area = workspace_bytes(kSlotScratch2, S * cap);
+  uint8_t* const ag_area = workspace_bytes(kSlotSend1, received * cap);
+  std::vector<Pending> tx(slots), rx(slots), ag_rx(received), ag_tx(received + S);
+  auto slot = [S](int s, int j) { return static_cast<size_t>(s % 2) * S + j; };
+  auto post_recv = [&](int s, int j) {
+    rx[slot(s, j)].start(comm.irecv(rx_area + slot(s, j) * cap, cap, prev, rs_tag));
+  };
+  for (size_t k = 0; k < received; ++k) {
+    ag_rx[k].start(comm.irecv(ag_area + k * cap, cap, prev, ag_tag));
+  }
+  const fz::Progress poll = [&](uint64_t, uint64_t) {
+    poll_first(comm, rx);
+    poll_first(comm, ag_rx);
+  };
+  auto at = [&seg](auto* base, int j, size_t n) { return n ? base + seg.begin(j) : base; };
+
+  for (int s = 0; s < std::min(2, p - 1); ++s) {
+    for (int j = 0; j < S; ++j) post_recv(s, j);
+  }
+  for (int s = 0; s <= p - 1; ++s) {
+    const int b = ring.before(s + 1);  // sent at step s, received at step s-1
+    const size_t count = blocks.count[b];
+    T* const block = buf + blocks.offset[b];
+    for (int j = 0; j < S; ++j) {
+      const size_t n = seg.len(count, j);
+      const uint8_t* in = nullptr;
+      size_t in_len = 0;
+      if (s >= 1) {
+        const size_t k = slot(s - 1, j);
+        in_len = rx[k].finish(comm);
+        in = rx_area + k * cap;
+      }
+      if (s <= p - 2) {
+        const size_t k = slot(s, j);
+        tx[k].finish(comm);  // the send of step s-2 from this slot
+        uint8_t* const dst = tx_area + k * cap;
+        const size_t bytes = codec.combine(in, in_len, at(block, j, n), n, dst, cap, prev, &poll);
+        tx[k].start(comm.isend(dst, bytes, next, rs_tag));
+        st.bytes_sent += bytes;
+      } else {
+        uint8_t* const dst = own_area + static_cast<size_t>(j) * cap;
+        const size_t bytes = codec.combine(in, in_len, at(block, j, n), n, dst, cap, prev, &poll);
+        ag_tx[received + j].start(comm.isend(dst, bytes, next, ag_tag));
+        st.bytes_sent += bytes;
+        codec.decode(dst, bytes, at(block, j, n), n, r, &poll);
+      }
+      // The slot just consumed takes segment j of step s+1 (same parity as s-1).
+      if (s >= 1 && s + 1 <= p - 2) post_recv(s + 1, j);
+    }
+  }
+  finish_all(comm, tx);
+
+  for (int t = 0; t <= p - 2; ++t) {
+    const int b = ring.before(t + 1);
+    for (int j = 0; j < S; ++j) {
+      const size_t k = static_cast<size_t>(t) * S + j;
+      const size_t got = ag_rx[k].finish(comm);
+      uint8_t* const stream = ag_area + k * cap;
+      if (t < p - 2) {
+        ag_tx[k].start(comm.isend(stream, got, next, ag_tag));
+        st.bytes_sent += got;
+      }
+      const size_t n = seg.len(blocks.count[b], j);
+      codec.decode(stream, got, at(buf + blocks.offset[b], j, n), n, prev, &poll);
+    }
+  }
+  finish_all(comm, ag_tx);
+  return true;
+}
+
+template bool integer_ring_allreduce<float>(Comm&, float*, const Blocks&, double,
+                                            const Config&, Stats&);
+template bool integer_ring_allreduce<double>(Comm&, double*, const Blocks&, double,
+                                             const Config&, Stats&);
+
+}  // namespace zccl::coll::compute

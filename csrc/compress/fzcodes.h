@@ -1,0 +1,104 @@
+// Integer code segments: the quantised form of fZ-light's values, for reductions that add codes
+// as integers instead of decoding, adding floats and re-compressing at every hop.
+//
+// The idea is hZCCL's (Huang et al., SC'24: "reduction on compressed integers"), written from its
+// description: when every rank quantises with the same bin, x ~ q * bin, and the sum of the
+// ranks' values is approximated by (sum of their codes) * bin. A ring hop then decodes the
+// incoming codes (bit planes -> Lorenzo deltas -> prefix sum, no multiply), adds its own codes
+// and re-packs the sums; nothing is reconstructed or re-quantised on the way, so the only error
+// is each rank quantising its own values once.
+//
+// A value that cannot be quantised (NaN, +/-Inf, |x / bin| beyond the grid's code limit, or one
+// whose reconstruction would miss eb) contributes code 0 and travels as an exact "outlier
+// partial": (index, value as float64), summed in float64 with the other ranks' outliers at the
+// same index. The decoded value is T(Q * bin + F), F the outlier partial (0 where there is none).
+//
+// Error (SUM of p ranks' values x_k, in exact arithmetic, per value):
+//   the grid's bin has at most 8 significant bits and |q|, |Q| < 2^30, so q * bin and Q * bin are
+//   exact in float64; each rank verified |x_k - q_k * bin| <= eb in float64, hence
+//   |Q * bin - sum x_k| <= p * eb (ranks that stored the value exactly contribute 0). Rounding
+//   on top: the final conversion to T (float32: at most 2^-24 |result|; float64: none), and,
+//   at outlier indices only, the float64 additions of the partials.
+// Overflow: each rank's |q| <= code_limit = (2^30 - 64) / p, so every partial and final sum has
+// |Q| < 2^30 and every Lorenzo delta fits in 31 bits (the packer's planes).
+// Determinism: decoding is a pure function of the segment, so every rank that decodes the same
+// segment gets the same bits.
+//
+// Segment layout (little-endian; internal to one collective, never stored):
+//   0   4  magic "ZCIQ"
+//   4   1  value dtype (1 = float32, 2 = float64: the type the codes are decoded into)
+//   5   3  zero
+//   8   8  bin (float64)
+//   16  8  count n (values)
+//   24  8  number of outlier partials k
+//   32  8  payload bytes (what follows the header)
+//   40  4  CRC-32C of the payload
+//   44  4  zero
+//   48     payload: ceil(n/32) x u8 code length L (0..32) per block of 32 values; the planes of
+//          every block with L > 0 (u32 sign plane, L x u32 magnitude planes: fzlight_format.h's
+//          block planes, deltas from the previous value's code, 0 before the first); then k
+//          records of (u32 index, f64 partial), indices strictly increasing.
+// Lanes past n in the last block repeat the last code (delta 0).
+//
+// Torch-free and MPI-free, like the rest of compress/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "fzlight.h"
+
+namespace zccl::fz::codes {
+
+inline constexpr size_t kHeaderBytes = 48;
+inline constexpr size_t kOutlierBytes = 12;  // u32 index + f64 partial
+
+// The quantisation grid every rank of one reduction shares.
+struct Grid {
+  double eb = 0.0;       // per-rank bound, verified in float64
+  double bin = 0.0;      // at most 8 significant bits (see above)
+  double inv_bin = 0.0;  // 1 / bin rounded; a slip only ever makes an outlier
+  double code_limit = 0.0;  // |x / bin| must stay below it
+};
+
+// The grid for bound eb shared by `ranks` ranks; nullopt when eb cannot be met by quantisation
+// (eb == 0, not finite, or below float64's smallest normal; the callers then compress the
+// float way). Same (eb, ranks) -> same grid on every rank.
+std::optional<Grid> make_grid(double eb, int ranks);
+
+// Worst-case segment size for n values: combine() never writes more.
+size_t max_segment_bytes(uint64_t n);
+
+// A well-formed segment of another value count than the caller expects (ranks disagree on the
+// collective's size).
+class CountMismatch : public StreamError {
+ public:
+  using StreamError::StreamError;
+};
+
+// What a segment's header says (validated: magic, dtype, sizes, the payload's CRC).
+struct SegmentInfo {
+  DType dtype = DType::Float32;
+  double bin = 0.0;
+  uint64_t count = 0;
+  uint64_t outliers = 0;
+  size_t bytes = 0;  // header + payload
+};
+// Throws StreamError when the segment is malformed, truncated or corrupted.
+SegmentInfo read_segment_info(const uint8_t* src, size_t len);
+
+// Writes to dst (capacity cap >= max_segment_bytes(n)) the segment of (incoming + quantised x):
+// every code of `in` plus the code of the same value of x, the outlier partials of both merged.
+// in == nullptr: x alone (the first hop). `in` must hold n values of this dtype on this grid
+// (CountMismatch for another count, StreamError otherwise). progress, when given, runs every 4096 values. Returns the bytes.
+template <class T>
+size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const Grid& grid,
+               uint8_t* dst, size_t cap, const Progress* progress = nullptr);
+
+// Decodes a segment of n values into out: out[i] = T(Q_i * bin + F_i).
+template <class T>
+void decode(const uint8_t* src, size_t len, uint64_t n, const Grid& grid, T* out,
+            const Progress* progress = nullptr);
+
+}  // namespace zccl::fz::codes

@@ -1,0 +1,90 @@
+// Python entry points of the integer code segments (compress/fzcodes.h), for the tests and the
+// hop-cost benchmark: one ring hop (combine) and its decoding, on CPU tensors.
+#include "codes_bindings.h"
+
+// torch's headers are not -Wextra clean (as in bindings.cpp).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include <torch/extension.h>
+#pragma GCC diagnostic pop
+
+#include <optional>
+
+#include "../compress/fzcodes.h"
+
+namespace zccl::python {
+
+namespace {
+
+namespace codes = fz::codes;
+
+codes::Grid grid_for(double eb, int ranks) {
+  const std::optional<codes::Grid> g = codes::make_grid(eb, ranks);
+  TORCH_CHECK_VALUE(g.has_value(), "zccl: no integer grid for error bound ", eb, " and ", ranks,
+                    " ranks (needs a finite eb >= 2.2e-308 and ranks >= 1)");
+  return *g;
+}
+
+void check_values(const torch::Tensor& x) {
+  TORCH_CHECK_TYPE(x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kFloat64,
+                   "zccl: integer code segments hold float32 or float64 values");
+  TORCH_CHECK(x.device().is_cpu() && x.is_contiguous(), "zccl: need a contiguous CPU tensor");
+}
+
+void check_segment(const torch::Tensor& s) {
+  TORCH_CHECK_TYPE(s.scalar_type() == torch::kUInt8, "zccl: a segment is a uint8 tensor");
+  TORCH_CHECK(s.device().is_cpu() && s.is_contiguous() && s.dim() == 1,
+              "zccl: a segment is a contiguous 1-D CPU tensor");
+}
+
+torch::Tensor combine(const std::optional<torch::Tensor>& incoming, const torch::Tensor& x,
+                      double eb, int ranks) {
+  check_values(x);
+  if (incoming) check_segment(*incoming);
+  const codes::Grid g = grid_for(eb, ranks);
+  const uint64_t n = static_cast<uint64_t>(x.numel());
+  const size_t cap = codes::max_segment_bytes(n);
+  torch::Tensor out = torch::empty({static_cast<int64_t>(cap)}, torch::kUInt8);
+  const uint8_t* in = incoming ? incoming->data_ptr<uint8_t>() : nullptr;
+  const size_t in_len = incoming ? static_cast<size_t>(incoming->numel()) : 0;
+  size_t used = 0;
+  {
+    pybind11::gil_scoped_release nogil;
+    used = x.scalar_type() == torch::kFloat32
+               ? codes::combine(in, in_len, x.data_ptr<float>(), n, g, out.data_ptr<uint8_t>(), cap)
+               : codes::combine(in, in_len, x.data_ptr<double>(), n, g, out.data_ptr<uint8_t>(),
+                                cap);
+  }
+  return out.narrow(0, 0, static_cast<int64_t>(used)).clone();
+}
+
+torch::Tensor decode(const torch::Tensor& segment, double eb, int ranks) {
+  check_segment(segment);
+  const codes::Grid g = grid_for(eb, ranks);
+  const uint8_t* src = segment.data_ptr<uint8_t>();
+  const size_t len = static_cast<size_t>(segment.numel());
+  const codes::SegmentInfo info = codes::read_segment_info(src, len);
+  const bool f32 = info.dtype == fz::DType::Float32;
+  torch::Tensor out = torch::empty({static_cast<int64_t>(info.count)},
+                                   f32 ? torch::kFloat32 : torch::kFloat64);
+  pybind11::gil_scoped_release nogil;
+  if (f32) {
+    codes::decode(src, len, info.count, g, out.data_ptr<float>());
+  } else {
+    codes::decode(src, len, info.count, g, out.data_ptr<double>());
+  }
+  return out;
+}
+
+}  // namespace
+
+void bind_codes(pybind11::module_& m) {
+  m.def("codes_combine", &combine, pybind11::arg("incoming"), pybind11::arg("x"),
+        pybind11::arg("error_bound"), pybind11::arg("ranks"),
+        "One integer ring hop: the code segment of (incoming segment + quantised x); "
+        "incoming=None: x alone");
+  m.def("codes_decode", &decode, pybind11::arg("segment"), pybind11::arg("error_bound"),
+        pybind11::arg("ranks"), "The values of an integer code segment");
+}
+
+}  // namespace zccl::python
