@@ -51,7 +51,7 @@ FORCED_MPI: list[dict[str, tuple[int, str]]] = [
 ]
 MPI_NAME = {"all_reduce": "allreduce", "reduce_scatter": "reduce_scatter_block",
             "all_gather": "allgather", "broadcast": "bcast", "scatter": "scatter"}
-ZCCL = ("zccl_auto", "zccl_ring", "zccl_rd", "zccl_cprp2p", "zccl_mt")
+ZCCL = ("zccl_auto", "zccl_ring", "zccl_ring_int", "zccl_rd", "zccl_cprp2p", "zccl_mt")
 
 
 def sh(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> str:

@@ -37,14 +37,14 @@ import zccl_torch
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter")
 ZCCL_ALGORITHMS = {  # contender -> zccl algorithm ("" = the collective's only algorithm)
     "zccl_auto": "auto", "zccl_ring": "ring", "zccl_rd": "recursive_doubling",
-    "zccl_cprp2p": "cprp2p",
+    "zccl_cprp2p": "cprp2p", "zccl_ring_int": "ring",
 }
 REDUCING = ("all_reduce", "reduce_scatter")
 # Where each contender applies (data-movement collectives have one zccl algorithm).
 APPLIES = {
     "zccl_auto": COLLECTIVES, "zccl_ring": REDUCING, "zccl_rd": ("all_reduce",),
-    "zccl_cprp2p": REDUCING, "zccl_mt": COLLECTIVES, "mpi": COLLECTIVES, "gloo": COLLECTIVES,
-    "fp16": COLLECTIVES,
+    "zccl_cprp2p": REDUCING, "zccl_ring_int": ("all_reduce",), "zccl_mt": COLLECTIVES,
+    "mpi": COLLECTIVES, "gloo": COLLECTIVES, "fp16": COLLECTIVES,
 }
 CONTENDERS = tuple(APPLIES)
 # busbw = algbw * factor(p): what each rank's link must carry, as nccl-tests define it.
@@ -229,6 +229,8 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: dist.ProcessGroup
         call = zccl_call(case)
     settings = {"algorithm": ZCCL_ALGORITHMS.get(name, "auto"),
                 "threads": args.mt_threads if name == "zccl_mt" else 1}
+    if name == "zccl_ring_int":  # the ring's integer hop (integer_ring=True)
+        settings["integer_ring"] = True
     try:
         if name.startswith("zccl"):
             with zccl_torch.config(**settings):
@@ -257,7 +259,8 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: dist.ProcessGroup
     row["busbw_GBps"] = row["algbw_GBps"] * BUS_FACTOR[case.collective](p)
     if name.startswith("zccl"):
         bound = documented_bound(case.collective, stats, p)
-        row.update(algorithm_ran=stats.get("algorithm"), eb=stats.get("error_bound"),
+        row.update(algorithm_ran=stats.get("algorithm"), integer_hop=stats.get("integer_hop"),
+                   eb=stats.get("error_bound"),
                    bound=bound, err_over_bound=err / bound if bound else None,
                    bytes_sent_all_ranks=sent,
                    wire_ratio=WIRE_BYTES[case.collective](nbytes, p) / sent if sent else None,

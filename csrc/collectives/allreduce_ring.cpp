@@ -14,7 +14,7 @@
 //      way. The allgather runs on its own tag, its receives all posted before the
 //      reduce-scatter starts, so the two stages overlap without any ordering between them.
 //   4. AVG: divide everything by p at the very end (identical inputs -> identical quotients).
-// SUM/AVG with eb > 0 and Config::integer_ring (the default) take allreduce_ring_integer.cpp
+// SUM/AVG with eb > 0 and Config::integer_ring (opt-in) take allreduce_ring_integer.cpp
 //   instead: the same ring adding quantisation codes as integers (same bound, p eb).
 // MIN/MAX: one exchange of compressed blocks instead of step 1 (reduce_scatter_minmax.cpp),
 //   with eb/2, then allgather_decompressed below (coll::allgatherv), also with eb/2.

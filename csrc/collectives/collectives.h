@@ -55,10 +55,10 @@ struct Config {
   // travels as a half stream (rounded to nearest-even into the half type, then compressed within
   // error_bound), half the bytes of a float32 stream. Float32 (default): streams of the data type.
   DType wire_half = DType::Float32;
-  // Ring all_reduce, SUM/AVG, eb > 0: true (default) adds quantisation codes as integers at every
-  // hop (allreduce_ring_integer.cpp: each value quantised once, no decode-add-recompress);
-  // false: the ZCCL computation framework's float hop (allreduce_ring.cpp). Same bound, p * eb.
-  bool integer_ring = true;
+  // Ring all_reduce, SUM/AVG, eb > 0: true adds quantisation codes as integers at every hop
+  // (allreduce_ring_integer.cpp: each value quantised once, no decode-add-recompress); false
+  // (default): the ZCCL computation framework's float hop (allreduce_ring.cpp). Same bound, p*eb.
+  bool integer_ring = false;
 };
 
 // What a collective did, for stats and benchmarks (summed over the call, this rank).

@@ -17,6 +17,10 @@
 //   Ring  max(2 (p-1)/p n beta/R, n/(pC) + n/(pD) + (p-1)/p n (1/C + 2/D + gamma))
 //         + 2(p-1)(alpha + s beta/R) + s/C + s/D + (3p - 2) S kappa
 //         (the segmented pipeline overlaps wire and codec; kappa: fixed cost of one codec call)
+//         Integer hop (Config::integer_ring): the codec term is n/(pC) + (p-1)/p n (1/C + 1/D)
+//         + n/D (p-1 hops that unpack and pack, measured to cost about a decode plus an
+//         encode; no float add, no separate allgather compression; p decodes).
+//   C and D scale with Config::threads (chunks, or segments, coded in parallel).
 //   RD    (L + 2f) alpha + L n (beta/R + 1/C + 2/D + gamma) + f n (beta/R + 1/C + 1/D + gamma)
 //         + f n (2 beta/R + 2/D) + (3L + 4f) kappa
 // The cheapest wins (ties go to Mpi): small messages -> Mpi (compression cannot pay for its fixed
@@ -61,14 +65,25 @@ double cost_mpi(double n, int p, const CostModel& m) {
   return std::min(tree, raben);
 }
 
-double cost_ring(double n, int p, double ratio, const CostModel& m) {
+// The model with the codec's throughput scaled by the compression threads of a call.
+CostModel with_threads(const CostModel& m, int threads) {
+  CostModel t = m;
+  t.compress *= std::max(1, threads);
+  t.decompress *= std::max(1, threads);
+  return t;
+}
+
+double cost_ring(double n, int p, double ratio, const CostModel& m, bool integer_hop) {
   const double frac = (p - 1.0) / p;
   constexpr double kSegment = 1 << 20;  // RingSegments' default segment, in bytes
   const double seg = std::min(kSegment, n / p);
   const double segments = std::max(1.0, std::ceil(n / p / kSegment));
   const double wire = 2 * frac * n * m.beta / ratio;
-  const double codec = n / p / m.compress + n / p / m.decompress +
-                       frac * n * (1 / m.compress + 2 / m.decompress + m.gamma);
+  const double codec =
+      integer_hop ? n / p / m.compress + frac * n * (1 / m.compress + 1 / m.decompress) +
+                        n / m.decompress
+                  : n / p / m.compress + n / p / m.decompress +
+                        frac * n * (1 / m.compress + 2 / m.decompress + m.gamma);
   return std::max(wire, codec) + 2 * (p - 1) * (m.alpha + seg * m.beta / ratio) +
          seg / m.compress + seg / m.decompress + (3.0 * p - 2) * segments * m.kappa;
 }
@@ -153,9 +168,10 @@ Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device)
 Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
   if (p == 1 || too_small(bytes, cfg) || cfg.error_bound == 0.0) return Algorithm::Mpi;
   const double n = static_cast<double>(bytes);
-  const double mpi = cost_mpi(n, p, kModel);
-  const double ring = cost_ring(n, p, kModel.ratio, kModel);
-  const double rd = cost_rd(n, p, kModel.ratio, kModel);
+  const CostModel m = with_threads(kModel, cfg.threads);
+  const double mpi = cost_mpi(n, p, m);
+  const double ring = cost_ring(n, p, m.ratio, m, cfg.integer_ring);
+  const double rd = cost_rd(n, p, m.ratio, m);
   if (mpi <= ring && mpi <= rd) return Algorithm::Mpi;
   return rd < ring ? Algorithm::RecursiveDoubling : Algorithm::Ring;
 }

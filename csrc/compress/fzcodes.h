@@ -34,10 +34,13 @@
 //   32  8  payload bytes (what follows the header)
 //   40  4  CRC-32C of the payload
 //   44  4  zero
-//   48     payload: ceil(n/32) x u8 code length L (0..32) per block of 32 values; the planes of
-//          every block with L > 0 (u32 sign plane, L x u32 magnitude planes: fzlight_format.h's
-//          block planes, deltas from the previous value's code, 0 before the first); then k
-//          records of (u32 index, f64 partial), indices strictly increasing.
+//   48     payload: a bitmap of ceil(nblocks/8) bytes (bit b%8 of byte b/8 set when block b of
+//          32 values has code length L > 0); the planes of those blocks in block order (u32
+//          sign plane, L x u32 magnitude planes: fzlight_format.h's block planes of Lorenzo
+//          deltas, from the previous value's code, 0 before the first); one u8 L (1..32) per set
+//          bit, in block order (after the planes, so the encoder writes in one pass: the
+//          decoder finds them from the end); then k records of (u32 index, f64 partial),
+//          indices strictly increasing.
 // Lanes past n in the last block repeat the last code (delta 0).
 //
 // Torch-free and MPI-free, like the rest of compress/.
@@ -60,6 +63,14 @@ struct Grid {
   double bin = 0.0;      // at most 8 significant bits (see above)
   double inv_bin = 0.0;  // 1 / bin rounded; a slip only ever makes an outlier
   double code_limit = 0.0;  // |x / bin| must stay below it
+  // float32 values: when bin is a normal float32, codes are found in float32 (x * inv_bin_f,
+  // eight lanes at a time) and |Q| < 2^24 decodes as float(Q) * bin_f, which equals the
+  // correctly rounded Q * bin (float(Q) and bin_f are exact, the product rounds once). The
+  // bound is still verified in float64 against the exact q * bin.
+  bool float_path = false;
+  float bin_f = 0.0f;
+  float inv_bin_f = 0.0f;
+  float code_limit_f = 0.0f;  // <= code_limit
 };
 
 // The grid for bound eb shared by `ranks` ranks; nullopt when eb cannot be met by quantisation

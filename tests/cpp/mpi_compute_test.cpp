@@ -202,9 +202,9 @@ std::string describe(const char* fn, Algorithm a, DType dt, ReduceOp op, double 
   return buf;
 }
 
-// false while the "float hop" phase runs: the ring all_reduce's decode-add-recompress hop
-// (Config::integer_ring = false) instead of the default integer hop.
-bool g_integer_ring = true;
+// true while the "integer hop" phase runs: the ring all_reduce adds integer codes
+// (Config::integer_ring) instead of the default decode-add-recompress hop.
+bool g_integer_ring = false;
 
 Config make_cfg(Algorithm a, double eb) {
   Config c;
@@ -246,7 +246,7 @@ void run_allreduce(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t n, ui
   Config cfg = make_cfg(a, eb);
   cfg.segment_bytes = segment_bytes;
   coll::allreduce(comm, buf.data(), n, dt, op, cfg, &st);
-  const std::string what = describe("allreduce", a, dt, op, eb, n, p) + (g_integer_ring ? "" : " float-hop") +
+  const std::string what = describe("allreduce", a, dt, op, eb, n, p) + (g_integer_ring ? " integer-hop" : "") +
                            (integer ? " integer" : "") + (nonfinite ? " nonfinite" : "") +
                            (segment_bytes ? " segment_bytes=" + std::to_string(segment_bytes) : "");
   // MPI's MIN/MAX does not promise NaN propagation: skip those cases on the MPI path.
@@ -645,6 +645,21 @@ void test_stats_and_choice(Comm& comm) {
   CHECK(coll::choose_allreduce(1 << 20, 4, c) == Algorithm::Ring);
   CHECK(coll::choose_allreduce(2 << 20, 2, c) == Algorithm::RecursiveDoubling);
   CHECK(coll::choose_allreduce(8 << 20, 2, c) == Algorithm::Ring);
+  // More compression threads only make the codec cheaper: a size that compressed with one
+  // thread still does with eight; the integer hop's model still picks the ring for large calls.
+  Config threaded = c, integer = c;
+  threaded.threads = 8;
+  integer.integer_ring = true;
+  for (int q : {2, 4, 8}) {
+    for (size_t b = 1024; b <= (size_t{1} << 28); b *= 2) {
+      if (coll::choose_allreduce(b, q, c) != Algorithm::Mpi) {
+        CHECK_MSG(coll::choose_allreduce(b, q, threaded) != Algorithm::Mpi,
+                  "threads = 8 fell back to MPI at " + std::to_string(b) + " bytes, p = " +
+                      std::to_string(q));
+      }
+    }
+    CHECK(coll::choose_allreduce(size_t{1} << 28, q, integer) == Algorithm::Ring);
+  }
   // Stats of a compressed ring allreduce of smooth data.
   if (p > 1) {
     std::vector<float> v(40000);
@@ -770,11 +785,12 @@ int main(int argc, char** argv) {
     phase("reduce_scatter matrix", test_reduce_scatter_matrix);
     phase("reduce matrix", test_reduce_matrix);
     phase("segmented ring", test_segmented_ring);
-    // The same ring cases with the float hop (Config::integer_ring = false).
-    phase("segmented ring, float hop", [](Comm& c) {
-      g_integer_ring = false;
-      test_segmented_ring(c);
+    // The all_reduce cases again with the integer hop (Config::integer_ring).
+    phase("integer hop", [](Comm& c) {
       g_integer_ring = true;
+      test_allreduce_matrix(c);
+      test_segmented_ring(c);
+      g_integer_ring = false;
     });
     if (g_large) phase("large", test_large);
     phase("mismatch", test_mismatch);

@@ -360,7 +360,7 @@ def pipelined_broadcast_scatter() -> None:
 
 @check
 def integer_ring_hop() -> None:
-    """The ring all_reduce's integer hop (default) and float hop (integer_ring=False): SUM and
+    """The ring all_reduce's integer hop (integer_ring=True) and float hop (default): SUM and
     AVG within p*eb (eb for AVG) in float32, float64 and the half types, every rank the same
     bits, the hop asked for the one that ran; MIN/MAX and lossless calls keep the float ring."""
     p = world()
@@ -394,10 +394,11 @@ def integer_ring_hop() -> None:
                         rounding = rounding / p + torch.finfo(dtype).eps * ref.abs()
                     assert_within(what, t, ref, bound + rounding)
                     identical_across_ranks(what, t)
-    # MIN/MAX and lossless rings never take the integer hop.
+    # MIN/MAX and lossless rings never take the integer hop, even when asked for.
     for op, mode in ((dist.ReduceOp.MAX, "abs"), (dist.ReduceOp.SUM, "lossless")):
         t = data(rank(), 5000)
-        with zccl_torch.config(algorithm="ring", mode=mode, min_compress_bytes=0):
+        with zccl_torch.config(algorithm="ring", mode=mode, min_compress_bytes=0,
+                               integer_ring=True):
             dist.all_reduce(t, op=op)
         st = zccl_torch.last_stats()
         assert st["algorithm"] == "ring" and not st["integer_hop"], (op, mode, st)
