@@ -10,7 +10,8 @@
 //                     values' codes (unpack planes, add integers, re-pack: no float
 //                     reconstruction, no re-quantisation of the partial), isend to next;
 //        s = p-1:     b = r: the same combine gives the final codes of the own block; the
-//                     segment is isent to next on the allgather tag and decoded into buf.
+//                     segment is isent to next on the allgather tag, and the combine also
+//                     writes its decoded values into buf (what every other rank decodes).
 //   2. allgather: at step t = 0 .. p-2 segment j of block r-t-1 arrives from prev; it is
 //      forwarded to next as received (t < p-2) and decoded into its place. Every rank decodes
 //      the same segment of each block, the owner included, so the replicas are bit-identical.
@@ -19,11 +20,12 @@
 // the stages overlap; MPI is polled between blocks of 4096 values.
 //
 // Cost (n values of w bytes, ratio R of the code segments, link beta, hop throughput H, decode
-// throughput D): every rank quantises each of its n values once (inside the hops), runs p-1
-// combines and p-1 decodes of n/p values and sends 2 (p-1)/p n w / R bytes; pipelined, the time
-// tends to max(2 (p-1)/p n w beta / R, (n w / p) ((p-1)/H + (p-1)/D + 1/D)). The float hop
-// (allreduce_ring.cpp) spends a decode, a float add and a quantise-and-verify per hop instead of
-// one combine.
+// throughput D): every rank quantises each of its n values once (inside the hops), runs p
+// combines (the first one packs without unpacking) and p-1 decodes of n/p values and sends
+// 2 (p-1)/p n w / R bytes; pipelined, the time tends to max(2 (p-1)/p n w beta / R,
+// (n w / p) (p/H + (p-1)/D)). The float hop (allreduce_ring.cpp) spends a decode, a float add
+// and a quantise-and-verify per hop instead of one combine, then compresses and decodes its own
+// block once more for the allgather.
 //
 // Output error (exact arithmetic): every rank's value is quantised once within eb and the codes
 // add exactly, so SUM: |result - exact| <= p eb (the same bound as the float ring's (p-1) eb +
@@ -40,7 +42,7 @@ template <class T>
 bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
                             const Config& cfg, Stats& st) {
   const Ring ring(comm.size(), comm.rank());
-  const int p = ring.p, r = ring.rank, next = ring.next, prev = ring.prev;
+  const int p = ring.p, next = ring.next, prev = ring.prev;
   std::optional<CodeCodec> maybe = CodeCodec::for_reduction(eb, p, st);
   if (!maybe) return false;
   CodeCodec& codec = *maybe;
@@ -97,11 +99,13 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
         tx[k].start(comm.isend(dst, bytes, next, rs_tag));
         st.bytes_sent += bytes;
       } else {
+        // The final codes: the allgather segment, and (the same values every other rank will
+        // decode from it) this rank's result, written over its local values in one pass.
         uint8_t* const dst = own_area + static_cast<size_t>(j) * cap;
-        const size_t bytes = codec.combine(in, in_len, at(block, j, n), n, dst, cap, prev, &poll);
+        T* const own = at(block, j, n);
+        const size_t bytes = codec.combine(in, in_len, own, n, dst, cap, prev, &poll, own);
         ag_tx[received + j].start(comm.isend(dst, bytes, next, ag_tag));
         st.bytes_sent += bytes;
-        codec.decode(dst, bytes, at(block, j, n), n, r, &poll);
       }
       // The slot just consumed takes segment j of step s+1 (same parity as s-1).
       if (s >= 1 && s + 1 <= p - 2) post_recv(s + 1, j);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -31,7 +32,16 @@ constexpr DType dtype_of() {
   return std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
 }
 
+constexpr uint8_t kSmallCodes = 1;  // header flag: every |Q| < 2^24 (float32 decodes in float32)
+
 uint64_t blocks_of(uint64_t n) { return (n + kLen - 1) / kLen; }
+
+// The segment's checksum: the header (all but the checksum field) and the payload.
+uint32_t segment_crc(const uint8_t* seg, size_t payload) {
+  uint32_t c = crc32c(seg, 40);
+  c = crc32c(seg + 44, 4, c);
+  return crc32c(seg + kHeaderBytes, payload, c);
+}
 
 [[noreturn]] void bad_segment(const std::string& why) {
   throw StreamError("zccl: corrupted integer code segment: " + why);
@@ -159,7 +169,12 @@ T value_of(int32_t q, const Grid& g) {
 
 #if defined(__AVX2__)
 // Eight codes to values at out (the scalar value_of, lane for lane).
-inline void store_values(__m256i codes, const Grid& g, float* out) {
+// small: the segment says every |code| < 2^24 (no need to look).
+inline void store_values(__m256i codes, const Grid& g, bool small, float* out) {
+  if (g.float_path && small) {
+    _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(codes), _mm256_set1_ps(g.bin_f)));
+    return;
+  }
   const __m256i big = _mm256_cmpgt_epi32(_mm256_abs_epi32(codes), _mm256_set1_epi32((1 << 24) - 1));
   if (g.float_path && _mm256_testz_si256(big, big)) {
     _mm256_storeu_ps(out, _mm256_mul_ps(_mm256_cvtepi32_ps(codes), _mm256_set1_ps(g.bin_f)));
@@ -169,7 +184,7 @@ inline void store_values(__m256i codes, const Grid& g, float* out) {
   _mm256_store_si256(reinterpret_cast<__m256i*>(q), codes);
   for (int i = 0; i < 8; ++i) out[i] = value_of<float>(q[i], g);
 }
-inline void store_values(__m256i codes, const Grid& g, double* out) {
+inline void store_values(__m256i codes, const Grid& g, bool, double* out) {
   const __m256d b = _mm256_set1_pd(g.bin);
   _mm256_storeu_pd(out, _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_castsi256_si128(codes)), b));
   _mm256_storeu_pd(out + 4,
@@ -180,16 +195,18 @@ inline void store_values(__m256i codes, const Grid& g, double* out) {
 // The values of one packed block (m <= 32 of them) into out; q gets the codes when the block
 // holds outliers to patch (need_codes), since the patch adds to Q * bin.
 template <class T>
-void unpack_values(const uint8_t* planes, int len, int32_t& carry, const Grid& g, int m,
-                   bool need_codes, int32_t* q, T* out) {
+void unpack_values(const uint8_t* planes, int len, int32_t& carry, const Grid& g, bool small,
+                   int m, bool need_codes, int32_t* q, T* out) {
 #if defined(__AVX2__)
   if (m == kLen && !need_codes) {
-    block::unpack_codes_with(planes, len, carry,
-                             [&](int k, __m256i codes) { store_values(codes, g, out + 8 * k); });
+    block::unpack_codes_with(planes, len, carry, [&](int k, __m256i codes) {
+      store_values(codes, g, small, out + 8 * k);
+    });
     return;
   }
 #else
   (void)need_codes;  // the scalar path always has the codes
+  (void)small;       // value_of looks at each code
 #endif
   block::unpack_codes(planes, len, carry, q);
   for (int i = 0; i < m; ++i) out[i] = value_of<T>(q[i], g);
@@ -296,6 +313,7 @@ void call_progress(const Progress* progress, uint64_t b, uint64_t nblocks) {
 // Reused across calls: the outliers of the local values of one segment, and its code lengths.
 thread_local std::vector<Outlier> t_local_outliers;
 thread_local std::vector<uint8_t> t_lengths;
+thread_local std::vector<std::pair<uint32_t, int32_t>> t_outlier_codes;
 
 }  // namespace
 
@@ -356,9 +374,14 @@ SegmentInfo read_segment_info(const uint8_t* src, size_t len) {
                 std::to_string(len));
   }
   info.bytes = len;
-  if (crc32c(src + kHeaderBytes, payload) != fmt::load<uint32_t>(src + 40)) {
-    bad_segment("payload checksum mismatch");
+  if (segment_crc(src, payload) != fmt::load<uint32_t>(src + 40)) {
+    bad_segment("checksum mismatch");
   }
+  if ((src[5] & ~kSmallCodes) != 0 || src[6] != 0 || src[7] != 0 ||
+      fmt::load<uint32_t>(src + 44) != 0) {
+    bad_segment("unknown flags");
+  }
+  info.small_codes = (src[5] & kSmallCodes) != 0;
   const uint64_t nblocks = blocks_of(info.count);
   const uint64_t nb = bitmap_bytes(nblocks);
   if (info.count > payload * 8 * kLen || nb > payload) bad_segment("count does not fit the payload");
@@ -394,7 +417,7 @@ SegmentInfo read_segment_info(const uint8_t* src, size_t len) {
 
 template <class T>
 size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const Grid& g,
-               uint8_t* dst, size_t cap, const Progress* progress) {
+               uint8_t* dst, size_t cap, const Progress* progress, T* values) {
   if (dst == nullptr || cap < max_segment_bytes(n)) {
     throw ArgumentError("zccl: integer code segment: destination smaller than max_segment_bytes");
   }
@@ -415,39 +438,103 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
   std::memset(bitmap, 0, nb);
   std::vector<Outlier>& local = t_local_outliers;
   local.clear();
+  // With `values`: the sum codes of every outlier index, to patch the values after the merge.
+  std::vector<std::pair<uint32_t, int32_t>>& outlier_codes = t_outlier_codes;
+  outlier_codes.clear();
+  const uint8_t* in_rec = inp.outliers;
+  const uint8_t* const in_rec_end = in != nullptr ? in_rec + inp.info.outliers * kOutlierBytes
+                                                  : in_rec;
 
   int32_t carry_in = 0, carry_out = 0;
+  uint32_t big_codes = 0;  // OR of every |sum|: below 2^24 -> the small-codes flag
   alignas(32) int32_t incoming[kLen] = {};
   alignas(32) int32_t mine[kLen];
   alignas(32) int32_t sum[kLen];
   alignas(32) T padded[kLen];
   uint32_t words[1 + kMaxCodeLength] = {};
+#if defined(__AVX2__)
+  __m256i big_acc = _mm256_setzero_si256();
+#endif
   for (uint64_t b = 0; b < nblocks; ++b) {
     const uint64_t base = b * kLen;
     const int m = static_cast<int>(std::min<uint64_t>(kLen, n - base));
-    if (in != nullptr) {
-      const int len = walk.next(b);
-      block::unpack_codes(walk.planes(), len, carry_in, incoming);
-    }
+    const int in_len = in != nullptr ? walk.next(b) : 0;
+    [[maybe_unused]] const bool in_outliers =
+        in_rec < in_rec_end && fmt::load<uint32_t>(in_rec) < base + m;
     const T* xs = x + base;
-    if (m < kLen) {
-      std::fill(padded, padded + kLen, T(0));
-      std::copy(xs, xs + m, padded);
-      xs = padded;
+    int len = 0;
+    uint32_t bad = 0;
+    bool sums_in_array = false;
+#if defined(__AVX2__)
+    if (m == kLen) {  // the common case, in registers: unpack, add, pack
+      __m256i sums[4];
+      if (in != nullptr) {
+        block::unpack_codes_with(walk.planes(), in_len, carry_in,
+                                 [&sums](int k, __m256i codes) { sums[k] = codes; });
+      } else {
+        for (__m256i& v : sums) v = _mm256_setzero_si256();
+      }
+      bad = quantize_block(xs, g, mine);
+      for (int k = 0; k < 4; ++k) {  // wraps like uint32 (honest inputs never reach 2^31)
+        sums[k] = _mm256_add_epi32(
+            sums[k], _mm256_load_si256(reinterpret_cast<const __m256i*>(mine + 8 * k)));
+        big_acc = _mm256_or_si256(big_acc, _mm256_abs_epi32(sums[k]));
+      }
+      len = block::pack_regs(sums, carry_out, words);
+      carry_out = _mm256_extract_epi32(sums[3], 7);
+      if (values != nullptr) {
+        if (bad == 0 && !in_outliers) {
+          for (int k = 0; k < 4; ++k) store_values(sums[k], g, false, values + base + 8 * k);
+        } else {
+          for (int k = 0; k < 4; ++k) {
+            _mm256_store_si256(reinterpret_cast<__m256i*>(sum + 8 * k), sums[k]);
+          }
+          sums_in_array = true;
+        }
+      }
+    } else
+#endif
+    {
+      if (in != nullptr) block::unpack_codes(walk.planes(), in_len, carry_in, incoming);
+      if (m < kLen) {
+        std::fill(padded, padded + kLen, T(0));
+        std::copy(xs, xs + m, padded);
+        xs = padded;
+      }
+      bad = quantize_block(xs, g, mine) & (m < kLen ? (1u << m) - 1u : ~0u);
+      for (int i = 0; i < kLen; ++i) {  // wraps like uint32 (honest inputs never reach 2^31)
+        sum[i] = static_cast<int32_t>(static_cast<uint32_t>(incoming[i]) +
+                                      static_cast<uint32_t>(mine[i]));
+      }
+      for (int i = m; i < kLen; ++i) sum[i] = sum[m - 1];
+      for (int i = 0; i < kLen; ++i) {
+        const uint32_t u = static_cast<uint32_t>(sum[i]);
+        big_codes |= sum[i] < 0 ? 0u - u : u;
+      }
+      len = block::pack(sum, carry_out, words);
+      carry_out = sum[kLen - 1];
+      sums_in_array = values != nullptr;
     }
-    uint32_t bad = quantize_block(xs, g, mine);
-    if (m < kLen) bad &= (1u << m) - 1u;
+    // Before any value is written: `values` may be x.
     for (uint32_t rest = bad; rest != 0; rest &= rest - 1) {
       const int i = __builtin_ctz(rest);
       local.push_back(Outlier{static_cast<uint32_t>(base + i), static_cast<double>(xs[i])});
     }
-    for (int i = 0; i < kLen; ++i) {  // wraps like uint32 (honest inputs never reach 2^31)
-      sum[i] = static_cast<int32_t>(static_cast<uint32_t>(incoming[i]) +
-                                    static_cast<uint32_t>(mine[i]));
+    if (sums_in_array) {  // values of a block with outliers, or of the scalar path
+      for (int i = 0; i < m; ++i) values[base + i] = value_of<T>(sum[i], g);
+      // The sum codes of its outlier lanes (incoming and local), in index order.
+      uint32_t lanes = bad;
+      for (const uint8_t* r = in_rec; r < in_rec_end; r += kOutlierBytes) {
+        const uint32_t i = fmt::load<uint32_t>(r);
+        if (i >= base + static_cast<uint64_t>(m)) break;
+        lanes |= 1u << (i - base);
+      }
+      for (uint32_t rest = lanes; rest != 0; rest &= rest - 1) {
+        const int i = __builtin_ctz(rest);
+        outlier_codes.emplace_back(static_cast<uint32_t>(base + i), sum[i]);
+      }
     }
-    for (int i = m; i < kLen; ++i) sum[i] = sum[m - 1];
-    const int len = block::pack(sum, carry_out, words);
-    carry_out = sum[kLen - 1];
+    while (in_rec < in_rec_end && fmt::load<uint32_t>(in_rec) < base + m) in_rec += kOutlierBytes;
     if (len > 0) {
       bitmap[b / 8] = static_cast<uint8_t>(bitmap[b / 8] | (1u << (b % 8)));
       lengths[coded++] = static_cast<uint8_t>(len);
@@ -458,10 +545,19 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
     }
     call_progress(progress, b, nblocks);
   }
+#if defined(__AVX2__)
+  {
+    __m128i r = _mm_or_si128(_mm256_castsi256_si128(big_acc), _mm256_extracti128_si256(big_acc, 1));
+    r = _mm_or_si128(r, _mm_shuffle_epi32(r, 0x4E));
+    r = _mm_or_si128(r, _mm_shuffle_epi32(r, 0xB1));
+    big_codes |= static_cast<uint32_t>(_mm_cvtsi128_si32(r));
+  }
+#endif
   if (coded > 0) std::memcpy(out, lengths.data(), coded);
   out += coded;
 
-  // Merge the incoming partials with this rank's, both in index order.
+  // Merge the incoming partials with this rank's, both in index order (and, with `values`,
+  // patch each outlier index: T(Q * bin + F), as decode() computes it).
   uint64_t k = 0;
   const uint8_t* rec = inp.outliers;
   const uint64_t nin = in != nullptr ? inp.info.outliers : 0;
@@ -478,6 +574,11 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
     } else {
       o = local[j++];
     }
+    if (values != nullptr) {
+      const auto& [index, code] = outlier_codes[static_cast<size_t>(k)];
+      if (index != o.index) throw std::logic_error("zccl: integer code segment: outlier bookkeeping");
+      values[index] = static_cast<T>(static_cast<double>(code) * g.bin + o.value);
+    }
     put_outlier(out, o);
     out += kOutlierBytes;
     ++k;
@@ -486,13 +587,14 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
   const uint64_t payload = static_cast<uint64_t>(out - bitmap);
   std::memcpy(dst, kMagic, 4);
   dst[4] = static_cast<uint8_t>(dtype_of<T>());
-  dst[5] = dst[6] = dst[7] = 0;
+  dst[5] = big_codes < (1u << 24) ? kSmallCodes : 0;
+  dst[6] = dst[7] = 0;
   fmt::store<double>(dst + 8, g.bin);
   fmt::store<uint64_t>(dst + 16, n);
   fmt::store<uint64_t>(dst + 24, k);
   fmt::store<uint64_t>(dst + 32, payload);
-  fmt::store<uint32_t>(dst + 40, crc32c(bitmap, payload));
   fmt::store<uint32_t>(dst + 44, 0);
+  fmt::store<uint32_t>(dst + 40, segment_crc(dst, payload));
   return kHeaderBytes + payload;
 }
 
@@ -512,7 +614,7 @@ void decode(const uint8_t* src, size_t len, uint64_t n, const Grid& g, T* out,
     const int m = static_cast<int>(std::min<uint64_t>(kLen, n - base));
     const int L = walk.next(b);
     const bool patch = rec < rec_end && fmt::load<uint32_t>(rec) < base + m;
-    unpack_values(walk.planes(), L, carry, g, m, patch, q, out + base);
+    unpack_values(walk.planes(), L, carry, g, p.info.small_codes, m, patch, q, out + base);
     for (; patch && rec < rec_end; rec += kOutlierBytes) {
       const Outlier ol = get_outlier(rec);
       if (ol.index >= base + static_cast<uint64_t>(m)) break;
@@ -523,9 +625,9 @@ void decode(const uint8_t* src, size_t len, uint64_t n, const Grid& g, T* out,
 }
 
 template size_t combine<float>(const uint8_t*, size_t, const float*, uint64_t, const Grid&,
-                               uint8_t*, size_t, const Progress*);
+                               uint8_t*, size_t, const Progress*, float*);
 template size_t combine<double>(const uint8_t*, size_t, const double*, uint64_t, const Grid&,
-                                uint8_t*, size_t, const Progress*);
+                                uint8_t*, size_t, const Progress*, double*);
 template void decode<float>(const uint8_t*, size_t, uint64_t, const Grid&, float*,
                             const Progress*);
 template void decode<double>(const uint8_t*, size_t, uint64_t, const Grid&, double*,

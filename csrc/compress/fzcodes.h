@@ -27,12 +27,14 @@
 // Segment layout (little-endian; internal to one collective, never stored):
 //   0   4  magic "ZCIQ"
 //   4   1  value dtype (1 = float32, 2 = float64: the type the codes are decoded into)
-//   5   3  zero
+//   5   1  flags: bit 0 set when every code's magnitude is below 2^24 (float32 then decodes in
+//          float32 arithmetic, which gives the same bits); other bits zero
+//   6   2  zero
 //   8   8  bin (float64)
 //   16  8  count n (values)
 //   24  8  number of outlier partials k
 //   32  8  payload bytes (what follows the header)
-//   40  4  CRC-32C of the payload
+//   40  4  CRC-32C of header bytes 0-39 and 44-47, then the payload
 //   44  4  zero
 //   48     payload: a bitmap of ceil(nblocks/8) bytes (bit b%8 of byte b/8 set when block b of
 //          32 values has code length L > 0); the planes of those blocks in block order (u32
@@ -94,6 +96,7 @@ struct SegmentInfo {
   double bin = 0.0;
   uint64_t count = 0;
   uint64_t outliers = 0;
+  bool small_codes = false;  // every code's magnitude is below 2^24
   size_t bytes = 0;  // header + payload
 };
 // Throws StreamError when the segment is malformed, truncated or corrupted.
@@ -102,10 +105,14 @@ SegmentInfo read_segment_info(const uint8_t* src, size_t len);
 // Writes to dst (capacity cap >= max_segment_bytes(n)) the segment of (incoming + quantised x):
 // every code of `in` plus the code of the same value of x, the outlier partials of both merged.
 // in == nullptr: x alone (the first hop). `in` must hold n values of this dtype on this grid
-// (CountMismatch for another count, StreamError otherwise). progress, when given, runs every 4096 values. Returns the bytes.
+// (CountMismatch for another count, StreamError otherwise). progress, when given, runs every
+// 4096 values. `values`, when given (n values; may be x), also gets what decode() of the new
+// segment returns, bit for bit (the last hop of a ring, which would otherwise decode its own
+// segment). Returns the bytes.
 template <class T>
 size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const Grid& grid,
-               uint8_t* dst, size_t cap, const Progress* progress = nullptr);
+               uint8_t* dst, size_t cap, const Progress* progress = nullptr,
+               T* values = nullptr);
 
 // Decodes a segment of n values into out: out[i] = T(Q_i * bin + F_i).
 template <class T>

@@ -361,22 +361,23 @@ inline uint32_t quantize(const double* x, const Quantizer<double>& qz, int32_t* 
   return bad;
 }
 
-inline int pack(const int32_t* q, int32_t prev, uint32_t* words) {
-  // Previous code for each lane: q shifted up by one lane across the 32, with prev in lane 0.
+// pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
+inline int pack_regs(const __m256i* codes, int32_t prev, uint32_t* words) {
+  // Previous code for each lane: the codes shifted up by one lane across the 32, prev in lane 0.
   const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
   __m256i mag[4];
   uint32_t sign = 0;
   __m256i all = _mm256_setzero_si256();
-  int32_t carry = prev;
+  __m256i carry = _mm256_set1_epi32(prev);
   for (int k = 0; k < 4; ++k) {
-    const __m256i cur = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * k));
-    const __m256i shifted = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(cur, rotate),
-                                               _mm256_set1_epi32(carry), 0x01);
+    const __m256i cur = codes[k];
+    const __m256i shifted =
+        _mm256_blend_epi32(_mm256_permutevar8x32_epi32(cur, rotate), carry, 0x01);
     const __m256i delta = _mm256_sub_epi32(cur, shifted);
     sign |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(delta))) << (8 * k);
     mag[k] = _mm256_abs_epi32(delta);
     all = _mm256_or_si256(all, mag[k]);
-    carry = q[8 * k + 7];
+    carry = _mm256_permutevar8x32_epi32(cur, _mm256_set1_epi32(7));
   }
   // Horizontal OR of the magnitudes decides the code length.
   __m128i r = _mm_or_si128(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
@@ -398,6 +399,14 @@ inline int pack(const int32_t* q, int32_t prev, uint32_t* words) {
     words[1 + j] = w;
   }
   return len;
+}
+
+inline int pack(const int32_t* q, int32_t prev, uint32_t* words) {
+  __m256i codes[4];
+  for (int k = 0; k < 4; ++k) {
+    codes[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * k));
+  }
+  return pack_regs(codes, prev, words);
 }
 
 // Inclusive prefix sum of 8 int32 lanes plus `carry` (broadcast); wraps like uint32.

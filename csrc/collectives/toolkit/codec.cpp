@@ -124,12 +124,12 @@ namespace {
 
 template <class T>
 size_t CodeCodec::combine(const uint8_t* in, size_t in_len, const T* x, size_t n, uint8_t* dst,
-                          size_t cap, int peer, const fz::Progress* progress) {
+                          size_t cap, int peer, const fz::Progress* progress, T* values) {
   const AddSeconds timed(stats_.compress_seconds);
   const std::optional<fz::Progress> hook = throttled(progress);
   try {
     const size_t bytes =
-        fz::codes::combine(in, in_len, x, n, grid_, dst, cap, hook ? &*hook : nullptr);
+        fz::codes::combine(in, in_len, x, n, grid_, dst, cap, hook ? &*hook : nullptr, values);
     stats_.bytes_compressed += n * sizeof(T);
     return bytes;
   } catch (const fz::codes::CountMismatch& e) {
@@ -150,9 +150,9 @@ void CodeCodec::decode(const uint8_t* src, size_t len, T* out, size_t n, int pee
 }
 
 template size_t CodeCodec::combine<float>(const uint8_t*, size_t, const float*, size_t, uint8_t*,
-                                          size_t, int, const fz::Progress*);
+                                          size_t, int, const fz::Progress*, float*);
 template size_t CodeCodec::combine<double>(const uint8_t*, size_t, const double*, size_t,
-                                           uint8_t*, size_t, int, const fz::Progress*);
+                                           uint8_t*, size_t, int, const fz::Progress*, double*);
 template void CodeCodec::decode<float>(const uint8_t*, size_t, float*, size_t, int,
                                        const fz::Progress*);
 template void CodeCodec::decode<double>(const uint8_t*, size_t, double*, size_t, int,

@@ -76,9 +76,10 @@ class CodeCodec {
 
   size_t capacity(size_t n) const { return fz::codes::max_segment_bytes(n); }
   // Segment of (in + quantised x) into dst; in == nullptr: x alone. `peer` sent `in`.
+  // `values` (may be x): also the segment's decoded values (see fz::codes::combine).
   template <class T>
   size_t combine(const uint8_t* in, size_t in_len, const T* x, size_t n, uint8_t* dst,
-                 size_t cap, int peer, const fz::Progress* progress);
+                 size_t cap, int peer, const fz::Progress* progress, T* values = nullptr);
   // The values of a segment from `peer` (this rank: its own) into out.
   template <class T>
   void decode(const uint8_t* src, size_t len, T* out, size_t n, int peer,
