@@ -236,6 +236,7 @@ double add_partials(double a, double b) {
 
 // Where the parts of a validated segment are.
 struct Parts {
+  const uint8_t* src = nullptr;  // the segment; nullptr when there is none
   SegmentInfo info;
   const uint8_t* bitmap = nullptr;
   const uint8_t* lengths = nullptr;  // one per set bit of the bitmap
@@ -251,9 +252,14 @@ uint64_t set_bits(const uint8_t* bitmap, uint64_t nbytes) {
   return k;
 }
 
+SegmentInfo check_segment(const uint8_t* src, size_t len, bool verify_crc);
+
+// The parts of a segment whose structure is valid; its checksum is verified by the BlockWalk
+// that reads it (finish()), in step with the reading, so the planes are read from memory once.
 Parts parts_of(const uint8_t* src, size_t len) {
   Parts p;
-  p.info = read_segment_info(src, len);
+  p.src = src;
+  p.info = check_segment(src, len, false);
   const uint64_t nb = bitmap_bytes(blocks_of(p.info.count));
   p.bitmap = src + kHeaderBytes;
   p.planes = p.bitmap + nb;
@@ -262,10 +268,19 @@ Parts parts_of(const uint8_t* src, size_t len) {
   return p;
 }
 
-// Walks the blocks of a segment: the code length of each, and where its planes are.
+// Walks the blocks of a segment: the code length of each, and where its planes are; verifies
+// the checksum as it goes (absorb() every few blocks, finish() at the end).
 class BlockWalk {
  public:
-  explicit BlockWalk(const Parts& p) : bitmap_(p.bitmap), lengths_(p.lengths), planes_(p.planes) {}
+  explicit BlockWalk(const Parts& p)
+      : parts_(p), bitmap_(p.bitmap), lengths_(p.lengths), planes_(p.planes),
+        crc_done_(p.planes) {
+    if (p.src != nullptr) {
+      crc_ = crc32c(p.src, 40);
+      crc_ = crc32c(p.src + 44, 4, crc_);
+      crc_ = crc32c(p.bitmap, static_cast<size_t>(p.planes - p.bitmap), crc_);
+    }
+  }
   // Code length of block b (called for b = 0, 1, ... in order); planes() is then its planes.
   int next(uint64_t b) {
     planes_ += advance_;
@@ -274,12 +289,29 @@ class BlockWalk {
     return len;
   }
   const uint8_t* planes() const { return planes_; }
+  // Adds the planes read so far (still in cache) to the checksum.
+  void absorb() {
+    if (parts_.src == nullptr) return;
+    const uint8_t* end = planes_ + advance_;
+    crc_ = crc32c(crc_done_, static_cast<size_t>(end - crc_done_), crc_);
+    crc_done_ = end;
+  }
+  // After the last block: the rest of the payload, and the comparison.
+  void finish() {
+    if (parts_.src == nullptr) return;
+    const uint8_t* end = parts_.src + parts_.info.bytes;
+    crc_ = crc32c(crc_done_, static_cast<size_t>(end - crc_done_), crc_);
+    if (crc_ != fmt::load<uint32_t>(parts_.src + 40)) bad_segment("checksum mismatch");
+  }
 
  private:
+  const Parts& parts_;
   const uint8_t* bitmap_;
   const uint8_t* lengths_;
   const uint8_t* planes_;
+  const uint8_t* crc_done_;
   size_t advance_ = 0;
+  uint32_t crc_ = 0;
 };
 
 template <class T>
@@ -304,9 +336,12 @@ Parts expect(const uint8_t* src, size_t len, uint64_t n, const Grid& g) {
   return p;
 }
 
-void call_progress(const Progress* progress, uint64_t b, uint64_t nblocks) {
-  if (progress != nullptr && ((b + 1) % kProgressBlocks == 0 || b + 1 == nblocks)) {
-    (*progress)(b + 1, nblocks);
+// After block b: every kProgressBlocks blocks (and after the last), the checksum takes the
+// planes just read and the caller's progress hook runs.
+void checkpoint(BlockWalk& walk, const Progress* progress, uint64_t b, uint64_t nblocks) {
+  if ((b + 1) % kProgressBlocks == 0 || b + 1 == nblocks) {
+    walk.absorb();
+    if (progress != nullptr) (*progress)(b + 1, nblocks);
   }
 }
 
@@ -354,6 +389,12 @@ size_t max_segment_bytes(uint64_t n) {
 }
 
 SegmentInfo read_segment_info(const uint8_t* src, size_t len) {
+  return check_segment(src, len, true);
+}
+
+namespace {
+
+SegmentInfo check_segment(const uint8_t* src, size_t len, bool verify_crc) {
   if (src == nullptr || len < kHeaderBytes) {
     bad_segment("truncated header (" + std::to_string(len) + " bytes)");
   }
@@ -374,7 +415,7 @@ SegmentInfo read_segment_info(const uint8_t* src, size_t len) {
                 std::to_string(len));
   }
   info.bytes = len;
-  if (segment_crc(src, payload) != fmt::load<uint32_t>(src + 40)) {
+  if (verify_crc && segment_crc(src, payload) != fmt::load<uint32_t>(src + 40)) {
     bad_segment("checksum mismatch");
   }
   if ((src[5] & ~kSmallCodes) != 0 || src[6] != 0 || src[7] != 0 ||
@@ -414,6 +455,8 @@ SegmentInfo read_segment_info(const uint8_t* src, size_t len) {
   }
   return info;
 }
+
+}  // namespace
 
 template <class T>
 size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const Grid& g,
@@ -543,8 +586,9 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
       for (int w = 0; w <= len; ++w) std::memcpy(out + 4 * w, &words[w], 4);
       out += 4u * (1u + len);
     }
-    call_progress(progress, b, nblocks);
+    checkpoint(walk, progress, b, nblocks);
   }
+  walk.finish();
 #if defined(__AVX2__)
   {
     __m128i r = _mm_or_si128(_mm256_castsi256_si128(big_acc), _mm256_extracti128_si256(big_acc, 1));
@@ -620,8 +664,9 @@ void decode(const uint8_t* src, size_t len, uint64_t n, const Grid& g, T* out,
       if (ol.index >= base + static_cast<uint64_t>(m)) break;
       out[ol.index] = static_cast<T>(static_cast<double>(q[ol.index - base]) * g.bin + ol.value);
     }
-    call_progress(progress, b, nblocks);
+    checkpoint(walk, progress, b, nblocks);
   }
+  walk.finish();
 }
 
 template size_t combine<float>(const uint8_t*, size_t, const float*, uint64_t, const Grid&,

@@ -69,9 +69,12 @@ void check_stream(const torch::Tensor& stream) {
               "zccl: stream must be a contiguous 1-D CPU tensor");
 }
 
+// `out` (optional): a contiguous uint8 CPU buffer of at least max_compressed_size bytes to
+// compress into; the stream is then returned as a view of it (benchmarks reuse one buffer).
 torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bound,
                        uint32_t chunk_len, int threads, const std::vector<int64_t>& shape,
-                       const py::object& progress, uint32_t lossless_codec) {
+                       const py::object& progress, uint32_t lossless_codec,
+                       const std::optional<torch::Tensor>& into) {
   const fz::DType dt = dtype_from_code(dtype_code);
   TORCH_CHECK(src.scalar_type() == scalar_type(dt) && src.is_contiguous() && src.device().is_cpu(),
               "zccl: compress needs a contiguous CPU tensor of the declared dtype");
@@ -83,7 +86,12 @@ torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bo
   params.shape = std::vector<uint64_t>(shape.begin(), shape.end());
   const uint64_t count = static_cast<uint64_t>(src.numel());
   const size_t cap = fz::max_compressed_size(dt, count, chunk_len, shape.size());
-  torch::Tensor out = torch::empty({static_cast<int64_t>(cap)}, torch::kUInt8);
+  if (into) {
+    check_stream(*into);
+    TORCH_CHECK(static_cast<size_t>(into->numel()) >= cap, "zccl: out holds ", into->numel(),
+                " bytes, the stream may need ", cap);
+  }
+  torch::Tensor out = into ? *into : torch::empty({static_cast<int64_t>(cap)}, torch::kUInt8);
   const std::optional<fz::Progress> hook = wrap_progress(progress);
   size_t used = 0;
   {
@@ -93,7 +101,7 @@ torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bo
   }
   // Hand back a right-sized buffer when the stream is much smaller than the worst case.
   torch::Tensor stream = out.narrow(0, 0, static_cast<int64_t>(used));
-  return 2 * used < cap ? stream.clone() : stream;
+  return !into && 2 * used < cap ? stream.clone() : stream;
 }
 
 // The values decompress(compress(src, eb)) reconstructs, without the stream (fz::quantize), into
@@ -307,7 +315,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("MAX_DIMS") = fz::kMaxDims;
   m.def("compress", &compress, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
         py::arg("chunk_len"), py::arg("threads"), py::arg("shape"), py::arg("progress"),
-        py::arg("lossless_codec") = static_cast<uint32_t>(fz::LosslessCodec::Auto));
+        py::arg("lossless_codec") = static_cast<uint32_t>(fz::LosslessCodec::Auto),
+        py::arg("out") = py::none());
   m.attr("FORMAT_VERSION") = zccl::fz::format::kVersion;
   m.def("lossless_codec_available", [](uint32_t codec) {
     return fz::lossless_codec_available(static_cast<fz::LosslessCodec>(codec));
