@@ -62,9 +62,11 @@ def measure(kind: str, rel: float, n: int, repeats: int) -> dict[str, float | st
     seg_in = _C.codes_combine(None, incoming_x, eb, RANKS)
     seg_out = _C.codes_combine(seg_in, local, eb, RANKS)
     integer_hop = median_seconds(
-        lambda: _C.codes_combine(seg_in, local, eb, RANKS, out=seg_buf), repeats)
+        lambda: _C.codes_combine(seg_in, local, eb, RANKS, out=seg_buf), repeats
+    )
     integer_decode = median_seconds(
-        lambda: _C.codes_decode(seg_out, eb, RANKS, out=scratch), repeats)
+        lambda: _C.codes_decode(seg_out, eb, RANKS, out=scratch), repeats
+    )
     # Float hop: the incoming stream holds the other rank's values.
     stream_in = zccl_torch.compress(incoming_x, eb, threads=1)
 
@@ -76,7 +78,8 @@ def measure(kind: str, rel: float, n: int, repeats: int) -> dict[str, float | st
     stream_out = float_hop()
     float_hop_s = median_seconds(float_hop, repeats)
     float_decode = median_seconds(
-        lambda: zccl_torch.decompress(stream_out, threads=1, out=scratch), repeats)
+        lambda: zccl_torch.decompress(stream_out, threads=1, out=scratch), repeats
+    )
     mb = n * 4 / 1e6
     return {
         "data": kind,
@@ -99,25 +102,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mvalues", type=float, default=4.0, help="million float32 values")
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" /
-                        "integer_hop_cost.json")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "integer_hop_cost.json"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     n = int(args.mvalues * 1e6)
     rows = []
     print(f"{n * 4 / 1e6:.0f} MB float32 per hop, one thread, median of {args.repeats}")
-    print(f"{'data':10} {'REL':>6} {'int hop':>9} {'float hop':>9} {'x':>5} "
-          f"{'int MB/s':>9} {'float MB/s':>10} {'int dec':>8} {'flt dec':>8} "
-          f"{'int ratio':>9} {'flt ratio':>9}")
+    print(
+        f"{'data':10} {'REL':>6} {'int hop':>9} {'float hop':>9} {'x':>5} "
+        f"{'int MB/s':>9} {'float MB/s':>10} {'int dec':>8} {'flt dec':>8} "
+        f"{'int ratio':>9} {'flt ratio':>9}"
+    )
     for kind in ("wavefield", "noise"):
         for rel in (1e-2, 1e-3, 1e-4):
             r = measure(kind, rel, n, args.repeats)
             rows.append(r)
-            print(f"{kind:10} {rel:6.0e} {r['integer_hop_s'] * 1e3:7.1f}ms "
-                  f"{r['float_hop_s'] * 1e3:7.1f}ms {r['hop_speedup']:5.2f} "
-                  f"{r['integer_hop_mb_per_s']:9.0f} {r['float_hop_mb_per_s']:10.0f} "
-                  f"{r['integer_decode_s'] * 1e3:6.1f}ms {r['float_decode_s'] * 1e3:6.1f}ms "
-                  f"{r['integer_partial_ratio']:9.2f} {r['float_partial_ratio']:9.2f}")
+            print(
+                f"{kind:10} {rel:6.0e} {r['integer_hop_s'] * 1e3:7.1f}ms "
+                f"{r['float_hop_s'] * 1e3:7.1f}ms {r['hop_speedup']:5.2f} "
+                f"{r['integer_hop_mb_per_s']:9.0f} {r['float_hop_mb_per_s']:10.0f} "
+                f"{r['integer_decode_s'] * 1e3:6.1f}ms {r['float_decode_s'] * 1e3:6.1f}ms "
+                f"{r['integer_partial_ratio']:9.2f} {r['float_partial_ratio']:9.2f}"
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     command = "OMP_NUM_THREADS=1 python benchmarks/integer_hop_cost.py " + " ".join(sys.argv[1:])
     args.out.write_text(json.dumps({"command": command.strip(), "rows": rows}, indent=2) + "\n")

@@ -63,8 +63,10 @@ values = st.floats(allow_nan=True, allow_infinity=True, width=32)
 )
 def test_chain_sums_within_p_eb(p, n, eb, dtype, seed, specials):
     g = torch.Generator().manual_seed(seed)
-    inputs = [(torch.randn(n, generator=g, dtype=torch.float64).cumsum(0) * (k + 1)).to(dtype)
-              for k in range(p)]
+    inputs = [
+        (torch.randn(n, generator=g, dtype=torch.float64).cumsum(0) * (k + 1)).to(dtype)
+        for k in range(p)
+    ]
     for index, rank, v in specials:  # any value anywhere: NaN, Inf, huge, subnormal, ...
         if index < n and rank < p:
             inputs[rank][index] = v

@@ -11,7 +11,8 @@
 //                         [--colls allreduce,broadcast,scatter,allgather,allreduce_mpi_path]
 //                         [--mpi-path-budget BYTES] [--timeout-s S] [--label TEXT]
 //                         [--impls zccl,mpi] [--skip-ring 0|1]
-//   --colls  "allreduce" times zccl ring, recursive doubling and auto, and MPI_Allreduce;
+//   --colls  "allreduce" times zccl ring (float hop, then integer hop: zccl_ring_int), recursive
+//            doubling and auto, and MPI_Allreduce;
 //            "allreduce_mpi_path" times zccl's Algorithm::Mpi path (its own MPI_Iallreduce call);
 //            the default is the first four.
 //   --impls  which implementations to time: zccl's, the plain MPI collectives, or both (default;
@@ -205,7 +206,8 @@ struct Ctx {
   Options opt;
   int rank = 0;
   int p = 1;
-  std::unique_ptr<Comm> comm;
+  // The MPI implementation of the transport: the MPI baselines need its MPI_Comm (raw()).
+  std::unique_ptr<zccl::transport::MpiComm> comm;
   double eb = 0.0;  // absolute bound per compression: rel * global value range
   bool all_pass = true;
 };
@@ -419,7 +421,8 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
 
 // zccl's allreduce with algorithm `alg` (Algorithm::Mpi: its uncompressed path, MPI_Iallreduce).
 void zccl_allreduce(Ctx& c, const char* impl, Algorithm alg, const std::vector<float>& x,
-                    std::vector<float>& buf, const AllreduceRef& ref) {
+                    std::vector<float>& buf, const AllreduceRef& ref,
+                    bool integer_ring = false) {
   const size_t n = x.size(), bytes = n * 4;
   Json j = base_record(c, "allreduce", impl, bytes, n);
   if (alg == Algorithm::Mpi) {
@@ -433,7 +436,8 @@ void zccl_allreduce(Ctx& c, const char* impl, Algorithm alg, const std::vector<f
       return;
     }
   }
-  const coll::Config cfg = zccl_config(c, alg);
+  coll::Config cfg = zccl_config(c, alg);
+  cfg.integer_ring = integer_ring;
   coll::Stats st;
   const Timing t = time_calls(c, [&] { std::memcpy(buf.data(), x.data(), bytes); }, [&] {
     coll::allreduce(*c.comm, buf.data(), n, fz::DType::Float32, coll::ReduceOp::Sum, cfg, &st);
@@ -473,6 +477,7 @@ void run_allreduce(Ctx& c, bool mpi_path) {
       emit(c, skipped_record(c, "allreduce", "zccl_ring", bytes, n));
     } else {
       zccl_allreduce(c, "zccl_ring", Algorithm::Ring, x, buf, ref);
+      zccl_allreduce(c, "zccl_ring_int", Algorithm::Ring, x, buf, ref, true);  // integer hop
     }
     zccl_allreduce(c, "zccl_recursive_doubling", Algorithm::RecursiveDoubling, x, buf, ref);
     // Auto runs exactly the algorithm choose_allreduce() names: when that is one timed above,

@@ -1,0 +1,199 @@
+"""SIMULATION: zccl's all_reduce at 10 and 100 Gbit/s when each rank compresses with t threads.
+
+SMPI injects the CPU time a rank spends between two MPI calls into the simulation
+(``run_smpi.py``). This script runs the same driver with ``smpi/host-speed`` divided by t, so
+every measured CPU second counts as 1/t simulated seconds: a model of a compressor (and
+reduction) that scales perfectly over t threads. fZ-light's real scaling from 1 to 2 threads is
+measured on this machine first and recorded next to it; t > 2 is an EXTRAPOLATION of that model,
+labelled as such in the JSON and the table. Uncompressed MPI (the better of SMPI's Open MPI and
+MVAPICH2 selectors) does not depend on t: it is simulated once per link.
+
+Run: ``python benchmarks/simgrid/codec_threads.py [--p 16] [--mb 64] [--threads 1,2,4,8,16]``
+(needs ``smpicxx``/``smpirun``: ``apt-get install -y libsimgrid-dev``). Writes
+``benchmarks/results/smpi_codec_threads.json`` and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import run_smpi as SMPI  # noqa: E402,N812
+
+HOST_SPEED_GF = 1.0  # smpi_platform.HOST_SPEED, in Gflop/s (run_smpi.SMPI_CFG's host-speed)
+
+
+def command(
+    smpirun: str, exe: Path, case: SMPI.Case, plat: Path, selector: str, threads: int, impls: str
+) -> list[str]:
+    """run_smpi's command line with the host speed scaled for `threads` codec threads."""
+    cmd = SMPI.smpirun_command(
+        smpirun,
+        exe,
+        case,
+        plat,
+        selector,
+        ["--colls", "allreduce", "--impls", impls, "--label", f"t{threads}-{impls}"],
+    )
+    speed = f"--cfg=smpi/host-speed:{HOST_SPEED_GF / threads * 1e3:g}Mf"
+    return [speed if c.startswith("--cfg=smpi/host-speed:") else c for c in cmd]
+
+
+def measure_scaling(mvalues: float = 16.0, repeats: int = 5) -> dict[str, float]:
+    """fZ-light on this machine with 1 and 2 threads (16M float32 wavefield values, REL 1e-4,
+    medians): the part of the thread model that can be measured here."""
+    import statistics
+
+    import torch
+
+    sys.path.insert(0, str(HERE.parent))
+    import bench_data
+
+    import zccl_torch
+
+    x = bench_data.values("wavefield", 0, int(mvalues * 1e6))
+    eb = 1e-4 * float(x.max() - x.min())
+    out = torch.empty_like(x)
+
+    def median(fn: Any) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times)
+
+    res: dict[str, float] = {}
+    for threads in (1, 2):
+        stream = zccl_torch.compress(x, eb, threads=threads)
+        res[f"compress_s_t{threads}"] = median(
+            lambda t=threads: zccl_torch.compress(x, eb, threads=t)
+        )
+        res[f"decompress_s_t{threads}"] = median(
+            lambda t=threads, s=stream: zccl_torch.decompress(s, threads=t, out=out)
+        )
+    res["compress_scaling_2t"] = res["compress_s_t1"] / res["compress_s_t2"]
+    res["decompress_scaling_2t"] = res["decompress_s_t1"] / res["decompress_s_t2"]
+    return res
+
+
+def fastest(records: list[dict[str, Any]], impl: str) -> float | None:
+    times = [r["time_s"] for r in records if r.get("impl") == impl and r.get("time_s")]
+    return min(times) if times else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--p", type=int, default=16)
+    parser.add_argument("--mb", type=float, default=64.0)
+    parser.add_argument("--gbps", default="10,100")
+    parser.add_argument("--threads", default="1,2,4,8,16")
+    parser.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="skip the 1- vs 2-thread compressor measurement on this machine",
+    )
+    parser.add_argument("--iters", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--out", type=Path, default=SMPI.RESULTS / "smpi_codec_threads.json")
+    args = parser.parse_args()
+    smpicxx, smpirun = shutil.which("smpicxx"), shutil.which("smpirun")
+    if smpicxx is None or smpirun is None:
+        print("codec_threads.py: smpicxx/smpirun not found (apt-get install -y libsimgrid-dev)")
+        return 2
+    started = time.perf_counter()
+    scaling = None if args.no_measure else measure_scaling()
+    if scaling:
+        print(
+            "measured on this machine (16M wavefield values, REL 1e-4): "
+            f"compress x{scaling['compress_scaling_2t']:.2f}, "
+            f"decompress x{scaling['decompress_scaling_2t']:.2f} with 2 threads"
+        )
+    exe = SMPI.build(smpicxx, SMPI.DEFAULT_BUILD)
+    plat = SMPI.DEFAULT_BUILD / "platforms"
+    rows, runs = [], []
+    for gbps in (float(g) for g in args.gbps.split(",")):
+        case = SMPI.Case(args.p, gbps, args.mb, args.iters, 1)
+        mpi_times = []
+        for sel in (SMPI.SELECTOR_MAIN, *SMPI.SELECTORS_MPI_ONLY):
+            cmd = command(smpirun, exe, case, plat, sel, 1, "mpi")
+            res = SMPI.run_once(cmd, args.timeout)
+            runs.append(
+                {
+                    "command": " ".join(cmd),
+                    "returncode": res.returncode,
+                    "wall_s": round(res.wall_s, 1),
+                    "error": res.error,
+                }
+            )
+            t = fastest(res.records, "mpi")
+            if t:
+                mpi_times.append(t)
+        mpi = min(mpi_times) if mpi_times else None
+        for threads in (int(t) for t in args.threads.split(",")):
+            cmd = command(smpirun, exe, case, plat, SMPI.SELECTOR_MAIN, threads, "zccl")
+            res = SMPI.run_once(cmd, args.timeout)
+            runs.append(
+                {
+                    "command": " ".join(cmd),
+                    "returncode": res.returncode,
+                    "wall_s": round(res.wall_s, 1),
+                    "error": res.error,
+                }
+            )
+            summary = next((r for r in res.records if r.get("record") == "summary"), {})
+            row = {
+                "p": args.p,
+                "gbps": gbps,
+                "mbytes": args.mb,
+                "threads": threads,
+                "extrapolated": threads > 2,
+                "mpi_best_s": mpi,
+                "checks_pass": summary.get("all_pass"),
+            }
+            for impl in ("zccl_ring", "zccl_ring_int", "zccl_recursive_doubling"):
+                t = fastest(res.records, impl)
+                row[f"{impl}_s"] = t
+                row[f"{impl}_speedup"] = mpi / t if mpi and t else None
+            rows.append(row)
+            print(json.dumps(row))
+    doc = {
+        "SIMULATION": "SimGrid SMPI; codec threads modelled by scaling injected CPU time by 1/t "
+        "(t > 2: extrapolation beyond what this machine can measure)",
+        "measured_scaling": scaling,
+        "command": " ".join([sys.executable, *sys.argv]),
+        "rows": rows,
+        "runs": runs,
+        "elapsed_s": round(time.perf_counter() - started, 1),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"\nSIMULATION p={args.p}, {args.mb:g} MB all_reduce, speed-up over best MPI")
+    print(f"{'Gb/s':>5} {'t':>3} {'ring':>8} {'ring int':>9} {'RD':>8}  note")
+    for r in rows:
+        note = "extrapolated" if r["extrapolated"] else "measured scaling"
+
+        def fmt(v: float | None) -> str:
+            return f"{v:.2f}x" if v else "-"
+
+        print(
+            f"{r['gbps']:5g} {r['threads']:3d} {fmt(r['zccl_ring_speedup']):>8} "
+            f"{fmt(r['zccl_ring_int_speedup']):>9} "
+            f"{fmt(r['zccl_recursive_doubling_speedup']):>8}  {note}"
+        )
+    print(f"wrote {args.out} ({doc['elapsed_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
