@@ -8,7 +8,7 @@ measured on this machine first and recorded next to it; t > 2 is an EXTRAPOLATIO
 labelled as such in the JSON and the table. Uncompressed MPI (the better of SMPI's Open MPI and
 MVAPICH2 selectors) does not depend on t: it is simulated once per link.
 
-Run: ``python benchmarks/simgrid/codec_threads.py [--p 16] [--mb 64] [--threads 1,2,4,8,16]``
+Run: ``python benchmarks/simgrid/codec_threads.py [--p 16] [--mb 64] [--threads 2,4,8,16]``
 (needs ``smpicxx``/``smpirun``: ``apt-get install -y libsimgrid-dev``). Writes
 ``benchmarks/results/smpi_codec_threads.json`` and prints the table.
 """
@@ -33,18 +33,18 @@ HOST_SPEED_GF = 1.0  # smpi_platform.HOST_SPEED, in Gflop/s (run_smpi.SMPI_CFG's
 
 
 def command(
-    smpirun: str, exe: Path, case: SMPI.Case, plat: Path, selector: str, threads: int, impls: str
+    smpirun: str, exe: Path, case: SMPI.Case, plat: Path, selector: str, speedup: float, impls: str
 ) -> list[str]:
-    """run_smpi's command line with the host speed scaled for `threads` codec threads."""
+    """run_smpi's command line with the host speed scaled for a CPU `speedup` times faster."""
     cmd = SMPI.smpirun_command(
         smpirun,
         exe,
         case,
         plat,
         selector,
-        ["--colls", "allreduce", "--impls", impls, "--label", f"t{threads}-{impls}"],
+        ["--colls", "allreduce", "--impls", impls, "--label", f"x{speedup:g}-{impls}"],
     )
-    speed = f"--cfg=smpi/host-speed:{HOST_SPEED_GF / threads * 1e3:g}Mf"
+    speed = f"--cfg=smpi/host-speed:{HOST_SPEED_GF / speedup * 1e3:g}Mf"
     return [speed if c.startswith("--cfg=smpi/host-speed:") else c for c in cmd]
 
 
@@ -87,6 +87,22 @@ def measure_scaling(mvalues: float = 16.0, repeats: int = 5) -> dict[str, float]
     return res
 
 
+def table(rows: list[dict[str, Any]]) -> str:
+    """The rows as text: link, CPU speed-up modelled, speed-ups of each zccl algorithm."""
+
+    def fmt(v: float | None) -> str:
+        return f"{v:.2f}x" if v else "-"
+
+    lines = [f"{'Gb/s':>5} {'CPU x':>6} {'ring':>8} {'ring int':>9} {'RD':>8}  model"]
+    for r in rows:
+        lines.append(
+            f"{r['gbps']:5g} {r['cpu_speedup']:6g} {fmt(r['zccl_ring_speedup']):>8} "
+            f"{fmt(r['zccl_ring_int_speedup']):>9} "
+            f"{fmt(r['zccl_recursive_doubling_speedup']):>8}  {r['model']}"
+        )
+    return "\n".join(lines)
+
+
 def fastest(records: list[dict[str, Any]], impl: str) -> float | None:
     times = [r["time_s"] for r in records if r.get("impl") == impl and r.get("time_s")]
     return min(times) if times else None
@@ -97,7 +113,9 @@ def main() -> int:
     parser.add_argument("--p", type=int, default=16)
     parser.add_argument("--mb", type=float, default=64.0)
     parser.add_argument("--gbps", default="10,100")
-    parser.add_argument("--threads", default="1,2,4,8,16")
+    parser.add_argument(
+        "--threads", default="2,4,8,16", help="thread counts modelled with perfect scaling"
+    )
     parser.add_argument(
         "--no-measure",
         action="store_true",
@@ -140,8 +158,19 @@ def main() -> int:
             if t:
                 mpi_times.append(t)
         mpi = min(mpi_times) if mpi_times else None
-        for threads in (int(t) for t in args.threads.split(",")):
-            cmd = command(smpirun, exe, case, plat, SMPI.SELECTOR_MAIN, threads, "zccl")
+        # (label, CPU speed-up): one thread as measured; two threads as measured here; then
+        # t threads with perfect scaling (an extrapolation).
+        models = [("1 thread", 1.0)]
+        if scaling:
+            measured = min(scaling["compress_scaling_2t"], scaling["decompress_scaling_2t"])
+            models.append(("2 threads, as measured here", round(measured, 2)))
+        models += [
+            (f"{t} threads, perfect scaling (extrapolated)", float(t))
+            for t in (int(v) for v in args.threads.split(","))
+            if t > 1
+        ]
+        for label, speedup in models:
+            cmd = command(smpirun, exe, case, plat, SMPI.SELECTOR_MAIN, speedup, "zccl")
             res = SMPI.run_once(cmd, args.timeout)
             runs.append(
                 {
@@ -156,8 +185,9 @@ def main() -> int:
                 "p": args.p,
                 "gbps": gbps,
                 "mbytes": args.mb,
-                "threads": threads,
-                "extrapolated": threads > 2,
+                "model": label,
+                "cpu_speedup": speedup,
+                "extrapolated": "extrapolated" in label,
                 "mpi_best_s": mpi,
                 "checks_pass": summary.get("all_pass"),
             }
@@ -179,18 +209,7 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"\nSIMULATION p={args.p}, {args.mb:g} MB all_reduce, speed-up over best MPI")
-    print(f"{'Gb/s':>5} {'t':>3} {'ring':>8} {'ring int':>9} {'RD':>8}  note")
-    for r in rows:
-        note = "extrapolated" if r["extrapolated"] else "measured scaling"
-
-        def fmt(v: float | None) -> str:
-            return f"{v:.2f}x" if v else "-"
-
-        print(
-            f"{r['gbps']:5g} {r['threads']:3d} {fmt(r['zccl_ring_speedup']):>8} "
-            f"{fmt(r['zccl_ring_int_speedup']):>9} "
-            f"{fmt(r['zccl_recursive_doubling_speedup']):>8}  {note}"
-        )
+    print(table(rows))
     print(f"wrote {args.out} ({doc['elapsed_s']:.0f} s)")
     return 0
 

@@ -34,11 +34,10 @@ struct CallConfig {
   // Broadcast and all_gather: the owner of a block keeps its exact values instead of taking the
   // decoded ones every other rank holds (outputs then differ across ranks within the bound).
   bool owner_exact = false;
-  // Ring all_reduce (SUM/AVG, lossy): add quantisation codes as integers at each hop (one
-  // quantisation per value) instead of decode, add and recompress (coll::Config::integer_ring).
-  // Off by default: on the CPUs measured so far the float hop is as fast per hop and its
-  // all_reduce ~10% faster end to end (README, "Ring hop cost").
-  bool integer_ring = false;
+  // Ring all_reduce (SUM/AVG, lossy, one compression thread): add quantisation codes as
+  // integers at each hop (one quantisation per value) instead of decode, add and recompress
+  // (coll::Config::integer_ring; README, "Ring hop cost").
+  bool integer_ring = true;
 };
 
 // Some settings laid over a group's defaults (a Python `config()` block), in the order of the

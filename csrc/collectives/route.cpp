@@ -165,12 +165,17 @@ Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device)
   return {algorithm != Algorithm::Mpi, algorithm};
 }
 
+bool integer_hop_applies(const Config& cfg) {
+  const int threads = cfg.threads > 0 ? cfg.threads : fz::default_threads();
+  return cfg.integer_ring && threads == 1;
+}
+
 Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
   if (p == 1 || too_small(bytes, cfg) || cfg.error_bound == 0.0) return Algorithm::Mpi;
   const double n = static_cast<double>(bytes);
   const CostModel m = with_threads(kModel, cfg.threads);
   const double mpi = cost_mpi(n, p, m);
-  const double ring = cost_ring(n, p, m.ratio, m, cfg.integer_ring);
+  const double ring = cost_ring(n, p, m.ratio, m, integer_hop_applies(cfg));
   const double rd = cost_rd(n, p, m.ratio, m);
   if (mpi <= ring && mpi <= rd) return Algorithm::Mpi;
   return rd < ring ? Algorithm::RecursiveDoubling : Algorithm::Ring;

@@ -360,7 +360,7 @@ def pipelined_broadcast_scatter() -> None:
 
 @check
 def integer_ring_hop() -> None:
-    """The ring all_reduce's integer hop (integer_ring=True) and float hop (default): SUM and
+    """The ring all_reduce's integer hop (integer_ring=True, threads=1) and float hop: SUM and
     AVG within p*eb (eb for AVG) in float32, float64 and the half types, every rank the same
     bits, the hop asked for the one that ran; MIN/MAX and lossless calls keep the float ring."""
     p = world()
@@ -374,7 +374,7 @@ def integer_ring_hop() -> None:
                     inputs = [data(r, n, dtype, salt=31) for r in range(p)]
                     t = inputs[rank()].clone()
                     with zccl_torch.config(algorithm="ring", integer_ring=integer,
-                                           min_compress_bytes=0):
+                                           min_compress_bytes=0, threads=1):
                         dist.all_reduce(t, op=op)
                     st = zccl_torch.last_stats()
                     assert st["algorithm"] == "ring" and st["bytes_compressed"] > 0, (what, st)
@@ -394,11 +394,17 @@ def integer_ring_hop() -> None:
                         rounding = rounding / p + torch.finfo(dtype).eps * ref.abs()
                     assert_within(what, t, ref, bound + rounding)
                     identical_across_ranks(what, t)
+    # More than one compression thread keeps the float hop (its chunks are coded in parallel).
+    t = data(rank(), 300_007)
+    with zccl_torch.config(algorithm="ring", integer_ring=True, min_compress_bytes=0, threads=2):
+        dist.all_reduce(t)
+    st = zccl_torch.last_stats()
+    assert st["algorithm"] == "ring" and not st["integer_hop"], st
     # MIN/MAX and lossless rings never take the integer hop, even when asked for.
     for op, mode in ((dist.ReduceOp.MAX, "abs"), (dist.ReduceOp.SUM, "lossless")):
         t = data(rank(), 5000)
         with zccl_torch.config(algorithm="ring", mode=mode, min_compress_bytes=0,
-                               integer_ring=True):
+                               integer_ring=True, threads=1):
             dist.all_reduce(t, op=op)
         st = zccl_torch.last_stats()
         assert st["algorithm"] == "ring" and not st["integer_hop"], (op, mode, st)
