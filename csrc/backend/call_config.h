@@ -34,10 +34,10 @@ struct CallConfig {
   // Broadcast and all_gather: the owner of a block keeps its exact values instead of taking the
   // decoded ones every other rank holds (outputs then differ across ranks within the bound).
   bool owner_exact = false;
-  // Ring all_reduce (SUM/AVG, lossy, one compression thread): add quantisation codes as
-  // integers at each hop (one quantisation per value) instead of decode, add and recompress
-  // (coll::Config::integer_ring; README, "Ring hop cost").
-  bool integer_ring = true;
+  // Ring all_reduce (SUM/AVG, lossy): add quantisation codes as integers at each hop (one
+  // quantisation per value, one thread) instead of decode, add and recompress
+  // (coll::Config::integer_ring; README, "Ring hop cost"). Opt-in: see the README for why.
+  bool integer_ring = false;
 };
 
 // Some settings laid over a group's defaults (a Python `config()` block), in the order of the

@@ -125,9 +125,9 @@ std::vector<Setting> make_table() {
       "ranks within `eb`)"));
   table.push_back(flag<&CallConfig::integer_ring>(
       "integer_ring", "ZCCL_INTEGER_RING",
-      "ring all_reduce (SUM/AVG, lossy, one compression thread): hops add quantisation codes "
-      "as integers; `false` (or `threads` > 1): decode, add in floating point and recompress at "
-      "each hop (same bound, `p * eb`)"));
+      "ring all_reduce (SUM/AVG, lossy): hops add quantisation codes as integers, on one "
+      "thread per rank; `false`: decode, add in floating point and recompress at each hop, "
+      "with `threads` threads (same bound, `p * eb`)"));
   return table;
 }
 

@@ -14,10 +14,9 @@
 //      way. The allgather runs on its own tag, its receives all posted before the
 //      reduce-scatter starts, so the two stages overlap without any ordering between them.
 //   4. AVG: divide everything by p at the very end (identical inputs -> identical quotients).
-// SUM/AVG with eb > 0, Config::integer_ring (the default) and one compression thread take
-//   allreduce_ring_integer.cpp instead: the same ring adding quantisation codes as integers
-//   (same bound, p eb). With threads > 1 the float hop below codes chunks in parallel; the
-//   integer hop does not split its segments over threads yet.
+// SUM/AVG with eb > 0 and Config::integer_ring (opt-in) take allreduce_ring_integer.cpp
+//   instead: the same ring adding quantisation codes as integers (same bound, p eb), on one
+//   thread per rank whatever Config::threads says (so the thread count never changes a bit).
 // MIN/MAX: one exchange of compressed blocks instead of step 1 (reduce_scatter_minmax.cpp),
 //   with eb/2, then allgather_decompressed below (coll::allgatherv), also with eb/2.
 //
@@ -139,7 +138,7 @@ void ring_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb, co
     allgather_decompressed(comm, buf, blocks, eb_half, cfg, st);
     return;
   }
-  if (!(integer_hop_applies(cfg) && integer_ring_allreduce(comm, buf, blocks, eb, cfg, st))) {
+  if (!(cfg.integer_ring && integer_ring_allreduce(comm, buf, blocks, eb, cfg, st))) {
     pipelined_sum_allreduce(comm, buf, blocks, op, eb, cfg, st);
   }
   if (op == ReduceOp::Avg) kernels::divide(buf, count, p, cfg.threads);

@@ -55,17 +55,14 @@ struct Config {
   // travels as a half stream (rounded to nearest-even into the half type, then compressed within
   // error_bound), half the bytes of a float32 stream. Float32 (default): streams of the data type.
   DType wire_half = DType::Float32;
-  // Ring all_reduce, SUM/AVG, eb > 0, one compression thread (threads 1, or 0 resolving to 1):
-  // true (default) adds quantisation codes as integers at every hop (allreduce_ring_integer.cpp:
-  // each value quantised once, no decode-add-recompress); false, or more threads: the ZCCL
-  // computation framework's float hop (allreduce_ring.cpp), whose chunks are coded in parallel.
-  // Same bound, p * eb. Stats::integer_hop says which ran.
-  bool integer_ring = true;
+  // Ring all_reduce, SUM/AVG, eb > 0: true adds quantisation codes as integers at every hop
+  // (allreduce_ring_integer.cpp: each value quantised once, no decode-add-recompress; one thread
+  // per rank, whatever `threads` says); false (default): the ZCCL computation framework's float
+  // hop (allreduce_ring.cpp), whose chunks are coded by `threads` threads. Same bound, p * eb;
+  // must be equal on every rank (the backend's agreement checks it). Stats::integer_hop says
+  // which ran.
+  bool integer_ring = false;
 };
-
-// Whether a ring all_reduce with this config takes the integer hop (when its op and bound allow:
-// SUM/AVG, eb > 0): integer_ring and one compression thread.
-bool integer_hop_applies(const Config& cfg);
 
 // What a collective did, for stats and benchmarks (summed over the call, this rank).
 struct Stats {

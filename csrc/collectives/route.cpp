@@ -20,7 +20,8 @@
 //         Integer hop (Config::integer_ring): the codec term is n/(pC) + (p-1)/p n (1/C + 1/D)
 //         + n/D (p-1 hops that unpack and pack, measured to cost about a decode plus an
 //         encode; no float add, no separate allgather compression; p decodes).
-//   C and D scale with Config::threads (chunks, or segments, coded in parallel).
+//   C and D scale with Config::threads (chunks coded in parallel), except for the integer hop
+//   (one thread per rank).
 //   RD    (L + 2f) alpha + L n (beta/R + 1/C + 2/D + gamma) + f n (beta/R + 1/C + 1/D + gamma)
 //         + f n (2 beta/R + 2/D) + (3L + 4f) kappa
 // The cheapest wins (ties go to Mpi): small messages -> Mpi (compression cannot pay for its fixed
@@ -165,17 +166,14 @@ Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device)
   return {algorithm != Algorithm::Mpi, algorithm};
 }
 
-bool integer_hop_applies(const Config& cfg) {
-  const int threads = cfg.threads > 0 ? cfg.threads : fz::default_threads();
-  return cfg.integer_ring && threads == 1;
-}
-
 Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
   if (p == 1 || too_small(bytes, cfg) || cfg.error_bound == 0.0) return Algorithm::Mpi;
   const double n = static_cast<double>(bytes);
   const CostModel m = with_threads(kModel, cfg.threads);
   const double mpi = cost_mpi(n, p, m);
-  const double ring = cost_ring(n, p, m.ratio, m, integer_hop_applies(cfg));
+  // The integer hop runs on one thread: its codec terms are not scaled by `threads`.
+  const double ring = cfg.integer_ring ? cost_ring(n, p, kModel.ratio, kModel, true)
+                                       : cost_ring(n, p, m.ratio, m, false);
   const double rd = cost_rd(n, p, m.ratio, m);
   if (mpi <= ring && mpi <= rd) return Algorithm::Mpi;
   return rd < ring ? Algorithm::RecursiveDoubling : Algorithm::Ring;

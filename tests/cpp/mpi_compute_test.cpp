@@ -650,13 +650,6 @@ void test_stats_and_choice(Comm& comm) {
   Config threaded = c, integer = c;
   threaded.threads = 8;
   integer.integer_ring = true;
-  integer.threads = 1;
-  // The integer hop: asked for and one compression thread.
-  CHECK(coll::integer_hop_applies(integer));
-  CHECK(!coll::integer_hop_applies(threaded));
-  Config no_integer = integer;
-  no_integer.integer_ring = false;
-  CHECK(!coll::integer_hop_applies(no_integer));
   for (int q : {2, 4, 8}) {
     for (size_t b = 1024; b <= (size_t{1} << 28); b *= 2) {
       if (coll::choose_allreduce(b, q, c) != Algorithm::Mpi) {

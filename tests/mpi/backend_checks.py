@@ -360,7 +360,7 @@ def pipelined_broadcast_scatter() -> None:
 
 @check
 def integer_ring_hop() -> None:
-    """The ring all_reduce's integer hop (integer_ring=True, threads=1) and float hop: SUM and
+    """The ring all_reduce's integer hop (integer_ring=True) and float hop (default): SUM and
     AVG within p*eb (eb for AVG) in float32, float64 and the half types, every rank the same
     bits, the hop asked for the one that ran; MIN/MAX and lossless calls keep the float ring."""
     p = world()
@@ -394,12 +394,17 @@ def integer_ring_hop() -> None:
                         rounding = rounding / p + torch.finfo(dtype).eps * ref.abs()
                     assert_within(what, t, ref, bound + rounding)
                     identical_across_ranks(what, t)
-    # More than one compression thread keeps the float hop (its chunks are coded in parallel).
-    t = data(rank(), 300_007)
-    with zccl_torch.config(algorithm="ring", integer_ring=True, min_compress_bytes=0, threads=2):
-        dist.all_reduce(t)
-    st = zccl_torch.last_stats()
-    assert st["algorithm"] == "ring" and not st["integer_hop"], st
+    # The integer hop ignores `threads`: 1, 2 and 3 give the same bits.
+    outs = []
+    for threads in (1, 2, 3):
+        t = data(rank(), 300_007)
+        with zccl_torch.config(algorithm="ring", integer_ring=True, min_compress_bytes=0,
+                               threads=threads):
+            dist.all_reduce(t)
+        assert zccl_torch.last_stats()["integer_hop"], threads
+        outs.append(t)
+    for threads, t in zip((2, 3), outs[1:], strict=True):
+        assert_equal(f"integer hop threads={threads} vs 1", t, outs[0])
     # MIN/MAX and lossless rings never take the integer hop, even when asked for.
     for op, mode in ((dist.ReduceOp.MAX, "abs"), (dist.ReduceOp.SUM, "lossless")):
         t = data(rank(), 5000)
