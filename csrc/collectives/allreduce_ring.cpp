@@ -107,21 +107,12 @@ void pipelined_sum_allreduce(Comm& comm, T* buf, const Blocks& blocks, ReduceOp 
   ring_reduce_scatter(comm, RingBuffers<T>{buf, buf, nullptr}, blocks, op, eb, cfg, st,
                       &start_allgather);
 
-  for (int t = 0; t <= p - 2; ++t) {
-    const int b = ring.before(t + 1);
-    for (int j = 0; j < S; ++j) {
-      const size_t k = static_cast<size_t>(t) * S + j;
-      const size_t got = rx[k].finish(comm);
-      uint8_t* const stream = rx_area + k * cap;
-      if (t < p - 2) {
-        tx[k].start(comm.isend(stream, got, next, tag));
-        st.bytes_sent += got;
-      }
-      const size_t n = seg.len(blocks.count[b], j);
-      codec.decompress(stream, got, at(buf + blocks.offset[b], j, n), n, prev, &poll);
-    }
-  }
-  finish_all(comm, tx);
+  relay_allgather(comm, ring, S, rx, tx, rx_area, cap, tag, st,
+                  [&](const uint8_t* stream, size_t got, int b, int j) {
+                    const size_t n = seg.len(blocks.count[b], j);
+                    codec.decompress(stream, got, at(buf + blocks.offset[b], j, n), n, prev,
+                                     &poll);
+                  });
 }
 
 }  // namespace

@@ -53,31 +53,22 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
   const int S = seg.per_block;
   const size_t cap = codec.capacity(seg.seg_len);
 
-  // Reduce-scatter: two send and two receive areas of S slots, by step parity. Allgather: the
-  // own segments (S slots), then one slot per received segment (forwarded from where it landed).
-  const size_t slots = 2 * static_cast<size_t>(S);
+  // Allgather: the own segments (S slots), then one slot per received segment (forwarded from
+  // where it landed), all receives posted first; then the reduce-scatter's parity slots.
   const size_t received = static_cast<size_t>(p - 1) * S;
-  uint8_t* const tx_area = workspace_bytes(kSlotSend0, slots * cap);
-  uint8_t* const rx_area = workspace_bytes(kSlotRecv, slots * cap);
   uint8_t* const own_area = workspace_bytes(kSlotScratch2, S * cap);
   uint8_t* const ag_area = workspace_bytes(kSlotSend1, received * cap);
-  std::vector<Pending> tx(slots), rx(slots), ag_rx(received), ag_tx(received + S);
-  auto slot = [S](int s, int j) { return static_cast<size_t>(s % 2) * S + j; };
-  auto post_recv = [&](int s, int j) {
-    rx[slot(s, j)].start(comm.irecv(rx_area + slot(s, j) * cap, cap, prev, rs_tag));
-  };
+  std::vector<Pending> ag_rx(received), ag_tx(received + S);
   for (size_t k = 0; k < received; ++k) {
     ag_rx[k].start(comm.irecv(ag_area + k * cap, cap, prev, ag_tag));
   }
+  ParitySlots slots(comm, p, S, cap, prev, rs_tag);  // receives of steps 0 and 1 posted
   const fz::Progress poll = [&](uint64_t, uint64_t) {
-    poll_first(comm, rx);
+    poll_first(comm, slots.rx);
     poll_first(comm, ag_rx);
   };
   auto at = [&seg](auto* base, int j, size_t n) { return n ? base + seg.begin(j) : base; };
 
-  for (int s = 0; s < std::min(2, p - 1); ++s) {
-    for (int j = 0; j < S; ++j) post_recv(s, j);
-  }
   for (int s = 0; s <= p - 1; ++s) {
     const int b = ring.before(s + 1);  // sent at step s, received at step s-1
     const size_t count = blocks.count[b];
@@ -87,16 +78,15 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
       const uint8_t* in = nullptr;
       size_t in_len = 0;
       if (s >= 1) {
-        const size_t k = slot(s - 1, j);
-        in_len = rx[k].finish(comm);
-        in = rx_area + k * cap;
+        in_len = slots.rx[slots.slot(s - 1, j)].finish(comm);
+        in = slots.recv_buf(s - 1, j);
       }
       if (s <= p - 2) {
-        const size_t k = slot(s, j);
-        tx[k].finish(comm);  // the send of step s-2 from this slot
-        uint8_t* const dst = tx_area + k * cap;
+        Pending& send = slots.tx[slots.slot(s, j)];
+        send.finish(comm);  // the send of step s-2 from this slot
+        uint8_t* const dst = slots.send_buf(s, j);
         const size_t bytes = codec.combine(in, in_len, at(block, j, n), n, dst, cap, prev, &poll);
-        tx[k].start(comm.isend(dst, bytes, next, rs_tag));
+        send.start(comm.isend(dst, bytes, next, rs_tag));
         st.bytes_sent += bytes;
       } else {
         // The final codes: the allgather segment, and (the same values every other rank will
@@ -108,26 +98,16 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
         st.bytes_sent += bytes;
       }
       // The slot just consumed takes segment j of step s+1 (same parity as s-1).
-      if (s >= 1 && s + 1 <= p - 2) post_recv(s + 1, j);
+      if (s >= 1 && s + 1 <= p - 2) slots.post_recv(s + 1, j);
     }
   }
-  finish_all(comm, tx);
+  finish_all(comm, slots.tx);
 
-  for (int t = 0; t <= p - 2; ++t) {
-    const int b = ring.before(t + 1);
-    for (int j = 0; j < S; ++j) {
-      const size_t k = static_cast<size_t>(t) * S + j;
-      const size_t got = ag_rx[k].finish(comm);
-      uint8_t* const stream = ag_area + k * cap;
-      if (t < p - 2) {
-        ag_tx[k].start(comm.isend(stream, got, next, ag_tag));
-        st.bytes_sent += got;
-      }
-      const size_t n = seg.len(blocks.count[b], j);
-      codec.decode(stream, got, at(buf + blocks.offset[b], j, n), n, prev, &poll);
-    }
-  }
-  finish_all(comm, ag_tx);
+  relay_allgather(comm, ring, S, ag_rx, ag_tx, ag_area, cap, ag_tag, st,
+                  [&](const uint8_t* stream, size_t got, int b, int j) {
+                    const size_t n = seg.len(blocks.count[b], j);
+                    codec.decode(stream, got, at(buf + blocks.offset[b], j, n), n, prev, &poll);
+                  });
   return true;
 }
 

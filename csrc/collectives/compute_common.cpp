@@ -41,6 +41,16 @@ RingSegments RingSegments::plan(const Blocks& blocks, DType dt, const Config& cf
   return plan;
 }
 
+ParitySlots::ParitySlots(Comm& comm_, int p, int S_, size_t cap_, int prev_, int tag_)
+    : comm(comm_), S(S_), prev(prev_), tag(tag_), cap(cap_),
+      tx_area(workspace_bytes(kSlotSend0, 2 * static_cast<size_t>(S_) * cap_)),
+      rx_area(workspace_bytes(kSlotRecv, 2 * static_cast<size_t>(S_) * cap_)),
+      tx(2 * static_cast<size_t>(S_)), rx(2 * static_cast<size_t>(S_)) {
+  for (int s = 0; s < std::min(2, p - 1); ++s) {
+    for (int j = 0; j < S; ++j) post_recv(s, j);
+  }
+}
+
 void poll_first(const Comm& comm, std::vector<Pending>& pending) {
   for (auto& p : pending) {
     if (!p.done) {

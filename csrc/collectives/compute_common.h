@@ -86,6 +86,51 @@ void poll_first(const Comm& comm, std::vector<Pending>& pending);
 // Waits for every request of `pending`.
 void finish_all(const Comm& comm, std::vector<Pending>& pending);
 
+// The message slots of the pipelined ring reduce-scatter (float and integer hops): two send and
+// two receive areas of S slots of `cap` bytes, by step parity (segment j of step s uses slot
+// (s % 2) * S + j), in the kSlotSend0 / kSlotRecv workspaces. The receives of steps 0 and 1 are
+// posted at construction (from prev, on tag); later ones as slots free up (post_recv).
+struct ParitySlots {
+  ParitySlots(Comm& comm, int p, int S, size_t cap, int prev, int tag);
+  size_t slot(int s, int j) const { return static_cast<size_t>(s % 2) * S + j; }
+  uint8_t* send_buf(int s, int j) const { return tx_area + slot(s, j) * cap; }
+  const uint8_t* recv_buf(int s, int j) const { return rx_area + slot(s, j) * cap; }
+  void post_recv(int s, int j) {
+    rx[slot(s, j)].start(comm.irecv(rx_area + slot(s, j) * cap, cap, prev, tag));
+  }
+
+  Comm& comm;
+  int S, prev, tag;
+  size_t cap;
+  uint8_t* tx_area;
+  uint8_t* rx_area;
+  std::vector<Pending> tx, rx;
+};
+
+// The allgather stage of the pipelined ring allreduce (both hops): at step t = 0 .. p-2, segment
+// j of block r-t-1 arrives from prev in rx[t*S + j] (landing at area + (t*S + j) * cap); while
+// t < p-2 it is forwarded to next as received (tx[t*S + j], on `tag`), then handed to
+// decode(stream, bytes, block, j). Waits for every send of tx (the owner's ones included).
+template <class Decode>
+void relay_allgather(Comm& comm, const Ring& ring, int S, std::vector<Pending>& rx,
+                     std::vector<Pending>& tx, uint8_t* area, size_t cap, int tag, Stats& st,
+                     Decode&& decode) {
+  for (int t = 0; t <= ring.p - 2; ++t) {
+    const int b = ring.before(t + 1);
+    for (int j = 0; j < S; ++j) {
+      const size_t k = static_cast<size_t>(t) * S + j;
+      const size_t got = rx[k].finish(comm);
+      uint8_t* const stream = area + k * cap;
+      if (t < ring.p - 2) {
+        tx[k].start(comm.isend(stream, got, ring.next, tag));
+        st.bytes_sent += got;
+      }
+      decode(stream, got, b, j);
+    }
+  }
+  finish_all(comm, tx);
+}
+
 // A bound for each of k compressions whose errors add up: k * result <= eb holds exactly (eb/k
 // shrunk by 2^-50 so the rounding of the division can never push the sum past eb).
 double split_bound(double eb, int k);

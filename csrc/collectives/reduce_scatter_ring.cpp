@@ -61,54 +61,42 @@ void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blo
   const int S = seg.per_block;
   Codec codec = Codec::for_reduction(dtype_of<T>(), eb, cfg, st);
   const size_t cap = codec.capacity(seg.seg_len);
-  // Two send and two receive areas of S slots each, by step parity.
-  const size_t slots = 2 * static_cast<size_t>(S);
-  uint8_t* const tx_area = workspace_bytes(kSlotSend0, slots * cap);
-  uint8_t* const rx_area = workspace_bytes(kSlotRecv, slots * cap);
   T* const scratch = workspace<T>(kSlotScratch, seg.seg_len);
-  std::vector<Pending> tx(slots), rx(slots);
-  auto slot = [S](int s, int j) { return static_cast<size_t>(s % 2) * S + j; };
-  auto post_recv = [&](int s, int j) {
-    rx[slot(s, j)].start(comm.irecv(rx_area + slot(s, j) * cap, cap, prev, tag));
-  };
+  ParitySlots slots(comm, p, S, cap, prev, tag);  // receives of steps 0 and 1 posted
   // One MPI_Test between chunks drives every transfer; the next receive is the one that matters.
   const fz::Progress poll = [&](uint64_t, uint64_t) {
-    poll_first(comm, rx);
-    poll_first(comm, tx);
+    poll_first(comm, slots.rx);
+    poll_first(comm, slots.tx);
   };
   auto at = [&seg](auto* base, int j, size_t n) { return n ? base + seg.begin(j) : base; };
 
-  for (int s = 0; s < std::min(2, p - 1); ++s) {
-    for (int j = 0; j < S; ++j) post_recv(s, j);
-  }
   for (int s = 0; s <= p - 1; ++s) {
     const int b = ring.before(s + 1);  // sent at step s, received at step s-1
     const size_t count = blocks.count[b];
     for (int j = 0; j < S; ++j) {
       const size_t n = seg.len(count, j);
       if (s >= 1) {
-        const size_t k = slot(s - 1, j);
-        const size_t got = rx[k].finish(comm);
-        codec.decompress(rx_area + k * cap, got, scratch, n, prev, &poll);
+        const size_t got = slots.rx[slots.slot(s - 1, j)].finish(comm);
+        codec.decompress(slots.recv_buf(s - 1, j), got, scratch, n, prev, &poll);
         T* acc = io.acc(blocks, b);
         kernels::reduce_into(at(acc, j, n), at(io.loc(blocks, b), j, n), scratch,
                              n, op, cfg.threads);
-        if (s + 1 <= p - 2) post_recv(s + 1, j);  // same slot: (s+1) % 2 == (s-1) % 2
+        if (s + 1 <= p - 2) slots.post_recv(s + 1, j);  // same slot: (s+1) % 2 == (s-1) % 2
       }
       if (s <= p - 2) {
-        const size_t k = slot(s, j);
-        tx[k].finish(comm);  // the send of step s-2 from this slot
+        Pending& send = slots.tx[slots.slot(s, j)];
+        send.finish(comm);  // the send of step s-2 from this slot
         const T* src = s == 0 ? io.loc(blocks, b) : io.acc(blocks, b);
-        uint8_t* const dst = tx_area + k * cap;
+        uint8_t* const dst = slots.send_buf(s, j);
         const size_t bytes = codec.compress(at(src, j, n), n, dst, cap, &poll);
-        tx[k].start(comm.isend(dst, bytes, next, tag));
+        send.start(comm.isend(dst, bytes, next, tag));
         st.bytes_sent += bytes;
       } else if (segment_done != nullptr) {
         (*segment_done)(j);
       }
     }
   }
-  finish_all(comm, tx);
+  finish_all(comm, slots.tx);
 }
 
 template void ring_reduce_scatter<float>(Comm&, const RingBuffers<float>&, const Blocks&,
