@@ -15,32 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_data
+from bench_timing import median_seconds
 
 import zccl_torch
 from zccl_torch import _C
 
 RANKS = 4  # the grid's rank count (its code limit); the hop's cost does not depend on it
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of ``fn`` over ``repeats`` calls (after one untimed call)."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def inputs(kind: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:

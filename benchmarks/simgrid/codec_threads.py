@@ -51,12 +51,11 @@ def command(
 def measure_scaling(mvalues: float = 16.0, repeats: int = 5) -> dict[str, float]:
     """fZ-light on this machine with 1 and 2 threads (16M float32 wavefield values, REL 1e-4,
     medians): the part of the thread model that can be measured here."""
-    import statistics
-
     import torch
 
     sys.path.insert(0, str(HERE.parent))
     import bench_data
+    from bench_timing import median_seconds
 
     import zccl_torch
 
@@ -64,23 +63,14 @@ def measure_scaling(mvalues: float = 16.0, repeats: int = 5) -> dict[str, float]
     eb = 1e-4 * float(x.max() - x.min())
     out = torch.empty_like(x)
 
-    def median(fn: Any) -> float:
-        fn()
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-
     res: dict[str, float] = {}
     for threads in (1, 2):
         stream = zccl_torch.compress(x, eb, threads=threads)
-        res[f"compress_s_t{threads}"] = median(
-            lambda t=threads: zccl_torch.compress(x, eb, threads=t)
+        res[f"compress_s_t{threads}"] = median_seconds(
+            lambda t=threads: zccl_torch.compress(x, eb, threads=t), repeats
         )
-        res[f"decompress_s_t{threads}"] = median(
-            lambda t=threads, s=stream: zccl_torch.decompress(s, threads=t, out=out)
+        res[f"decompress_s_t{threads}"] = median_seconds(
+            lambda t=threads, s=stream: zccl_torch.decompress(s, threads=t, out=out), repeats
         )
     res["compress_scaling_2t"] = res["compress_s_t1"] / res["compress_s_t2"]
     res["decompress_scaling_2t"] = res["decompress_s_t1"] / res["decompress_s_t2"]
@@ -101,6 +91,16 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{fmt(r['zccl_recursive_doubling_speedup']):>8}  {r['model']}"
         )
     return "\n".join(lines)
+
+
+def run_record(cmd: list[str], res: SMPI.RunResult) -> dict[str, Any]:
+    """What the JSON keeps of one smpirun invocation."""
+    return {
+        "command": " ".join(cmd),
+        "returncode": res.returncode,
+        "wall_s": round(res.wall_s, 1),
+        "error": res.error,
+    }
 
 
 def fastest(records: list[dict[str, Any]], impl: str) -> float | None:
@@ -146,14 +146,7 @@ def main() -> int:
         for sel in (SMPI.SELECTOR_MAIN, *SMPI.SELECTORS_MPI_ONLY):
             cmd = command(smpirun, exe, case, plat, sel, 1, "mpi")
             res = SMPI.run_once(cmd, args.timeout)
-            runs.append(
-                {
-                    "command": " ".join(cmd),
-                    "returncode": res.returncode,
-                    "wall_s": round(res.wall_s, 1),
-                    "error": res.error,
-                }
-            )
+            runs.append(run_record(cmd, res))
             t = fastest(res.records, "mpi")
             if t:
                 mpi_times.append(t)
@@ -172,14 +165,7 @@ def main() -> int:
         for label, speedup in models:
             cmd = command(smpirun, exe, case, plat, SMPI.SELECTOR_MAIN, speedup, "zccl")
             res = SMPI.run_once(cmd, args.timeout)
-            runs.append(
-                {
-                    "command": " ".join(cmd),
-                    "returncode": res.returncode,
-                    "wall_s": round(res.wall_s, 1),
-                    "error": res.error,
-                }
-            )
+            runs.append(run_record(cmd, res))
             summary = next((r for r in res.records if r.get("record") == "summary"), {})
             row = {
                 "p": args.p,
