@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.mpi_launch import ROOT
-from tests.test_transport_gloo import digests
+from tests.test_transport_tcp import digests
 
 CLUSTER = ROOT / "benchmarks" / "cluster" / "cluster.sh"
 MPIRUN = ROOT / "benchmarks" / "cluster" / "mpirun_cluster.sh"
@@ -73,21 +73,21 @@ def test_ranks_run_in_shaped_namespaces(cluster):
 
 
 def test_torchrun_per_host_gives_the_mpirun_results(cluster):
-    """One torchrun per emulated host, joined by c10d rendezvous (the Gloo transport), against
+    """One torchrun per emulated host, joined by c10d rendezvous (the TCP transport), against
     mpirun on the same cluster (Open MPI): every bound holds and every compressed output is the
     same bits (tests/mpi/launch_checks.py)."""
     script = "tests/mpi/launch_checks.py"
     by_torchrun = run([str(TORCHRUN), "-np", "3", script], timeout=300, PYTHONPATH=str(ROOT),
                       ZC_RDZV_PORT="29572")
     assert by_torchrun.returncode == 0, (by_torchrun.stdout + by_torchrun.stderr)[-4000:]
-    assert by_torchrun.stdout.count("TRANSPORT gloo") == 3
+    assert by_torchrun.stdout.count("TRANSPORT tcp") == 3
     assert by_torchrun.stdout.count("LAUNCH OK") == 3
     by_mpirun = run([str(MPIRUN), "-np", "3", sys.executable, script], timeout=300,
                     PYTHONPATH=str(ROOT))
     assert by_mpirun.returncode == 0, (by_mpirun.stdout + by_mpirun.stderr)[-4000:]
     assert by_mpirun.stdout.count("TRANSPORT mpi") == 3
-    gloo, mpi = digests(by_torchrun.stdout), digests(by_mpirun.stdout)
-    assert len(gloo) == 9 * 3 and gloo == mpi
+    tcp, mpi = digests(by_torchrun.stdout), digests(by_mpirun.stdout)
+    assert len(tcp) == 9 * 3 and tcp == mpi
 
 
 @pytest.mark.parametrize("args, words", [(["up", "2", "fast"], "must end in"),

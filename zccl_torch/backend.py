@@ -1,7 +1,7 @@
 """Registration of the ``"zccl"`` torch.distributed backend.
 
 ``import zccl_torch`` registers it (idempotently). Launch with ``torchrun`` (zccl groups then carry
-their bytes over Gloo, made on the group's own store) or with ``mpirun`` (over Open MPI); see
+their bytes over their own TCP connections, set up through the group's store) or with ``mpirun`` (over Open MPI); see
 :func:`transport`. Under ``mpirun`` on one host nothing else is needed: the launch variables
 torch's ``env://`` rendezvous wants (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are derived from
 Open MPI's when absent. On several hosts, set MASTER_ADDR (a host all ranks reach) and
@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import atexit
 import datetime
+import fcntl
 import os
+import secrets
 import socket
+import struct
 from typing import Any
 
 import torch
@@ -63,19 +66,8 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     register_group_options(str(dist_opts.group_id), options)
     timeout = dist_opts.timeout
     seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
-    if transport() == "gloo":
-        # Two Gloo groups on this group's own store (torch prefixes it per group): one for the
-        # collectives, one for point-to-point traffic, as the MPI transport keeps two communicators.
-        gloo = [
-            dist.ProcessGroupGloo(
-                dist.PrefixStore(f"zccl-transport/{i}/", dist_opts.store),
-                dist_opts.group_rank,
-                dist_opts.group_size,
-                _gloo_options(seconds),
-            )
-            for i in range(2)
-        ]
-        return _C.create_backend_gloo(gloo, seconds, options.to_native())
+    if transport() == "tcp":
+        return _create_over_tcp(dist_opts, seconds, options)
     return _C.create_backend(
         dist_opts.group_rank,
         dist_opts.group_size,
@@ -86,20 +78,43 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     )
 
 
-def _gloo_options(seconds: float) -> Any:
-    """Options of the Gloo groups under the Gloo transport: the group's timeout and a device
-    bound to the address this host uses to reach the rendezvous host (MASTER_ADDR), unless
-    GLOO_SOCKET_IFNAME names an interface. Gloo's own default, the address the host name
-    resolves to, is often loopback on multi-homed or containerised hosts (torch's docs then ask
-    for GLOO_SOCKET_IFNAME); the route to the store's host is the one the other ranks reach."""
-    opts = dist.ProcessGroupGloo._Options()
-    opts._timeout = datetime.timedelta(seconds=seconds)
-    iface = os.environ.get("GLOO_SOCKET_IFNAME")
-    if iface:
-        opts._devices = [dist.ProcessGroupGloo.create_device(interface=iface.split(",")[0])]
-    else:
-        opts._devices = [dist.ProcessGroupGloo.create_device(hostname=_local_address())]
-    return opts
+def _create_over_tcp(dist_opts: Any, seconds: float, options: Options) -> Any:
+    """The group over the TCP transport: each rank opens a listener, publishes its address (and
+    rank 0 a fresh session number that refuses stray connections) in the group's own store,
+    then every pair of ranks connects (csrc/transport/tcp/)."""
+    rank, size = int(dist_opts.group_rank), int(dist_opts.group_size)
+    store = dist.PrefixStore("zccl-tcp/", dist_opts.store)
+    listener = _C.TcpListener(_listen_address())
+    store.set(f"address/{rank}", listener.address)
+    if rank == 0:
+        store.set("session", str(secrets.randbits(63)))
+    session = int(store.get("session"))  # waits (store timeout) until rank 0 wrote it
+    addresses = [store.get(f"address/{r}").decode() for r in range(size)]
+    return _C.create_backend_tcp(
+        listener, addresses, session, rank, size, seconds, options.to_native()
+    )
+
+
+def _listen_address() -> str:
+    """The address the TCP transport listens on: that of the interface named by
+    ``ZCCL_SOCKET_IFNAME`` when set, else the one on the route to MASTER_ADDR (which every rank
+    reaches; the host name often resolves to loopback on multi-homed or containerised hosts)."""
+    iface = os.environ.get("ZCCL_SOCKET_IFNAME", "").strip()
+    if not iface:
+        return _local_address()
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            packed = fcntl.ioctl(
+                s.fileno(), _SIOCGIFADDR, struct.pack("256s", iface[:15].encode())
+            )
+    except OSError as exc:
+        raise ValueError(
+            f"ZCCL_SOCKET_IFNAME={iface!r}: no IPv4 address on that interface ({exc})"
+        ) from exc
+    return socket.inet_ntoa(packed[20:24])
+
+
+_SIOCGIFADDR = 0x8915
 
 
 def _local_address() -> str:
@@ -115,17 +130,17 @@ def _local_address() -> str:
         return "127.0.0.1"
 
 
-_TRANSPORTS = ("auto", "mpi", "gloo")
+_TRANSPORTS = ("auto", "mpi", "tcp")
 _MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
 
 
 def transport(environ: dict[str, str] | None = None) -> str:
-    """The transport new zccl groups use: ``"mpi"`` or ``"gloo"``.
+    """The transport new zccl groups use: ``"mpi"`` or ``"tcp"``.
 
-    ``ZCCL_TRANSPORT`` (``auto``, ``mpi``, ``gloo``; default ``auto``) decides. ``auto`` takes Open
+    ``ZCCL_TRANSPORT`` (``auto``, ``mpi``, ``tcp``; default ``auto``) decides. ``auto`` takes Open
     MPI when an MPI launcher started the process (mpirun sets ``OMPI_COMM_WORLD_SIZE``/PMIx
-    variables) and Gloo otherwise (torchrun or any launcher that gives torch a store): the
-    compressed collectives are the same over both, only the bytes' carrier differs.
+    variables) and our own TCP sockets otherwise (torchrun or any launcher that gives torch a
+    store): the compressed collectives are the same over both, only the bytes' carrier differs.
     """
     env = os.environ if environ is None else environ
     choice = env.get("ZCCL_TRANSPORT", "auto").strip().lower() or "auto"
@@ -133,7 +148,7 @@ def transport(environ: dict[str, str] | None = None) -> str:
         raise ValueError(f"ZCCL_TRANSPORT must be one of {_TRANSPORTS}, got {choice!r}")
     if choice != "auto":
         return choice
-    return "mpi" if any(v in env for v in _MPI_LAUNCH_VARS) else "gloo"
+    return "mpi" if any(v in env for v in _MPI_LAUNCH_VARS) else "tcp"
 
 
 def register() -> None:

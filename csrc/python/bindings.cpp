@@ -13,7 +13,7 @@
 #include <variant>
 #include <vector>
 
-#include "../transport/gloo/c10d_comm.h"
+#include "../transport/tcp/tcp_comm.h"
 #include "../backend/settings.h"
 #include "../backend/zccl_backend.h"
 #include "../compress/fzlight.h"
@@ -299,6 +299,12 @@ py::list settings_for_python() {
 
 }  // namespace
 
+namespace {
+struct TcpListenerHandle {
+  std::unique_ptr<zccl::transport::tcp::Listener> listener;
+};
+}  // namespace
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "zccl-torch native core: fZ-light compressor (and, later, the collectives)";
   py::register_exception<fz::StreamError>(m, "CorruptStreamError", PyExc_ValueError);
@@ -360,29 +366,29 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("rank"), py::arg("size"), py::arg("global_ranks"), py::arg("group_id"),
       py::arg("timeout_seconds"), py::arg("config"));
+  // (A handle of internal linkage: pybind11's hidden visibility would clash with the transport's.)
+  py::class_<TcpListenerHandle>(
+      m, "TcpListener", "A listening socket of the TCP transport (opened before its address is published)")
+      .def(py::init([](const std::string& host) {
+             return TcpListenerHandle{std::make_unique<zccl::transport::tcp::Listener>(host)};
+           }),
+           py::arg("host"))
+      .def_property_readonly("address", [](const TcpListenerHandle& h) { return h.listener->address(); });
   m.def(
-      "create_backend_gloo",
-      [](std::vector<c10::intrusive_ptr<c10d::Backend>> glue, double timeout_seconds,
+      "create_backend_tcp",
+      [](const TcpListenerHandle& listener, const std::vector<std::string>& addresses,
+         uint64_t session, int rank, int size, double timeout_seconds,
          const py::dict& config) -> c10::intrusive_ptr<c10d::Backend> {
-        // `glue`: Gloo groups over this group's ranks, made on its store; the first carries the
-        // collectives, the second (the backend's duplicate) the point-to-point traffic.
-        if (glue.size() != 2) throw std::invalid_argument("create_backend_gloo: needs two Gloo groups");
         const zb::CallConfig cfg = call_config_from(config);
         const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000.0));
         py::gil_scoped_release nogil;
-        auto pool = std::make_shared<std::vector<c10::intrusive_ptr<c10d::Backend>>>(std::move(glue));
-        auto next = [pool]() {
-          if (pool->empty()) throw std::logic_error("zccl: no Gloo group left for another communicator");
-          auto pg = pool->front();
-          pool->erase(pool->begin());
-          return pg;
-        };
-        auto comm = std::make_unique<zccl::transport::C10dComm>(next);
-        comm->set_timeout(timeout);
+        auto comm = zccl::transport::tcp::TcpComm::connect(*listener.listener, rank, size, addresses, session, timeout);
         return zb::create_backend_on(std::move(comm), timeout, cfg);
       },
-      py::arg("gloo_groups"), py::arg("timeout_seconds"), py::arg("config"),
-      "The zccl backend over Gloo groups (launches without mpirun)");
+      py::arg("listener"), py::arg("addresses"), py::arg("session"), py::arg("rank"),
+      py::arg("size"), py::arg("timeout_seconds"), py::arg("config"),
+      "The zccl backend over the TCP transport (launches without mpirun): connects to every "
+      "rank's listener address");
   m.def("settings", &settings_for_python,
         "The settings table: name, env, type, default, choices, requirement, doc of each");
   m.def(

@@ -83,20 +83,16 @@ def mpi_allreduce(t: torch.Tensor, op: MPI.Op) -> torch.Tensor:
     return out
 
 
-_gloo_reference_group = None
-
-
 def exact_float_reference(t: torch.Tensor) -> torch.Tensor:
     """The exact float SUM the backend's uncompressed path must match bit for bit: MPI's own
-    (mpi4py) over the MPI transport, Gloo's own (a torch Gloo group on the same ranks) over the
-    Gloo transport -- each sums floats in its own order."""
-    global _gloo_reference_group
-    if zccl_torch.backend.transport() != "gloo":
+    (mpi4py) over the MPI transport; over the TCP transport the documented rank-order fold
+    ((x0 + x1) + x2) ... in the tensor's dtype, from every rank's input (gathered by mpi4py)."""
+    if zccl_torch.backend.transport() != "tcp":
         return mpi_allreduce(t, MPI.SUM)
-    if _gloo_reference_group is None:
-        _gloo_reference_group = dist.new_group(backend="gloo")
-    out = t.clone()
-    dist.all_reduce(out, group=_gloo_reference_group)
+    inputs = MPI.COMM_WORLD.allgather(t.numpy().copy())
+    out = torch.from_numpy(inputs[0].copy())
+    for x in inputs[1:]:
+        out = out + torch.from_numpy(x)
     return out
 
 

@@ -263,7 +263,7 @@ def recv_from_any_source() -> None:
 def recv_smaller_than_the_message_raises() -> None:
     """A receive smaller than what was sent fails that receive with a clear error (never memory
     corruption, never an abort) and the group goes on working: exact payloads (small, and larger
-    than one message head of the Gloo transport) and a compressed one."""
+    than one network packet) and a compressed one."""
     p = world()
     if p == 1:
         return

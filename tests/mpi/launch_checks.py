@@ -1,11 +1,11 @@
 """The same zccl program under either launcher: ``mpirun`` (Open MPI transport) or ``torchrun``
-(Gloo transport, no MPI launch variables, no extra environment).
+(TCP transport, no MPI launch variables, no extra environment).
 
 Every rank runs the compressed collectives on deterministic data, checks each result against
 the documented bound (float64 reference built from every rank's input), and prints
 ``DIGEST <name> <rank> <sha256 of the output bytes>``. The compressed algorithms are
-deterministic, so the digests must be the same under both launchers: tests/test_transport_gloo.py
-compares them. It also prints ``TRANSPORT <mpi|gloo>`` and, at the end, ``LAUNCH OK``.
+deterministic, so the digests must be the same under both launchers: tests/test_transport_tcp.py
+compares them. It also prints ``TRANSPORT <mpi|tcp>`` and, at the end, ``LAUNCH OK``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The Gloo transport: zccl groups launched without mpirun (torchrun), and the whole multi-rank
-check suite run over Gloo instead of Open MPI (``ZCCL_TRANSPORT=gloo`` under mpirun, so mpi4py
-still gives the reference values where a check needs MPI's own result).
+"""The TCP transport: zccl groups launched without mpirun (torchrun), and the whole multi-rank
+check suite run over our own TCP connections instead of Open MPI (``ZCCL_TRANSPORT=tcp`` under
+mpirun, so mpi4py still gives the reference values where a check needs MPI's own result).
 
 torchrun and mpirun must give the same compressed results bit for bit: the algorithms are the
 same, only the carrier of the bytes differs (tests/mpi/launch_checks.py prints digests).
@@ -15,7 +15,7 @@ import pytest
 from tests.mpi_launch import assert_every_check_passed, mpirun, python_argv, torchrun
 from zccl_torch import backend
 
-GLOO = {"ZCCL_TRANSPORT": "gloo"}
+TCP = {"ZCCL_TRANSPORT": "tcp"}
 DIGEST = re.compile(r"DIGEST (\S+) (\d+) ([0-9a-f]{16})")
 
 
@@ -24,15 +24,15 @@ def digests(report: str) -> dict[tuple[str, int], str]:
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 5])
-def test_backend_checks_over_gloo(nprocs: int) -> None:
-    done = mpirun(nprocs, python_argv("tests/mpi/backend_checks.py"), 600, GLOO)
+def test_backend_checks_over_tcp(nprocs: int) -> None:
+    done = mpirun(nprocs, python_argv("tests/mpi/backend_checks.py"), 600, TCP)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
     assert_every_check_passed(done.stdout, nprocs)
 
 
 @pytest.mark.parametrize("nprocs", [3, 4])
-def test_conformance_over_gloo(nprocs: int) -> None:
-    done = mpirun(nprocs, python_argv("tests/mpi/conformance_checks.py"), 600, GLOO)
+def test_conformance_over_tcp(nprocs: int) -> None:
+    done = mpirun(nprocs, python_argv("tests/mpi/conformance_checks.py"), 600, TCP)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
     assert_every_check_passed(done.stdout, nprocs)
 
@@ -41,35 +41,35 @@ def test_conformance_over_gloo(nprocs: int) -> None:
     ("check", "nprocs", "marker"),
     [("p2p_timeout", 2, "P2P TIMEOUT RAISED"), ("monitored_barrier", 4, "MONITORED BARRIER OK")],
 )
-def test_lifecycle_over_gloo(check: str, nprocs: int, marker: str) -> None:
-    done = mpirun(nprocs, python_argv("tests/mpi/lifecycle_checks.py", check), 180, GLOO)
+def test_lifecycle_over_tcp(check: str, nprocs: int, marker: str) -> None:
+    done = mpirun(nprocs, python_argv("tests/mpi/lifecycle_checks.py", check), 180, TCP)
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     assert marker in done.stdout, (done.stdout + done.stderr)[-6000:]
 
 
 def test_torchrun_matches_mpirun_bit_for_bit() -> None:
-    """3 ranks on one host: torchrun (no MPI variables, nothing extra set) picks the Gloo
+    """3 ranks on one host: torchrun (no MPI variables, nothing extra set) picks the TCP
     transport, mpirun Open MPI; every bound holds under both and every output is identical."""
     script = "tests/mpi/launch_checks.py"
     by_torchrun = torchrun(3, [script], 300)
     report = by_torchrun.stdout + by_torchrun.stderr
     assert by_torchrun.returncode == 0, report[-8000:]
     assert by_torchrun.stdout.count("LAUNCH OK") == 3, report[-8000:]
-    assert by_torchrun.stdout.count("TRANSPORT gloo") == 3, report[-4000:]
+    assert by_torchrun.stdout.count("TRANSPORT tcp") == 3, report[-4000:]
     by_mpirun = mpirun(3, python_argv(script), 300)
     assert by_mpirun.returncode == 0, (by_mpirun.stdout + by_mpirun.stderr)[-8000:]
     assert by_mpirun.stdout.count("TRANSPORT mpi") == 3
-    gloo, mpi = digests(by_torchrun.stdout), digests(by_mpirun.stdout)
+    tcp, mpi = digests(by_torchrun.stdout), digests(by_mpirun.stdout)
     # 2 all_reduce + 3 broadcast + all_gather, reduce_scatter, scatter, sendrecv, on 3 ranks
-    assert len(gloo) == 9 * 3, sorted(gloo)
-    assert gloo == mpi
+    assert len(tcp) == 9 * 3, sorted(tcp)
+    assert tcp == mpi
 
 
 def test_transport_choice() -> None:
-    assert backend.transport({}) == "gloo"
+    assert backend.transport({}) == "tcp"
     assert backend.transport({"OMPI_COMM_WORLD_SIZE": "4"}) == "mpi"
     assert backend.transport({"PMIX_RANK": "0"}) == "mpi"
-    assert backend.transport({"ZCCL_TRANSPORT": "gloo", "OMPI_COMM_WORLD_SIZE": "4"}) == "gloo"
+    assert backend.transport({"ZCCL_TRANSPORT": "tcp", "OMPI_COMM_WORLD_SIZE": "4"}) == "tcp"
     assert backend.transport({"ZCCL_TRANSPORT": "MPI"}) == "mpi"
     with pytest.raises(ValueError, match="ZCCL_TRANSPORT must be one of"):
-        backend.transport({"ZCCL_TRANSPORT": "tcp"})
+        backend.transport({"ZCCL_TRANSPORT": "gloo"})
