@@ -1,6 +1,6 @@
 """The zccl collectives on the emulated 4-host 1 Gbit/s cluster launched two ways: ``mpirun``
 (Open MPI carries the compressed bytes) and one ``torchrun`` per host joined by c10d rendezvous
-(the Gloo transport). Same rank program (``benchmarks/launch_rank.py``), same data, alternated
+(the TCP transport). Same rank program (``benchmarks/launch_rank.py``), same data, alternated
 ``--repeats`` times; prints the median of each and the ratio torchrun / mpirun.
 
 Run (as root): ``python benchmarks/launch_compare.py``. Writes
@@ -36,11 +36,14 @@ def main() -> None:
     parser.add_argument("--rate", default="1gbit")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--collectives", default="all_reduce,broadcast,all_gather,"
+                        "reduce_scatter,scatter")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "launch_compare.json")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("launch_compare.py builds network namespaces: run it as root")
-    rank_args = ["--sizes-mb", args.sizes_mb, "--iters", str(args.iters)]
+    rank_args = ["--sizes-mb", args.sizes_mb, "--iters", str(args.iters),
+                 "--collectives", args.collectives]
     launchers = {
         "mpirun": [str(CLUSTER / "mpirun_cluster.sh"), "-np", str(args.ranks), "python3",
                    str(HERE / "launch_rank.py"), *rank_args],

@@ -39,7 +39,11 @@ def test_conformance_over_tcp(nprocs: int) -> None:
 
 @pytest.mark.parametrize(
     ("check", "nprocs", "marker"),
-    [("p2p_timeout", 2, "P2P TIMEOUT RAISED"), ("monitored_barrier", 4, "MONITORED BARRIER OK")],
+    [
+        ("timeout", 2, "TIMEOUT RAISED"),
+        ("p2p_timeout", 2, "P2P TIMEOUT RAISED"),
+        ("monitored_barrier", 4, "MONITORED BARRIER OK"),
+    ],
 )
 def test_lifecycle_over_tcp(check: str, nprocs: int, marker: str) -> None:
     done = mpirun(nprocs, python_argv("tests/mpi/lifecycle_checks.py", check), 180, TCP)

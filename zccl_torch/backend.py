@@ -1,12 +1,12 @@
 """Registration of the ``"zccl"`` torch.distributed backend.
 
-``import zccl_torch`` registers it (idempotently). Launch with ``torchrun`` (zccl groups then carry
-their bytes over their own TCP connections, set up through the group's store) or with ``mpirun`` (over Open MPI); see
-:func:`transport`. Under ``mpirun`` on one host nothing else is needed: the launch variables
-torch's ``env://`` rendezvous wants (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are derived from
-Open MPI's when absent. On several hosts, set MASTER_ADDR (a host all ranks reach) and
-MASTER_PORT as usual, or pass ``init_method``. MPI itself is initialised only when the first zccl
-group over Open MPI is created, never at import.
+``import zccl_torch`` registers it (idempotently). Launch with ``torchrun`` (zccl groups then
+carry their bytes over their own TCP connections, set up through the group's store) or with
+``mpirun`` (over Open MPI); see :func:`transport`. Under ``mpirun`` on one host nothing else
+is needed: the launch variables torch's ``env://`` rendezvous wants (RANK, WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT) are derived from Open MPI's when absent. On several hosts, set
+MASTER_ADDR (a host all ranks reach) and MASTER_PORT as usual, or pass ``init_method``. MPI
+itself is initialised only when the first zccl group over Open MPI is created, never at import.
 """
 
 from __future__ import annotations

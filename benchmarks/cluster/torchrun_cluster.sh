@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # torchrun across the emulated cluster made by cluster.sh, the way a user launches on several
 # machines: one torchrun per host namespace (--nnodes P, one process per node), joined by
-# torchrun's c10d rendezvous on host 0. No MPI launcher: zccl groups take the Gloo transport.
+# torchrun's c10d rendezvous on host 0. No MPI launcher: zccl groups take the TCP transport.
 # Usage: torchrun_cluster.sh [-np P] program [args...]  (P defaults to the host count; at most
 # one rank per host). Exits non-zero when any node fails.
 set -euo pipefail

@@ -169,7 +169,7 @@ void wait_until(const Comm& comm, const std::function<bool()>& done, const char*
   // behind it. (Sleeping after 96 polls made 1 MB broadcasts ~0.3 ms slower on the test cluster;
   // longer sleeps, or none, made large broadcasts no faster.)
   const auto timeout = comm.timeout();
-  transport::wait_until(timeout, done, [&] {
+  comm.wait_for(done, [&] {
     throw transport::TimeoutError(std::string("zccl: ") + op + ": Timed out after " +
                                   std::to_string(timeout.count()) + " ms waiting for " + what +
                                   " (rank " + std::to_string(peer) + ")");

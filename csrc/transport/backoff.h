@@ -13,15 +13,21 @@ class Backoff {
  public:
   explicit Backoff(int cap_us) : cap_us_(cap_us) {}
 
-  void pause() {
+  // `idle`, when given, replaces the sleep: it may return as soon as there is something to do
+  // (a transport blocking on its sockets), never later than the given time.
+  template <class Idle>
+  void pause(const Idle& idle) {
     ++n_;
     if (n_ < kSpins) return;
     if (n_ < kYields) {
       std::this_thread::yield();
       return;
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
+    idle(std::chrono::microseconds(sleep_us_));
     sleep_us_ = std::min(sleep_us_ * 2, cap_us_);
+  }
+  void pause() {
+    pause([](std::chrono::microseconds us) { std::this_thread::sleep_for(us); });
   }
 
  private:

@@ -42,6 +42,39 @@ void copy_bytes(void* dst, const void* src, size_t n) {
 
 }  // namespace
 
+void P2pExactComm::recv_from(Pending& p, void* buf, size_t bytes, int peer, int tag) const {
+  p.reqs.push_back(post_recv(buf, bytes, peer, tag));
+  p.peers.push_back(peer);
+}
+
+void P2pExactComm::send_to(Pending& p, const void* buf, size_t bytes, int peer, int tag) const {
+  p.reqs.push_back(post_send(buf, bytes, peer, tag));
+  p.peers.push_back(peer);
+}
+
+void P2pExactComm::finish(Pending& p, size_t only) const {
+  auto done = [&] {
+    bool all = true;
+    for (size_t i = 0; i < p.reqs.size(); ++i) {
+      if ((only == kAll || i == only) && !poll(p.reqs[i])) all = false;
+    }
+    return all;
+  };
+  wait_for(done, [&] {
+    std::string who, first;
+    for (size_t i = 0; i < p.reqs.size(); ++i) {
+      if ((only != kAll && i != only) || !p.reqs[i].active()) continue;
+      const std::string r = std::to_string(p.peers[i]);
+      if (who.find(" " + r + ",") == std::string::npos) who += " " + r + ",";
+      if (first.empty()) first = describe(p.reqs[i]);
+    }
+    if (!who.empty()) who.pop_back();
+    throw TimeoutError("zccl: Timed out after " + std::to_string(timeout().count()) +
+                       " ms in an exact collective waiting for rank(s)" + who + " (the first: " +
+                       first + "; a peer failed, is far behind, or called a different operation)");
+  });
+}
+
 int P2pExactComm::exact_tag() const {
   exact_counter_ = (exact_counter_ + 1) & ((1 << 30) - 1);
   return -1 - exact_counter_;
@@ -50,10 +83,10 @@ int P2pExactComm::exact_tag() const {
 void P2pExactComm::barrier() const {
   const int p = size(), me = rank(), tag = exact_tag();
   for (int k = 1; k < p; k <<= 1) {
-    std::vector<Request> reqs;
-    reqs.push_back(post_recv(nullptr, 0, (me - k + p) % p, tag));
-    reqs.push_back(post_send(nullptr, 0, (me + k) % p, tag));
-    wait_all(reqs);
+    Pending reqs;
+    recv_from(reqs, nullptr, 0, (me - k + p) % p, tag);
+    send_to(reqs, nullptr, 0, (me + k) % p, tag);
+    finish(reqs);
   }
 }
 
@@ -62,15 +95,15 @@ void P2pExactComm::allreduce_small(const char* src, char* out, size_t count, Ele
   const int p = size(), me = rank();
   const size_t bytes = count * elem_size(type);
   std::vector<char> all(bytes * static_cast<size_t>(p));
-  std::vector<Request> reqs;
+  Pending reqs;
   for (int j = 0; j < p; ++j) {
-    if (j != me) reqs.push_back(post_recv(all.data() + j * bytes, bytes, j, tag));
+    if (j != me) recv_from(reqs, all.data() + j * bytes, bytes, j, tag);
   }
   for (int j = 0; j < p; ++j) {
-    if (j != me) reqs.push_back(post_send(src, bytes, j, tag));
+    if (j != me) send_to(reqs, src, bytes, j, tag);
   }
   std::memcpy(all.data() + me * bytes, src, bytes);
-  wait_all(reqs);
+  finish(reqs);
   std::memcpy(out, all.data(), bytes);
   for (int j = 1; j < p; ++j) fold(out, all.data() + j * bytes, count, type, op);
 }
@@ -88,17 +121,17 @@ void P2pExactComm::reduce_scatter_blocks(const char* src, char* out,
   std::vector<char> scratch(std::min(step, mine) * es * static_cast<size_t>(p));
   for (size_t first = 0; first < largest; first += step) {
     const size_t n_me = first < mine ? std::min(step, mine - first) : 0;
-    std::vector<Request> reqs;
+    Pending reqs;
     for (int j = 0; j < p; ++j) {
-      if (j != me && n_me > 0) reqs.push_back(post_recv(scratch.data() + j * n_me * es, n_me * es, j, tag));
+      if (j != me && n_me > 0) recv_from(reqs, scratch.data() + j * n_me * es, n_me * es, j, tag);
     }
     for (int j = 0; j < p; ++j) {
       const size_t nj = blocks[j + 1] - blocks[j];
       if (j == me || first >= nj) continue;
-      reqs.push_back(post_send(src + (blocks[j] + first) * es, std::min(step, nj - first) * es, j, tag));
+      send_to(reqs, src + (blocks[j] + first) * es, std::min(step, nj - first) * es, j, tag);
     }
     if (n_me > 0) std::memcpy(scratch.data() + me * n_me * es, src + (blocks[me] + first) * es, n_me * es);
-    wait_all(reqs);
+    finish(reqs);
     if (n_me == 0) continue;
     char* acc = out + first * es;
     std::memcpy(acc, scratch.data(), n_me * es);
@@ -108,16 +141,16 @@ void P2pExactComm::reduce_scatter_blocks(const char* src, char* out,
 
 void P2pExactComm::allgather_blocks(char* buf, const std::vector<size_t>& offsets, int tag) const {
   const int p = size(), me = rank();
-  std::vector<Request> reqs;
+  Pending reqs;
   for (int j = 0; j < p; ++j) {
     const size_t n = offsets[j + 1] - offsets[j];
-    if (j != me && n > 0) reqs.push_back(post_recv(buf + offsets[j], n, j, tag));
+    if (j != me && n > 0) recv_from(reqs, buf + offsets[j], n, j, tag);
   }
   const size_t mine = offsets[me + 1] - offsets[me];
   for (int j = 0; j < p && mine > 0; ++j) {
-    if (j != me) reqs.push_back(post_send(buf + offsets[me], mine, j, tag));
+    if (j != me) send_to(reqs, buf + offsets[me], mine, j, tag);
   }
-  wait_all(reqs);
+  finish(reqs);
 }
 
 void P2pExactComm::allreduce(const void* send, void* recv, size_t count, ElemType type,
@@ -164,15 +197,16 @@ void P2pExactComm::reduce(const void* send, void* recv, size_t count, ElemType t
   char* out = is_root ? static_cast<char*>(recv) + blocks[me] * es : block.data();
   reduce_scatter_blocks(src, out, blocks, type, op, tag);
   if (is_root) {
-    std::vector<Request> reqs;
+    Pending reqs;
     for (int j = 0; j < p; ++j) {
       const size_t nj = blocks[j + 1] - blocks[j];
-      if (j != me && nj > 0) reqs.push_back(post_recv(static_cast<char*>(recv) + blocks[j] * es, nj * es, j, tag));
+      if (j != me && nj > 0) recv_from(reqs, static_cast<char*>(recv) + blocks[j] * es, nj * es, j, tag);
     }
-    wait_all(reqs);
+    finish(reqs);
   } else if (mine > 0) {
-    Request r = post_send(out, mine * es, root, tag);
-    wait(r);
+    Pending one;
+    send_to(one, out, mine * es, root, tag);
+    finish(one);
   }
 }
 
@@ -181,16 +215,17 @@ void P2pExactComm::bcast_tree(char* buf, size_t bytes, int root, int tag) const 
   int mask = 1;
   for (; mask < p; mask <<= 1) {
     if (vr & mask) {
-      Request r = post_recv(buf, bytes, (vr - mask + root) % p, tag);
-      wait(r);
+      Pending one;
+      recv_from(one, buf, bytes, (vr - mask + root) % p, tag);
+      finish(one);
       break;
     }
   }
-  std::vector<Request> reqs;
+  Pending reqs;
   for (mask >>= 1; mask > 0; mask >>= 1) {
-    if (vr + mask < p) reqs.push_back(post_send(buf, bytes, (vr + mask + root) % p, tag));
+    if (vr + mask < p) send_to(reqs, buf, bytes, (vr + mask + root) % p, tag);
   }
-  wait_all(reqs);
+  finish(reqs);
 }
 
 void P2pExactComm::bcast_chain(char* buf, size_t bytes, int root, int tag) const {
@@ -198,15 +233,15 @@ void P2pExactComm::bcast_chain(char* buf, size_t bytes, int root, int tag) const
   const int prev = (rank() - 1 + p) % p, next = (rank() + 1) % p;
   const size_t pieces = (bytes + kChainPiece - 1) / kChainPiece;
   auto piece = [&](size_t i) { return std::min(kChainPiece, bytes - i * kChainPiece); };
-  std::vector<Request> in, out;
+  Pending in, out;
   if (vr > 0) {
-    for (size_t i = 0; i < pieces; ++i) in.push_back(post_recv(buf + i * kChainPiece, piece(i), prev, tag));
+    for (size_t i = 0; i < pieces; ++i) recv_from(in, buf + i * kChainPiece, piece(i), prev, tag);
   }
   for (size_t i = 0; i < pieces; ++i) {
-    if (vr > 0) wait(in[i]);
-    if (vr < p - 1) out.push_back(post_send(buf + i * kChainPiece, piece(i), next, tag));
+    if (vr > 0) finish(in, i);
+    if (vr < p - 1) send_to(out, buf + i * kChainPiece, piece(i), next, tag);
   }
-  wait_all(out);
+  finish(out);
 }
 
 void P2pExactComm::bcast(void* buf, size_t count, ElemType type, int root) const {
@@ -250,17 +285,18 @@ void P2pExactComm::gather(const void* send, void* recv, size_t count, ElemType t
   const size_t bytes = count * elem_size(type);
   if (bytes == 0) return;
   if (me != root) {
-    Request r = post_send(send == kInPlace ? recv : send, bytes, root, tag);
-    wait(r);
+    Pending one;
+    send_to(one, send == kInPlace ? recv : send, bytes, root, tag);
+    finish(one);
     return;
   }
   auto* out = static_cast<char*>(recv);
   if (send != kInPlace) copy_bytes(out + me * bytes, send, bytes);
-  std::vector<Request> reqs;
+  Pending reqs;
   for (int j = 0; j < p; ++j) {
-    if (j != me) reqs.push_back(post_recv(out + j * bytes, bytes, j, tag));
+    if (j != me) recv_from(reqs, out + j * bytes, bytes, j, tag);
   }
-  wait_all(reqs);
+  finish(reqs);
 }
 
 void P2pExactComm::scatter(const void* send, void* recv, size_t count, ElemType type,
@@ -270,17 +306,18 @@ void P2pExactComm::scatter(const void* send, void* recv, size_t count, ElemType 
   const size_t bytes = count * elem_size(type);
   if (bytes == 0) return;
   if (me != root) {
-    Request r = post_recv(recv, bytes, root, tag);
-    wait(r);
+    Pending one;
+    recv_from(one, recv, bytes, root, tag);
+    finish(one);
     return;
   }
   const auto* in = static_cast<const char*>(send);
-  std::vector<Request> reqs;
+  Pending reqs;
   for (int j = 0; j < p; ++j) {
-    if (j != me) reqs.push_back(post_send(in + j * bytes, bytes, j, tag));
+    if (j != me) send_to(reqs, in + j * bytes, bytes, j, tag);
   }
   if (recv != kInPlace) copy_bytes(recv, in + me * bytes, bytes);
-  wait_all(reqs);
+  finish(reqs);
 }
 
 void P2pExactComm::reduce_scatter_block(const void* send, void* recv, size_t count, ElemType type,
@@ -321,19 +358,19 @@ void P2pExactComm::alltoallv(const void* send, const std::vector<size_t>& send_c
   const size_t es = elem_size(type);
   const auto* in = static_cast<const char*>(send);
   auto* out = static_cast<char*>(recv);
-  std::vector<Request> reqs;
+  Pending reqs;
   for (int j = 0; j < p; ++j) {
     if (j != me && recv_counts[j] > 0) {
-      reqs.push_back(post_recv(out + recv_displs[j] * es, recv_counts[j] * es, j, tag));
+      recv_from(reqs, out + recv_displs[j] * es, recv_counts[j] * es, j, tag);
     }
   }
   for (int j = 0; j < p; ++j) {
     if (j != me && send_counts[j] > 0) {
-      reqs.push_back(post_send(in + send_displs[j] * es, send_counts[j] * es, j, tag));
+      send_to(reqs, in + send_displs[j] * es, send_counts[j] * es, j, tag);
     }
   }
   copy_bytes(out + recv_displs[me] * es, in + send_displs[me] * es, send_counts[me] * es);
-  wait_all(reqs);
+  finish(reqs);
 }
 
 }  // namespace zccl::transport

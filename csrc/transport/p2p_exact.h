@@ -48,6 +48,17 @@ class P2pExactComm : public Comm {
   P2pExactComm() = default;
 
  private:
+  // Requests of one step and the rank each one waits for (a timeout names the ranks).
+  struct Pending {
+    std::vector<Request> reqs;
+    std::vector<int> peers;
+    Request& operator[](size_t i) { return reqs[i]; }
+  };
+  static constexpr size_t kAll = static_cast<size_t>(-1);
+  void recv_from(Pending& p, void* buf, size_t bytes, int peer, int tag) const;
+  void send_to(Pending& p, const void* buf, size_t bytes, int peer, int tag) const;
+  // Waits for every request of p (or only p[only]) within the timeout.
+  void finish(Pending& p, size_t only = kAll) const;
   // A fresh negative tag per collective (the group's worker thread is the only caller).
   int exact_tag() const;
   // Folds, in rank order, every rank's [first, first + n) elements of block `mine` of `src`

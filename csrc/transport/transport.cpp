@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <string>
+#include <thread>
 
 namespace zccl::transport {
 namespace {
@@ -55,7 +56,7 @@ size_t elem_size(ElemType t) {
 }
 
 void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& poll,
-                const std::function<void()>& on_timeout, int sleep_cap_us) {
+                const std::function<void()>& on_timeout, int sleep_cap_us, const IdleWait& idle) {
   const auto deadline = deadline_after(timeout);
   Backoff backoff(sleep_cap_us);
   while (!poll()) {
@@ -63,8 +64,20 @@ void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& 
       on_timeout();
       throw TimeoutError("zccl: Timed out after " + std::to_string(timeout.count()) + " ms");
     }
-    backoff.pause();
+    if (idle) {
+      backoff.pause(idle);
+    } else {
+      backoff.pause();
+    }
   }
+}
+
+void Comm::idle(std::chrono::microseconds max) const { std::this_thread::sleep_for(max); }
+
+void Comm::wait_for(const std::function<bool()>& poll, const std::function<void()>& on_timeout,
+                    int sleep_cap_us) const {
+  wait_until(timeout_, poll, on_timeout, sleep_cap_us,
+             [this](std::chrono::microseconds us) { idle(us); });
 }
 
 int Comm::next_tag_base() {
@@ -99,7 +112,7 @@ bool Comm::test(Request& req, size_t* received) const {
 }
 
 size_t Comm::wait(Request& req) const {
-  wait_until(timeout_, [&] { return poll(req); }, [&] {
+  wait_for([&] { return poll(req); }, [&] {
     throw TimeoutError("zccl: Timed out after " + std::to_string(timeout_.count()) +
                        " ms waiting for " + describe(req) + kPeerHint);
   });
@@ -119,7 +132,7 @@ void Comm::wait_all(std::vector<Request>& reqs) const {
     }
     return all;
   };
-  wait_until(timeout_, all_done, [&] {
+  wait_for(all_done, [&] {
     size_t pending = 0;
     for (Request& r : reqs) pending += r.active() ? 1 : 0;
     throw TimeoutError("zccl: Timed out after " + std::to_string(timeout_.count()) +

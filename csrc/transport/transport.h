@@ -81,8 +81,12 @@ class Request {
 // throw. Polling backs off (spin, yield, then sleeps capped at `sleep_cap_us`) so oversubscribed
 // ranks leave the cores to the ones computing. The one wait-with-deadline: the transport's waits
 // and the collectives' own progress loops go through it.
+// `idle` (optional) replaces the sleeps: it blocks at most the given time and may return as
+// soon as the transport has something to progress (Comm::idle).
+using IdleWait = std::function<void(std::chrono::microseconds)>;
 void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& poll,
-                const std::function<void()>& on_timeout, int sleep_cap_us = 200);
+                const std::function<void()>& on_timeout, int sleep_cap_us = 200,
+                const IdleWait& idle = nullptr);
 
 // One group's communicator.
 class Comm {
@@ -124,6 +128,13 @@ class Comm {
   // Polls until done; throws TimeoutError past the deadline. Returns bytes received.
   size_t wait(Request& req) const;
   void wait_all(std::vector<Request>& reqs) const;
+  // wait_until (above) with this communicator's idle wait: the loop of a collective that
+  // polls several requests (and works in between) waits through it.
+  void wait_for(const std::function<bool()>& poll, const std::function<void()>& on_timeout,
+                int sleep_cap_us = 200) const;
+  // Blocks at most `max` while nothing can progress. The default sleeps; a transport that can
+  // wait on its sockets returns as soon as bytes arrive or can leave.
+  virtual void idle(std::chrono::microseconds max) const;
   void send(const void* buf, size_t bytes, int peer, int tag) const;
   size_t recv(void* buf, size_t capacity, int peer, int tag) const;  // returns bytes received
   // Simultaneous send to `dst` and receive from `src` (ring steps); returns bytes received.

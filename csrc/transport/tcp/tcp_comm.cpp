@@ -106,6 +106,8 @@ class Mesh {
   uint32_t next_id = 1;
 
   void progress();
+  // Blocks (without the lock) until a socket has bytes to read or room for pending bytes.
+  void block(std::chrono::microseconds max);
   void send(const std::shared_ptr<Op>& op);
   void receive(const std::shared_ptr<Op>& op);
   void cancel(Op& op);
@@ -315,6 +317,23 @@ void Mesh::progress() {
   }
 }
 
+void Mesh::block(std::chrono::microseconds max) {
+  std::vector<pollfd> fds;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (int r = 0; r < size; ++r) {
+      if (r == rank || !peers[r].broken.empty()) continue;
+      const short events = static_cast<short>(POLLIN | (peers[r].sends.empty() ? 0 : POLLOUT));
+      fds.push_back({peers[r].fd.get(), events, 0});
+    }
+  }
+  // The fds stay open while the mesh exists (a broken peer's too), so polling them unlocked is
+  // safe; another thread may take the bytes first, which only makes this a spurious wake-up.
+  const timespec ts{static_cast<time_t>(max.count() / 1000000),
+                    static_cast<long>(max.count() % 1000000) * 1000};
+  ::ppoll(fds.data(), fds.size(), &ts, nullptr);
+}
+
 void Mesh::send(const std::shared_ptr<Op>& op) {
   if (op->peer == rank) {
     // To itself: the message "arrives" at once.
@@ -454,6 +473,8 @@ std::unique_ptr<Comm> TcpComm::duplicate() const {
   dup->set_timeout(timeout());
   return dup;
 }
+
+void TcpComm::idle(std::chrono::microseconds max) const { mesh_->block(max); }
 
 std::unique_ptr<Comm> TcpComm::subgroup(const std::vector<int>&) const {
   throw TransportError("zccl: the TCP transport makes no subgroups itself (torch's new_group "

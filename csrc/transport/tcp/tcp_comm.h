@@ -13,7 +13,8 @@
 //
 // Progress. There is no thread of our own: every poll() (tests, waits) writes what the sockets
 // take and reads what arrived, for every pending operation of every communicator of the mesh,
-// under the mesh's one lock -- as MPI progresses inside its calls. A request abandoned before it
+// under the mesh's one lock -- as MPI progresses inside its calls. A wait with nothing to do
+// blocks in ppoll() on the sockets (idle()) instead of sleeping, so it wakes when bytes arrive. A request abandoned before it
 // completed (an exception elsewhere) is cancelled without breaking the stream: an unsent rest is
 // copied and still sent, a receive's rest is read and dropped. A peer whose connection fails or
 // closes fails every operation that waits for it, naming the rank.
@@ -48,6 +49,8 @@ class TcpComm final : public P2pExactComm {
   int tag_ub() const override { return (1 << 30) - 1; }
   std::unique_ptr<Comm> duplicate() const override;
   std::unique_ptr<Comm> subgroup(const std::vector<int>& ranks) const override;
+  // Waits on the sockets (not the lock) until bytes arrive or can leave, or `max` passes.
+  void idle(std::chrono::microseconds max) const override;
 
  protected:
   Request post_send(const void* buf, size_t bytes, int peer, int tag) const override;
