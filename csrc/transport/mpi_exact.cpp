@@ -43,13 +43,6 @@ const char* element_at(const void* base, size_t index, size_t count, MPI_Aint ex
   return static_cast<const char*>(base) + static_cast<MPI_Aint>(index * count) * ext;
 }
 
-void check_root(int root, int size, const char* what) {
-  if (root < 0 || root >= size) {
-    throw std::invalid_argument(std::string("zccl: ") + what + ": root " + std::to_string(root) +
-                                " is out of range [0, " + std::to_string(size) + ")");
-  }
-}
-
 }  // namespace
 
 void MpiComm::wait_collective(std::vector<MPI_Request>& reqs, const char* what, size_t count) const {
@@ -176,15 +169,7 @@ void MpiComm::allgather(const void* send, void* recv, size_t count, ElemType ele
 void MpiComm::allgatherv(const void* send, size_t count, void* recv,
                       const std::vector<size_t>& counts, ElemType elem) const {
   const MPI_Datatype type = mpi::datatype(elem);
-  if (counts.size() != static_cast<size_t>(size_)) {
-    throw std::invalid_argument("zccl: allgatherv: counts has " + std::to_string(counts.size()) +
-                                " entries for " + std::to_string(size_) + " ranks");
-  }
-  if (counts[rank_] != count) {
-    throw std::invalid_argument("zccl: allgatherv: count " + std::to_string(count) +
-                                " differs from counts[" + std::to_string(rank_) +
-                                "] = " + std::to_string(counts[rank_]));
-  }
+  check_allgatherv_counts(counts, count, rank_, size_);
   std::vector<int> c(size_), displ(size_);
   size_t total = 0;
   for (int r = 0; r < size_; ++r) {

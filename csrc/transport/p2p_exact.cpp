@@ -16,13 +16,6 @@ constexpr size_t kTreeBytes = size_t{64} << 10;       // bcast: binomial tree up
 constexpr size_t kChainPiece = size_t{512} << 10;     // bcast: chain piece
 constexpr size_t kScratchBytes = size_t{32} << 20;    // reduce-scatter: scratch per round
 
-void check_root(int root, int size, const char* what) {
-  if (root < 0 || root >= size) {
-    throw std::invalid_argument(std::string("zccl: ") + what + ": root " + std::to_string(root) +
-                                " is out of range [0, " + std::to_string(size) + ")");
-  }
-}
-
 // Element offsets of p balanced blocks of count elements (p+1 entries).
 std::vector<size_t> balanced_blocks(size_t count, int p) {
   std::vector<size_t> b(static_cast<size_t>(p) + 1);
@@ -260,15 +253,7 @@ void P2pExactComm::allgather(const void* send, void* recv, size_t count, ElemTyp
 void P2pExactComm::allgatherv(const void* send, size_t count, void* recv,
                               const std::vector<size_t>& counts, ElemType type) const {
   const int p = size(), me = rank();
-  if (counts.size() != static_cast<size_t>(p)) {
-    throw std::invalid_argument("zccl: allgatherv: counts has " + std::to_string(counts.size()) +
-                                " entries for " + std::to_string(p) + " ranks");
-  }
-  if (counts[me] != count) {
-    throw std::invalid_argument("zccl: allgatherv: count " + std::to_string(count) +
-                                " differs from counts[" + std::to_string(me) +
-                                "] = " + std::to_string(counts[me]));
-  }
+  check_allgatherv_counts(counts, count, me, p);
   const int tag = exact_tag();
   const size_t es = elem_size(type);
   std::vector<size_t> offsets(static_cast<size_t>(p) + 1, 0);

@@ -39,6 +39,25 @@ constexpr const char* kPeerHint = " (a peer failed, is far behind, or called a d
 
 const void* const kInPlace = &g_in_place_marker;
 
+void check_root(int root, int size, const char* what) {
+  if (root < 0 || root >= size) {
+    throw std::invalid_argument(std::string("zccl: ") + what + ": root " + std::to_string(root) +
+                                " is out of range [0, " + std::to_string(size) + ")");
+  }
+}
+
+void check_allgatherv_counts(const std::vector<size_t>& counts, size_t count, int rank, int size) {
+  if (counts.size() != static_cast<size_t>(size)) {
+    throw std::invalid_argument("zccl: allgatherv: counts has " + std::to_string(counts.size()) +
+                                " entries for " + std::to_string(size) + " ranks");
+  }
+  if (counts[rank] != count) {
+    throw std::invalid_argument("zccl: allgatherv: count " + std::to_string(count) +
+                                " differs from counts[" + std::to_string(rank) +
+                                "] = " + std::to_string(counts[rank]));
+  }
+}
+
 size_t elem_size(ElemType t) {
   switch (t) {
     case ElemType::UInt8:

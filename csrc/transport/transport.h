@@ -88,6 +88,10 @@ void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& 
                 const std::function<void()>& on_timeout, int sleep_cap_us = 200,
                 const IdleWait& idle = nullptr);
 
+// Argument checks every transport's exact collectives share (std::invalid_argument naming them).
+void check_root(int root, int size, const char* what);
+void check_allgatherv_counts(const std::vector<size_t>& counts, size_t count, int rank, int size);
+
 // One group's communicator.
 class Comm {
  public:
