@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 #include <string>
 
@@ -54,14 +55,15 @@ void P2pExactComm::finish(Pending& p, size_t only) const {
     return all;
   };
   wait_for(done, [&] {
-    std::string who, first;
+    std::set<int> ranks;
+    std::string first;
     for (size_t i = 0; i < p.reqs.size(); ++i) {
       if ((only != kAll && i != only) || !p.reqs[i].active()) continue;
-      const std::string r = std::to_string(p.peers[i]);
-      if (who.find(" " + r + ",") == std::string::npos) who += " " + r + ",";
+      ranks.insert(p.peers[i]);
       if (first.empty()) first = describe(p.reqs[i]);
     }
-    if (!who.empty()) who.pop_back();
+    std::string who;
+    for (int r : ranks) who += (who.empty() ? " " : ", ") + std::to_string(r);
     throw TimeoutError("zccl: Timed out after " + std::to_string(timeout().count()) +
                        " ms in an exact collective waiting for rank(s)" + who + " (the first: " +
                        first + "; a peer failed, is far behind, or called a different operation)");

@@ -52,7 +52,6 @@ class P2pExactComm : public Comm {
   struct Pending {
     std::vector<Request> reqs;
     std::vector<int> peers;
-    Request& operator[](size_t i) { return reqs[i]; }
   };
   static constexpr size_t kAll = static_cast<size_t>(-1);
   void recv_from(Pending& p, void* buf, size_t bytes, int peer, int tag) const;

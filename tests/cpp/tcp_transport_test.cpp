@@ -251,7 +251,7 @@ void check_reductions(Comm& c, ElemType t, std::vector<ReduceKind> ops) {
             "allreduce type %d op %d n %zu", int(t), int(op), n);
       std::vector<T> inplace = mine;
       c.allreduce(kInPlace, inplace.data(), n, t, op);
-      CHECK(inplace == want || same_bytes(inplace.data(), want.data(), n * sizeof(T)),
+      CHECK(same_bytes(inplace.data(), want.data(), n * sizeof(T)),
             "in-place allreduce type %d op %d n %zu", int(t), int(op), n);
       for (int root = 0; root < p; ++root) {
         std::vector<T> r(n);

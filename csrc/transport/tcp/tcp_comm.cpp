@@ -117,7 +117,11 @@ class Mesh {
   void read(int peer);
   void start_body(int peer);
   void finish_body(int peer);
-  void deliver(Buffered& b, Op& r);
+  // Completes receive r with a message of `bytes` from `peer`: copies `data` into its buffer
+  // (nullptr: the bytes are already there), or fails it as truncated when they do not fit.
+  void complete(Op& r, const char* data, size_t bytes, int peer, int tag);
+  // The sockets to poll (POLLIN, and POLLOUT where bytes wait to leave) and their ranks.
+  void watch(std::vector<pollfd>& fds, std::vector<int>& ranks) const;
   void fail_peer(int peer, const std::string& why);
   // Matches an arrived head from `peer` to the earliest posted receive, or buffers it.
   void match(Inbound& in, int peer);
@@ -159,14 +163,14 @@ void Mesh::fail_peer(int peer, const std::string& why) {
   }
 }
 
-void Mesh::deliver(Buffered& b, Op& r) {
-  r.source = b.peer;
-  if (b.data.size() > r.cap) {
-    r.error = truncation(b.data.size(), b.peer, b.tag, r.cap);
+void Mesh::complete(Op& r, const char* data, size_t bytes, int peer, int tag) {
+  r.source = peer;
+  if (bytes > r.cap) {
+    r.error = truncation(bytes, peer, tag, r.cap);
     r.truncated = true;
   } else {
-    if (!b.data.empty()) std::memcpy(r.buf, b.data.data(), b.data.size());
-    r.received = b.data.size();
+    if (data != nullptr && bytes > 0) std::memcpy(r.buf, data, bytes);
+    r.received = bytes;
   }
   r.claimed.reset();
   r.done = true;
@@ -205,17 +209,11 @@ void Mesh::start_body(int peer) {
 void Mesh::finish_body(int peer) {
   Inbound& in = peers[peer].in;
   if (in.recv) {
-    Op& r = *in.recv;
-    if (in.head.bytes > r.cap) {
-      r.error = truncation(in.head.bytes, peer, in.head.tag, r.cap);
-      r.truncated = true;
-    } else {
-      r.received = in.head.bytes;
-    }
-    r.done = true;
+    complete(*in.recv, nullptr, in.head.bytes, peer, in.head.tag);
   } else if (in.buffered) {
-    in.buffered->complete = true;
-    if (in.buffered->claimer) deliver(*in.buffered, *in.buffered->claimer);
+    Buffered& b = *in.buffered;
+    b.complete = true;
+    if (b.claimer) complete(*b.claimer, b.data.data(), b.data.size(), b.peer, b.tag);
   }
   in = Inbound();
 }
@@ -297,15 +295,19 @@ void Mesh::flush(int peer) {
   }
 }
 
-void Mesh::progress() {
-  pfds_.clear();
-  pfd_peer_.clear();
+void Mesh::watch(std::vector<pollfd>& fds, std::vector<int>& ranks) const {
+  fds.clear();
+  ranks.clear();
   for (int r = 0; r < size; ++r) {
     if (r == rank || !peers[r].broken.empty()) continue;
     const short events = static_cast<short>(POLLIN | (peers[r].sends.empty() ? 0 : POLLOUT));
-    pfds_.push_back({peers[r].fd.get(), events, 0});
-    pfd_peer_.push_back(r);
+    fds.push_back({peers[r].fd.get(), events, 0});
+    ranks.push_back(r);
   }
+}
+
+void Mesh::progress() {
+  watch(pfds_, pfd_peer_);
   if (pfds_.empty()) return;
   const int rc = ::poll(pfds_.data(), pfds_.size(), 0);
   if (rc <= 0) return;
@@ -319,13 +321,10 @@ void Mesh::progress() {
 
 void Mesh::block(std::chrono::microseconds max) {
   std::vector<pollfd> fds;
+  std::vector<int> ranks;
   {
     std::lock_guard<std::mutex> lock(mu);
-    for (int r = 0; r < size; ++r) {
-      if (r == rank || !peers[r].broken.empty()) continue;
-      const short events = static_cast<short>(POLLIN | (peers[r].sends.empty() ? 0 : POLLOUT));
-      fds.push_back({peers[r].fd.get(), events, 0});
-    }
+    watch(fds, ranks);
   }
   // The fds stay open while the mesh exists (a broken peer's too), so polling them unlocked is
   // safe; another thread may take the bytes first, which only makes this a spurious wake-up.
@@ -341,15 +340,7 @@ void Mesh::send(const std::shared_ptr<Op>& op) {
     in.head = op->head;
     match(in, rank);
     if (in.recv) {
-      Op& r = *in.recv;
-      if (op->payload_len > r.cap) {
-        r.error = truncation(op->payload_len, rank, op->tag, r.cap);
-        r.truncated = true;
-      } else {
-        if (op->payload_len > 0) std::memcpy(r.buf, op->payload, op->payload_len);
-        r.received = op->payload_len;
-      }
-      r.done = true;
+      complete(*in.recv, op->payload, op->payload_len, rank, op->tag);
     } else {
       if (op->payload_len > 0) std::memcpy(in.buffered->data.data(), op->payload, op->payload_len);
       in.buffered->complete = true;
@@ -375,7 +366,7 @@ void Mesh::receive(const std::shared_ptr<Op>& op) {
     early_.erase(it);
     op->source = mine->peer;
     if (mine->complete) {
-      deliver(*mine, *op);
+      complete(*op, mine->data.data(), mine->data.size(), mine->peer, mine->tag);
     } else {
       mine->claimer = op;
       op->claimed = mine;
