@@ -77,3 +77,21 @@ def test_transport_choice() -> None:
     assert backend.transport({"ZCCL_TRANSPORT": "MPI"}) == "mpi"
     with pytest.raises(ValueError, match="ZCCL_TRANSPORT must be one of"):
         backend.transport({"ZCCL_TRANSPORT": "gloo"})
+
+
+def test_derived_master_port_is_below_the_ephemeral_range() -> None:
+    """Under mpirun on one host MASTER_PORT is derived from the job id. It must stay below the
+    kernel's ephemeral ports: the TCP transport's listeners and every outgoing connection take
+    those, and one still in TIME_WAIT made the next job's store fail with EADDRINUSE."""
+    low = 32768
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except OSError:
+        pass
+    for job in ("0", "1", "4242", "99999", "3218473985", "prterun-host-12345@1"):
+        env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+               "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": job}
+        backend._set_launch_defaults(env)
+        port = int(env["MASTER_PORT"])
+        assert 1024 < port and port + 1 < low, (job, port)  # +1: a second group's store

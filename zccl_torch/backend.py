@@ -27,7 +27,12 @@ from zccl_torch._native import _C
 from zccl_torch.config import Options, register_group_options
 
 BACKEND_NAME = "zccl"
-_PORT_BASE, _PORT_SPAN = 29600, 20000
+# MASTER_PORT derived under mpirun on one host: 20000-31999, below Linux's default ephemeral range
+# (32768-60999), where the kernel picks the local ports of outgoing connections and of listeners
+# bound to port 0 (the TCP transport's): a port in that range can still be held in TIME_WAIT
+# when the next job's store binds it (EADDRINUSE; the other ranks then wait for a store that
+# never comes).
+_PORT_BASE, _PORT_SPAN = 20000, 12000
 
 
 def _set_launch_defaults(environ: dict[str, str] | None = None) -> None:
