@@ -1,6 +1,7 @@
 """One rank of ``benchmarks/launch_compare.py``: the zccl collectives timed the same way under
-any launcher (mpirun: Open MPI transport; torchrun: Gloo transport). No mpi4py: barriers and the
-slowest-rank reduction of the timings go through the zccl group itself (exact, algorithm="mpi").
+any launcher (mpirun: Open MPI transport; torchrun: zccl's TCP transport). No mpi4py: barriers
+and the slowest-rank reduction of the timings go through the zccl group itself (exact,
+algorithm="mpi").
 
 Prints one JSON line per collective (rank 0): label, collective, size, median over ``--iters`` of
 the slowest rank's time, and the transport that carried it.
