@@ -51,3 +51,26 @@ def test_backend_lifecycle(check: str, nprocs: int, marker: str) -> None:
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-6000:]
     assert marker in done.stdout, report[-6000:]
+
+
+def test_uncaught_exception_ends_the_job() -> None:
+    """A rank dying of an uncaught exception ends the whole mpirun job at once (MPI_Abort at
+    exit), with its traceback shown, instead of waiting in MPI_Finalize for ranks that wait for
+    it until their 300 s group timeout (past this test's 120 s limit)."""
+    done = mpirun(3, python_argv("tests/mpi/lifecycle_checks.py", "uncaught_exception"),
+                  timeout=120)
+    report = done.stdout + done.stderr
+    assert done.returncode != 0, report[-6000:]
+    assert report.count("FIRST ALL_REDUCE DONE") == 3, report[-6000:]
+    assert "RuntimeError: rank 0 fails on purpose" in report, report[-6000:]
+    assert "UNREACHABLE" not in report, report[-6000:]
+
+
+def test_abort_on_exception_setting() -> None:
+    from zccl_torch import backend
+
+    assert backend._abort_on_exception_enabled({}) is True
+    assert backend._abort_on_exception_enabled({"ZCCL_ABORT_ON_EXCEPTION": "0"}) is False
+    assert backend._abort_on_exception_enabled({"ZCCL_ABORT_ON_EXCEPTION": " 1 "}) is True
+    with pytest.raises(ValueError, match="ZCCL_ABORT_ON_EXCEPTION='yes': must be 0 or 1"):
+        backend._abort_on_exception_enabled({"ZCCL_ABORT_ON_EXCEPTION": "yes"})

@@ -18,6 +18,9 @@ import os
 import secrets
 import socket
 import struct
+import sys
+import time
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -73,7 +76,8 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
     if transport() == "tcp":
         return _create_over_tcp(dist_opts, seconds, options)
-    return _C.create_backend(
+    abort_on_exception = _abort_on_exception_enabled()
+    backend = _C.create_backend(
         dist_opts.group_rank,
         dist_opts.group_size,
         [int(r) for r in dist_opts.global_ranks_in_group],
@@ -81,6 +85,66 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
         seconds,
         options.to_native(),
     )
+    if abort_on_exception:
+        _install_abort_on_exception()
+    return backend
+
+
+_ABORT_ENV = "ZCCL_ABORT_ON_EXCEPTION"
+_ABORT_GRACE_SECONDS = 0.5
+
+
+def _abort_on_exception_enabled(environ: dict[str, str] | None = None) -> bool:
+    """``ZCCL_ABORT_ON_EXCEPTION`` (``1``, the default, or ``0``)."""
+    env = os.environ if environ is None else environ
+    value = env.get(_ABORT_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError(f"{_ABORT_ENV}={value!r}: must be 0 or 1")
+    return value == "1"
+
+
+def _install_abort_on_exception() -> None:
+    """Makes an uncaught exception end the whole mpirun job, as torchrun does.
+
+    Without it, a rank that dies of an exception under mpirun runs MPI_Finalize at exit, which
+    waits for the other ranks, which wait in a collective for the dead one: the job hangs until
+    the group's timeout (30 minutes by default). This hook, chained to the one in place (torch's
+    rank-prefixing hook wraps it in turn), only notes the death; at exit, once every hook has
+    printed the traceback, :func:`_finalize_mpi` calls MPI_Abort instead of MPI_Finalize. Only
+    when zccl initialised MPI and the job has several ranks: an MPI started by mpi4py or the user
+    is theirs to end (``python -m mpi4py`` does the same). ``ZCCL_ABORT_ON_EXCEPTION=0`` turns
+    it off.
+    """
+    previous = sys.excepthook
+    if getattr(previous, "_zccl_abort", False):
+        return
+
+    def note_uncaught(
+        exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
+        global _dying_of_exception
+        _dying_of_exception = True
+        previous(exc_type, exc, tb)
+
+    note_uncaught._zccl_abort = True  # type: ignore[attr-defined]
+    sys.excepthook = note_uncaught
+
+
+_dying_of_exception = False
+
+
+def _finalize_mpi() -> None:
+    """At exit: MPI_Finalize if zccl initialised MPI, or MPI_Abort of the job if this process is
+    dying of an uncaught exception (see :func:`_install_abort_on_exception`)."""
+    if _dying_of_exception:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        # The launcher forwards output asynchronously and drops what it has not read when the
+        # abort kills the job: give it a moment, or the traceback can be lost.
+        time.sleep(_ABORT_GRACE_SECONDS)
+        if _C.abort_mpi_if_owned(1):
+            return
+    _C.finalize_mpi_if_owned()
 
 
 def _create_over_tcp(dist_opts: Any, seconds: float, options: Options) -> Any:
@@ -247,5 +311,6 @@ def last_stats(group: Any = None, device: str = "cpu") -> dict[str, Any]:
     return _C.last_stats(get_backend(group, device))
 
 
-# MPI is finalised at exit only if zccl initialised it (registered once, at import).
-atexit.register(_C.finalize_mpi_if_owned)
+# MPI is finalised (or the job aborted) at exit only if zccl initialised it (registered once, at
+# import, so it runs after the atexit handlers registered later).
+atexit.register(_finalize_mpi)

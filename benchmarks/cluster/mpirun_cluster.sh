@@ -12,7 +12,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/launch_args.sh"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_mpi_yield_when_idle=1
+export OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
 export PMIX_MCA_ptl_tcp_remote_connections=1 PMIX_MCA_ptl_tcp_if_include="$ZC_SUBNET"
 # torch's rendezvous store (zccl/gloo) lives on rank 0, i.e. host 0; gloo must use the shaped NIC.
 export MASTER_ADDR="$ZC_HOST0_ADDR" MASTER_PORT=${MASTER_PORT:-29531} GLOO_SOCKET_IFNAME=eth0

@@ -352,6 +352,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("mpi_is_initialized", &zccl::transport::mpi_is_initialized);
   m.def("finalize_mpi_if_owned", &zccl::transport::finalize_if_owned,
         "MPI_Finalize, only if zccl initialised MPI and it is still running");
+  m.def("abort_mpi_if_owned", &zccl::transport::abort_if_owned, py::arg("code"),
+        "MPI_Abort of the whole job, only if zccl initialised MPI, it is running and the job "
+        "has several ranks; False (nothing done) otherwise");
 
   // The backend object itself is returned as torch's c10d Backend (pybind11 finds the type
   // torch registered); zccl-specific queries go through these functions.

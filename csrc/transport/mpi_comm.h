@@ -40,6 +40,12 @@ int ensure_initialized();
 // Finalises MPI only if ensure_initialized() initialised it and it is not finalised yet.
 void finalize_if_owned();
 
+// MPI_Abort(MPI_COMM_WORLD, code) -- the launcher then ends every rank of the job -- only if
+// ensure_initialized() initialised MPI, it is still running and the job has more than one rank;
+// returns false (doing nothing) otherwise. For a process dying of an error: MPI_Finalize would
+// wait for ranks that are themselves waiting for this one, until their timeout.
+bool abort_if_owned(int code);
+
 // True when the MPI library provides MPI_THREAD_MULTIPLE; otherwise every MPI call made through
 // this layer is serialised by one process-wide lock.
 bool thread_multiple();

@@ -182,6 +182,20 @@ void finalize_if_owned() {
   g_finalized_by_us = true;
 }
 
+bool abort_if_owned(int code) {
+  {
+    std::lock_guard<std::mutex> lock(g_init_mutex);
+    if (!g_owned || g_finalized_by_us || finalized()) return false;
+  }
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 2) return false;
+  // No serialising lock: another thread may be inside a blocking MPI call, and MPI_Abort is
+  // meant to be callable from any state.
+  MPI_Abort(MPI_COMM_WORLD, code);
+  return true;  // not reached: MPI_Abort does not return
+}
+
 bool thread_multiple() { return ensure_initialized() >= MPI_THREAD_MULTIPLE; }
 
 void set_max_piece_bytes(size_t bytes) {

@@ -6,6 +6,8 @@
 * ``monitored_barrier``: ``dist.monitored_barrier`` names the ranks that did not arrive.
 * ``no_init_on_import``: importing zccl_torch leaves MPI uninitialised; the first group
   initialises it, destroy_process_group shuts the worker down, and a new group works again.
+* ``uncaught_exception``: rank 0 raises after a collective while the others enter the next one
+  (their group timeout: 300 s); the job must end at once, with the traceback (the test).
 """
 
 from __future__ import annotations
@@ -151,6 +153,17 @@ def no_init_on_import() -> None:
     print("LIFECYCLE OK", flush=True)
 
 
+def uncaught_exception() -> None:
+    dist.init_process_group("zccl", timeout=datetime.timedelta(seconds=300))
+    t = torch.ones(64)
+    dist.all_reduce(t)
+    print(f"rank {dist.get_rank()} FIRST ALL_REDUCE DONE", flush=True)
+    if dist.get_rank() == 0:
+        raise RuntimeError("rank 0 fails on purpose")
+    dist.all_reduce(t)  # waits for rank 0, which never comes
+    print("UNREACHABLE: the second all_reduce completed", flush=True)
+
+
 if __name__ == "__main__":
     checks = {
         "rank_mismatch": rank_mismatch,
@@ -158,5 +171,6 @@ if __name__ == "__main__":
         "p2p_timeout": p2p_timeout,
         "monitored_barrier": monitored_barrier_names_missing_ranks,
         "no_init_on_import": no_init_on_import,
+        "uncaught_exception": uncaught_exception,
     }
     checks[sys.argv[1]]()
