@@ -125,9 +125,9 @@ std::vector<Setting> make_table() {
       "ranks within `eb`)"));
   table.push_back(flag<&CallConfig::integer_ring>(
       "integer_ring", "ZCCL_INTEGER_RING",
-      "ring all_reduce (SUM/AVG, lossy): hops add quantisation codes as integers, on one "
-      "thread per rank; `false`: decode, add in floating point and recompress at each hop, "
-      "with `threads` threads (same bound, `p * eb`)"));
+      "ring all_reduce (SUM/AVG, lossy): hops add quantisation codes as integers, `threads` "
+      "segments at a time; `false`: decode, add in floating point and recompress at each hop, "
+      "chunks coded by `threads` threads (same bound, `p * eb`; same bits for any `threads`)"));
   return table;
 }
 

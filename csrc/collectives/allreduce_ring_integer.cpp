@@ -18,6 +18,13 @@
 //   3. AVG: the caller divides by p at the very end.
 // The allgather's receives are all posted before the reduce-scatter starts (their own tag), so
 // the stages overlap; MPI is polled between blocks of 4096 values.
+// Threads (Config::threads, 0: the OpenMP default): the segments of a step are independent
+// streams, so they are taken W = threads at a time: the calling thread waits for the window's
+// receives in order, the W combines (or, in the allgather, decodes) run in parallel, one
+// segment per thread (run_lanes, compute_common.h), then the window's sends go out in order.
+// Only the calling thread polls and calls the transport. A segment's bytes do not depend on
+// the thread that coded it, so the result is bit-identical for every thread count; W = 1 is the
+// one-segment-at-a-time schedule.
 //
 // Cost (n values of w bytes, ratio R of the code segments, link beta, hop throughput H, decode
 // throughput D): every rank quantises each of its n values once (inside the hops), runs p
@@ -31,9 +38,11 @@
 // add exactly, so SUM: |result - exact| <= p eb (the same bound as the float ring's (p-1) eb +
 // eb); AVG: eb. Rounding on top: one conversion of the exact Q * bin to T (float32), and at
 // outlier indices (NaN, Inf, values off the grid) the float64 sum of the exact partials.
+#include <algorithm>
 #include <optional>
 #include <vector>
 
+#include "../compress/fzlight.h"
 #include "compute_common.h"
 
 namespace zccl::coll::compute {
@@ -43,15 +52,21 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
                             const Config& cfg, Stats& st) {
   const Ring ring(comm.size(), comm.rank());
   const int p = ring.p, next = ring.next, prev = ring.prev;
-  std::optional<CodeCodec> maybe = CodeCodec::for_reduction(eb, p, st);
-  if (!maybe) return false;
-  CodeCodec& codec = *maybe;
+  if (!CodeCodec::for_reduction(eb, p, st)) return false;
   st.integer_hop = true;
   const int ag_tag = comm.next_tag_base();
   const int rs_tag = comm.next_tag_base();
   const RingSegments seg = RingSegments::plan(blocks, dtype_of<T>(), cfg);
   const int S = seg.per_block;
-  const size_t cap = codec.capacity(seg.seg_len);
+  const int W = std::clamp(cfg.threads > 0 ? cfg.threads : fz::default_threads(), 1, S);
+  // One codec per lane, each counting into its own Stats (lane 0: the call's); the other lanes'
+  // byte counts are added at the end, not their seconds (they ran alongside lane 0's).
+  std::vector<Stats> lane_stats(static_cast<size_t>(W));
+  std::vector<CodeCodec> lanes;
+  for (int t = 0; t < W; ++t) {
+    lanes.push_back(*CodeCodec::for_reduction(eb, p, t > 0 ? lane_stats[t] : st));
+  }
+  const size_t cap = lanes[0].capacity(seg.seg_len);
 
   // Allgather: the own segments (S slots), then one slot per received segment (forwarded from
   // where it landed), all receives posted first; then the reduce-scatter's parity slots.
@@ -67,47 +82,71 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
     poll_first(comm, slots.rx);
     poll_first(comm, ag_rx);
   };
+  auto on_lane = [&poll](int lane) { return lane == 0 ? &poll : nullptr; };
   auto at = [&seg](auto* base, int j, size_t n) { return n ? base + seg.begin(j) : base; };
 
+  std::vector<size_t> in_len(static_cast<size_t>(W)), out_len(static_cast<size_t>(W));
   for (int s = 0; s <= p - 1; ++s) {
     const int b = ring.before(s + 1);  // sent at step s, received at step s-1
     const size_t count = blocks.count[b];
     T* const block = buf + blocks.offset[b];
-    for (int j = 0; j < S; ++j) {
-      const size_t n = seg.len(count, j);
-      const uint8_t* in = nullptr;
-      size_t in_len = 0;
-      if (s >= 1) {
-        in_len = slots.rx[slots.slot(s - 1, j)].finish(comm);
-        in = slots.recv_buf(s - 1, j);
+    const bool final_step = s == p - 1;
+    // The final step's segment j is the allgather's own segment j, and (the same values every
+    // other rank will decode from it) this rank's result, written over its local values.
+    auto dst_of = [&](int j) {
+      return final_step ? own_area + static_cast<size_t>(j) * cap : slots.send_buf(s, j);
+    };
+    for (int j0 = 0; j0 < S; j0 += W) {
+      const int w = std::min(W, S - j0);
+      for (int k = 0; k < w; ++k) {
+        const int j = j0 + k;
+        in_len[k] = s >= 1 ? slots.rx[slots.slot(s - 1, j)].finish(comm) : 0;
+        if (!final_step) slots.tx[slots.slot(s, j)].finish(comm);  // step s-2's send, same slot
       }
-      if (s <= p - 2) {
-        Pending& send = slots.tx[slots.slot(s, j)];
-        send.finish(comm);  // the send of step s-2 from this slot
-        uint8_t* const dst = slots.send_buf(s, j);
-        const size_t bytes = codec.combine(in, in_len, at(block, j, n), n, dst, cap, prev, &poll);
-        send.start(comm.isend(dst, bytes, next, rs_tag));
-        st.bytes_sent += bytes;
-      } else {
-        // The final codes: the allgather segment, and (the same values every other rank will
-        // decode from it) this rank's result, written over its local values in one pass.
-        uint8_t* const dst = own_area + static_cast<size_t>(j) * cap;
-        T* const own = at(block, j, n);
-        const size_t bytes = codec.combine(in, in_len, own, n, dst, cap, prev, &poll, own);
-        ag_tx[received + j].start(comm.isend(dst, bytes, next, ag_tag));
-        st.bytes_sent += bytes;
+      run_lanes(w, W, [&](int lane, int k) {
+        const int j = j0 + k;
+        const size_t n = seg.len(count, j);
+        const uint8_t* in = s >= 1 ? slots.recv_buf(s - 1, j) : nullptr;
+        T* const values = final_step ? at(block, j, n) : nullptr;
+        out_len[k] = lanes[lane].combine(in, in_len[k], at(block, j, n), n, dst_of(j), cap, prev,
+                                         on_lane(lane), values);
+      });
+      for (int k = 0; k < w; ++k) {
+        const int j = j0 + k;
+        Pending& send = final_step ? ag_tx[received + j] : slots.tx[slots.slot(s, j)];
+        send.start(comm.isend(dst_of(j), out_len[k], next, final_step ? ag_tag : rs_tag));
+        st.bytes_sent += out_len[k];
+        // The slot just consumed takes segment j of step s+1 (same parity as s-1).
+        if (s >= 1 && s + 1 <= p - 2) slots.post_recv(s + 1, j);
       }
-      // The slot just consumed takes segment j of step s+1 (same parity as s-1).
-      if (s >= 1 && s + 1 <= p - 2) slots.post_recv(s + 1, j);
     }
   }
   finish_all(comm, slots.tx);
 
+  // Decodes W segments at a time, in parallel, once the relay has forwarded them (each stream
+  // keeps its own slot of ag_area, so it stays valid).
+  struct Received {
+    const uint8_t* stream;
+    size_t bytes;
+    int block, segment;
+  };
+  std::vector<Received> window;
+  auto decode_window = [&] {
+    run_lanes(static_cast<int>(window.size()), W, [&](int lane, int k) {
+      const Received& r = window[static_cast<size_t>(k)];
+      const size_t n = seg.len(blocks.count[r.block], r.segment);
+      lanes[lane].decode(r.stream, r.bytes, at(buf + blocks.offset[r.block], r.segment, n), n,
+                         prev, on_lane(lane));
+    });
+    window.clear();
+  };
   relay_allgather(comm, ring, S, ag_rx, ag_tx, ag_area, cap, ag_tag, st,
                   [&](const uint8_t* stream, size_t got, int b, int j) {
-                    const size_t n = seg.len(blocks.count[b], j);
-                    codec.decode(stream, got, at(buf + blocks.offset[b], j, n), n, prev, &poll);
+                    window.push_back({stream, got, b, j});
+                    if (static_cast<int>(window.size()) == W) decode_window();
                   });
+  decode_window();
+  for (int t = 1; t < W; ++t) st.bytes_compressed += lane_stats[t].bytes_compressed;
   return true;
 }
 

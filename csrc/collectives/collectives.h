@@ -56,9 +56,10 @@ struct Config {
   // error_bound), half the bytes of a float32 stream. Float32 (default): streams of the data type.
   DType wire_half = DType::Float32;
   // Ring all_reduce, SUM/AVG, eb > 0: true adds quantisation codes as integers at every hop
-  // (allreduce_ring_integer.cpp: each value quantised once, no decode-add-recompress; one thread
-  // per rank, whatever `threads` says); false (default): the ZCCL computation framework's float
-  // hop (allreduce_ring.cpp), whose chunks are coded by `threads` threads. Same bound, p * eb;
+  // (allreduce_ring_integer.cpp: each value quantised once, no decode-add-recompress; `threads`
+  // segments coded at a time, same bits for any count); false (default): the ZCCL computation
+  // framework's float hop (allreduce_ring.cpp), whose chunks are coded by `threads` threads.
+  // Same bound, p * eb;
   // must be equal on every rank (the backend's agreement checks it). Stats::integer_hop says
   // which ran.
   bool integer_ring = false;

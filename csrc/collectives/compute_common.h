@@ -6,9 +6,12 @@
 // the schedules and the argument checks come from the toolkit.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <type_traits>
 #include <vector>
@@ -131,6 +134,37 @@ void relay_allgather(Comm& comm, const Ring& ring, int S, std::vector<Pending>& 
   finish_all(comm, tx);
 }
 
+// Runs task(lane, k) for k = 0 .. n-1 on up to `lanes` threads. Lane 0 is the calling thread
+// (OpenMP's master), the only one that may call the transport; the others are OpenMP threads.
+// Which lane runs a task must not change its result (each task writes its own output). Every
+// task runs even if one throws; the first exception (by lane) is rethrown after all finished.
+template <class Task>
+void run_lanes(int n, int lanes, Task&& task) {
+  const int nt = std::min(n, std::max(1, lanes));
+  if (nt <= 1) {
+    for (int k = 0; k < n; ++k) task(0, k);
+    return;
+  }
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(nt));
+#pragma omp parallel num_threads(nt)
+  {
+    // The team may be smaller than asked (OMP_THREAD_LIMIT, nesting): stride by its real size.
+    const int team = omp_get_num_threads();
+    const int t = omp_get_thread_num();
+    for (int k = t; k < n; k += team) {
+      try {
+        task(t, k);
+      } catch (...) {
+        std::exception_ptr& first = errors[static_cast<size_t>(t)];
+        if (!first) first = std::current_exception();
+      }
+    }
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 // A bound for each of k compressions whose errors add up: k * result <= eb holds exactly (eb/k
 // shrunk by 2^-50 so the rounding of the division can never push the sum past eb).
 double split_bound(double eb, int k);
@@ -182,8 +216,9 @@ template <class T>
 void allgather_decompressed(Comm& comm, T* buf, const Blocks& blocks, double eb,
                             const Config& cfg, Stats& st);
 
-// allreduce_ring_integer.cpp: the ring for SUM/AVG (AVG not divided here) on integer codes;
-// false (nothing done) when eb has no integer grid (eb == 0 or subnormal).
+// allreduce_ring_integer.cpp: the ring for SUM/AVG (AVG not divided here) on integer codes,
+// cfg.threads segments at a time (0: the OpenMP default); false (nothing done) when eb has no
+// integer grid (eb == 0 or subnormal).
 template <class T>
 bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
                             const Config& cfg, Stats& st);

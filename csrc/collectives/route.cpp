@@ -20,8 +20,8 @@
 //         Integer hop (Config::integer_ring): the codec term is n/(pC) + (p-1)/p n (1/C + 1/D)
 //         + n/D (p-1 hops that unpack and pack, measured to cost about a decode plus an
 //         encode; no float add, no separate allgather compression; p decodes).
-//   C and D scale with Config::threads (chunks coded in parallel), except for the integer hop
-//   (one thread per rank).
+//   C and D scale with Config::threads (chunks coded in parallel; the integer hop codes that many
+//   segments in parallel instead).
 //   RD    (L + 2f) alpha + L n (beta/R + 1/C + 2/D + gamma) + f n (beta/R + 1/C + 1/D + gamma)
 //         + f n (2 beta/R + 2/D) + (3L + 4f) kappa
 // The cheapest wins (ties go to Mpi): small messages -> Mpi (compression cannot pay for its fixed
@@ -171,9 +171,7 @@ Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
   const double n = static_cast<double>(bytes);
   const CostModel m = with_threads(kModel, cfg.threads);
   const double mpi = cost_mpi(n, p, m);
-  // The integer hop runs on one thread: its codec terms are not scaled by `threads`.
-  const double ring = cfg.integer_ring ? cost_ring(n, p, kModel.ratio, kModel, true)
-                                       : cost_ring(n, p, m.ratio, m, false);
+  const double ring = cost_ring(n, p, m.ratio, m, cfg.integer_ring);
   const double rd = cost_rd(n, p, m.ratio, m);
   if (mpi <= ring && mpi <= rd) return Algorithm::Mpi;
   return rd < ring ? Algorithm::RecursiveDoubling : Algorithm::Ring;

@@ -424,6 +424,44 @@ void test_segmented_ring(Comm& comm) {
   }
 }
 
+// The integer hop takes `threads` segments at a time, one per thread: 1, 2 and 3 threads (full
+// and ragged windows, one segment per block, empty segments) give the same bits, within bound.
+void test_integer_hop_threads(Comm& comm) {
+  const size_t p = static_cast<size_t>(comm.size());
+  const size_t seg = 64;
+  uint64_t seed = 15000;
+  for (size_t n : {p - 1, seg * p, 5 * seg * p + 7, 11 * seg * p + 3 * seg + 5}) {
+    ++seed;
+    uint64_t first = 0;
+    for (int threads : {1, 2, 3}) {
+      std::vector<std::vector<float>> inputs;
+      for (size_t j = 0; j < p; ++j) {
+        inputs.push_back(make_input<float>(seed, static_cast<int>(j), n, false));
+      }
+      plant_nonfinite(inputs);
+      std::vector<float> buf = inputs[static_cast<size_t>(comm.rank())];
+      Config cfg = make_cfg(Algorithm::Ring, 1e-3);
+      cfg.integer_ring = true;
+      cfg.threads = threads;
+      cfg.segment_bytes = seg * sizeof(float);
+      Stats st;
+      coll::allreduce(comm, buf.data(), n, DType::Float32, ReduceOp::Sum, cfg, &st);
+      const std::string what = "integer hop threads=" + std::to_string(threads) + " n=" +
+                               std::to_string(n) + " p=" + std::to_string(p);
+      CHECK_MSG(n == 0 || p == 1 || st.integer_hop, what + ": the integer hop did not run");
+      const Reference ref = reference(inputs, 0, n, ReduceOp::Sum);
+      check_close(buf.data(), ref, coll::output_error_bound(st.algorithm, ReduceOp::Sum,
+                                                            comm.size(), 1e-3, true),
+                  ReduceOp::Sum, comm.size(), what, "integer hop threads");
+      const uint64_t h = hash_bytes(buf.data(), n * sizeof(float));
+      if (threads == 1) first = h;
+      CHECK_MSG(h == first, what + ": bits differ from threads=1");
+      CHECK_MSG(same_everywhere(comm, h), what + ": outputs differ across ranks");
+      ++g_cases;
+    }
+  }
+}
+
 void test_large(Comm& comm) {
   const size_t n = 1000003;
   run_allreduce<float>(comm, Algorithm::Ring, ReduceOp::Sum, 1e-4, n, 77, false, false);
@@ -792,6 +830,7 @@ int main(int argc, char** argv) {
       test_segmented_ring(c);
       g_integer_ring = false;
     });
+    phase("integer hop threads", test_integer_hop_threads);
     if (g_large) phase("large", test_large);
     phase("mismatch", test_mismatch);
     if (g_verbose && comm->rank() == 0) {
