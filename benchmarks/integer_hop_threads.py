@@ -50,10 +50,16 @@ def measure(kind: str, rel: float, n: int, threads: int, repeats: int) -> dict[s
         a, b = bounds[j]
         _C.codes_combine(seg_in[j], local[a:b], eb, RANKS, out=seg_out[j])
 
-    with ThreadPoolExecutor(max_workers=threads) as pool:
+    # As run_lanes does: the calling thread takes the window's first segment, the pool's
+    # threads - 1 workers the others (no hand-off at all with one thread).
+    with ThreadPoolExecutor(max_workers=max(1, threads - 1)) as pool:
         def integer_hop() -> None:
             for j0 in range(0, len(bounds), threads):
-                list(pool.map(combine, range(j0, min(len(bounds), j0 + threads))))
+                rest = [pool.submit(combine, j)
+                        for j in range(j0 + 1, min(len(bounds), j0 + threads))]
+                combine(j0)
+                for future in rest:
+                    future.result()
 
         integer_s = median_seconds(integer_hop, repeats)
     # Float hop: the incoming streams hold the other rank's values.

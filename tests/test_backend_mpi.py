@@ -66,6 +66,21 @@ def test_uncaught_exception_ends_the_job() -> None:
     assert "UNREACHABLE" not in report, report[-6000:]
 
 
+@pytest.mark.parametrize("policy", ["active", "passive"])
+def test_oversubscribed_threads_warn(policy: str) -> None:
+    """threads x ranks on the host > cores: one warning per rank naming the cure, unless the
+    OpenMP threads already sleep while waiting (OMP_WAIT_POLICY=passive)."""
+    done = mpirun(3, python_argv("tests/mpi/lifecycle_checks.py", "oversubscribed_threads"),
+                  timeout=180, extra_env={"OMP_WAIT_POLICY": policy})
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-6000:]
+    assert report.count("OVERSUBSCRIBED DONE") == 3, report[-6000:]
+    warned = report.count("oversubscribes the")
+    assert warned == (0 if policy == "passive" else 3), report[-6000:]
+    if policy == "active":
+        assert "OMP_WAIT_POLICY=passive" in report
+
+
 def test_abort_on_exception_setting() -> None:
     from zccl_torch import backend
 

@@ -6,6 +6,8 @@
 * ``monitored_barrier``: ``dist.monitored_barrier`` names the ranks that did not arrive.
 * ``no_init_on_import``: importing zccl_torch leaves MPI uninitialised; the first group
   initialises it, destroy_process_group shuts the worker down, and a new group works again.
+* ``oversubscribed_threads``: one compressed all_reduce with ``threads`` = max(2, cores) on
+  every rank (the test looks for zccl's oversubscription warning).
 * ``uncaught_exception``: rank 0 raises after a collective while the others enter the next one
   (their group timeout: 300 s); the job must end at once, with the traceback (the test).
 """
@@ -153,6 +155,16 @@ def no_init_on_import() -> None:
     print("LIFECYCLE OK", flush=True)
 
 
+def oversubscribed_threads() -> None:
+    dist.init_process_group("zccl")
+    threads = max(2, len(os.sched_getaffinity(0)))
+    t = torch.linspace(0, 1, 100_000)
+    with zccl_torch.config(threads=threads, min_compress_bytes=0, error_bound=1e-3):
+        dist.all_reduce(t)
+    print(f"rank {dist.get_rank()} OVERSUBSCRIBED DONE", flush=True)
+    dist.destroy_process_group()
+
+
 def uncaught_exception() -> None:
     dist.init_process_group("zccl", timeout=datetime.timedelta(seconds=300))
     t = torch.ones(64)
@@ -171,6 +183,7 @@ if __name__ == "__main__":
         "p2p_timeout": p2p_timeout,
         "monitored_barrier": monitored_barrier_names_missing_ranks,
         "no_init_on_import": no_init_on_import,
+        "oversubscribed_threads": oversubscribed_threads,
         "uncaught_exception": uncaught_exception,
     }
     checks[sys.argv[1]]()
