@@ -4,6 +4,10 @@
 # torchrun's c10d rendezvous on host 0. No MPI launcher: zccl groups take the TCP transport.
 # Usage: torchrun_cluster.sh [-np P] program [args...]  (P defaults to the host count; at most
 # one rank per host). Exits non-zero when any node fails.
+# Timing: torchrun starts each worker in a session of its own, which the kernel's autogroup
+# scheduling (kernel.sched_autogroup_enabled) makes a CPU group of its own; the emulated hosts
+# share this machine's cores, so that changes how they share the CPU (mpirun's ranks share one
+# session). benchmarks/launch_compare.py turns autogroup off while it compares the launchers.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/launch_args.sh"
