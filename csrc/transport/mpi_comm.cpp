@@ -123,14 +123,22 @@ MpiComm::~MpiComm() {
   comm_ = MPI_COMM_NULL;
 }
 
-Request MpiComm::post_send(const void* buf, size_t bytes, int peer, int tag) const {
+namespace {
+std::unique_ptr<mpi::RequestState> new_request_state(const char* what, MPI_Comm comm, int peer,
+                                                     int tag, size_t bytes) {
   auto state = std::make_unique<mpi::RequestState>();
+  state->what = what;
+  state->comm = comm;
+  state->peer = peer;
+  state->tag = tag;
+  state->bytes = bytes;
+  return state;
+}
+}  // namespace
+
+Request MpiComm::post_send(const void* buf, size_t bytes, int peer, int tag) const {
+  auto state = new_request_state("isend", comm_, peer, tag, bytes);
   mpi::RequestState& req = *state;
-  req.what = "isend";
-  req.comm = comm_;
-  req.peer = peer;
-  req.tag = tag;
-  req.bytes = bytes;
   const size_t piece = max_piece_bytes();
   const size_t full = bytes / piece;  // full pieces, then one final (maybe empty) piece
   req.parts.reserve(full + 1);
@@ -150,13 +158,8 @@ Request MpiComm::post_send(const void* buf, size_t bytes, int peer, int tag) con
 
 Request MpiComm::post_recv(void* buf, size_t capacity, int peer, int tag) const {
   if (peer == kAnySource) peer = MPI_ANY_SOURCE;
-  auto state = std::make_unique<mpi::RequestState>();
+  auto state = new_request_state("irecv", comm_, peer, tag, capacity);
   mpi::RequestState& req = *state;
-  req.what = "irecv";
-  req.comm = comm_;
-  req.peer = peer;
-  req.tag = tag;
-  req.bytes = capacity;
   req.rbuf = static_cast<unsigned char*>(buf);
   req.recv = true;
   const size_t n = std::min(capacity, max_piece_bytes());

@@ -12,6 +12,8 @@
 #endif
 #include <mpi.h>
 
+#include <functional>
+
 #include "transport.h"
 
 namespace zccl::transport {
@@ -115,6 +117,10 @@ class MpiComm final : public Comm {
   explicit MpiComm(MPI_Comm comm);
   // Waits for a non-blocking collective's requests (deadline; abandoned, not freed, on timeout).
   void wait_collective(std::vector<MPI_Request>& reqs, const char* what, size_t count) const;
+  // Starts one non-blocking collective under the serialising lock (start returns its error
+  // code), then wait_collective.
+  void start_and_wait(const char* what, size_t count,
+                      const std::function<int(MPI_Request*)>& start) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int tag_ub_ = 32767;
   int rank_ = 0;

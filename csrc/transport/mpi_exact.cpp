@@ -72,14 +72,20 @@ void MpiComm::wait_collective(std::vector<MPI_Request>& reqs, const char* what, 
   });
 }
 
-void MpiComm::barrier() const {
+void MpiComm::start_and_wait(const char* what, size_t count,
+                             const std::function<int(MPI_Request*)>& start) const {
   std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-  MPI_Request& r = reqs[0];
   {
     Guard g;
-    check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+    check(start(&reqs[0]), what);
   }
-  wait_collective(reqs, "MPI_Ibarrier", 0);
+  wait_collective(reqs, what, count);
+}
+
+void MpiComm::barrier() const {
+  start_and_wait("MPI_Ibarrier", 0, [&](MPI_Request* r) {
+    return MPI_Ibarrier(comm_, r);
+  });
 }
 
 void MpiComm::allreduce(const void* send, void* recv, size_t count, ElemType elem,
@@ -156,14 +162,9 @@ void MpiComm::allgather(const void* send, void* recv, size_t count, ElemType ele
   const MPI_Aint ext = type_extent(type);
   const bool in_place =
       send == kInPlace || send == element_at(recv, rank_, count, ext);
-  std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-  MPI_Request& r = reqs[0];
-  {
-    Guard g;
-    check(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, type, recv, n, type, comm_, &r),
-          "MPI_Iallgather");
-  }
-  wait_collective(reqs, "MPI_Iallgather", count);
+  start_and_wait("MPI_Iallgather", count, [&](MPI_Request* r) {
+    return MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, type, recv, n, type, comm_, r);
+  });
 }
 
 void MpiComm::allgatherv(const void* send, size_t count, void* recv,
@@ -180,54 +181,47 @@ void MpiComm::allgatherv(const void* send, size_t count, void* recv,
   const MPI_Aint ext = type_extent(type);
   const bool in_place =
       send == kInPlace || send == element_at(recv, 1, displ[rank_], ext);
-  std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-  MPI_Request& r = reqs[0];
-  {
-    Guard g;
-    check(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, c[rank_], type, recv, c.data(),
-                          displ.data(), type, comm_, &r),
-          "MPI_Iallgatherv");
-  }
-  wait_collective(reqs, "MPI_Iallgatherv", total);
+  start_and_wait("MPI_Iallgatherv", total, [&](MPI_Request* r) {
+    return MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, c[rank_], type, recv, c.data(),
+                           displ.data(), type, comm_, r);
+  });
 }
 
+namespace {
+// The arguments of a rooted gather or scatter: `own` is this rank's block (gather's send,
+// scatter's recv), `all` the root's p blocks; in place at the root when `own` is kInPlace or
+// already sits in its slot of `all`.
+struct Rooted {
+  MPI_Datatype type;
+  int n;
+  bool is_root;
+  bool in_place;
+};
+Rooted rooted(const char* what, ElemType elem, size_t count, int root, int rank, int size,
+              const void* own, const void* all) {
+  check_root(root, size, what);
+  Rooted a{mpi::datatype(elem), to_int_count(count, what), rank == root, false};
+  a.in_place = a.is_root &&
+               (own == kInPlace || own == element_at(all, rank, count, type_extent(a.type)));
+  return a;
+}
+}  // namespace
+
 void MpiComm::gather(const void* send, void* recv, size_t count, ElemType elem, int root) const {
-  const MPI_Datatype type = mpi::datatype(elem);
-  check_root(root, size_, "gather");
-  const int n = to_int_count(count, "gather");
-  const bool is_root = rank_ == root;
-  const MPI_Aint ext = type_extent(type);
-  const bool in_place = is_root && (send == kInPlace ||
-                                    send == element_at(recv, rank_, count, ext));
-  std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-  MPI_Request& r = reqs[0];
-  {
-    Guard g;
-    check(MPI_Igather(in_place ? MPI_IN_PLACE : send, n, type, is_root ? recv : nullptr, n, type,
-                      root, comm_, &r),
-          "MPI_Igather");
-  }
-  wait_collective(reqs, "MPI_Igather", count);
+  const Rooted a = rooted("gather", elem, count, root, rank_, size_, send, recv);
+  start_and_wait("MPI_Igather", count, [&](MPI_Request* r) {
+    return MPI_Igather(a.in_place ? MPI_IN_PLACE : send, a.n, a.type,
+                       a.is_root ? recv : nullptr, a.n, a.type, root, comm_, r);
+  });
 }
 
 void MpiComm::scatter(const void* send, void* recv, size_t count, ElemType elem,
-                   int root) const {
-  const MPI_Datatype type = mpi::datatype(elem);
-  check_root(root, size_, "scatter");
-  const int n = to_int_count(count, "scatter");
-  const bool is_root = rank_ == root;
-  const MPI_Aint ext = type_extent(type);
-  const bool in_place = is_root && (recv == kInPlace ||
-                                    recv == element_at(send, rank_, count, ext));
-  std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-  MPI_Request& r = reqs[0];
-  {
-    Guard g;
-    check(MPI_Iscatter(is_root ? send : nullptr, n, type, in_place ? MPI_IN_PLACE : recv, n, type,
-                       root, comm_, &r),
-          "MPI_Iscatter");
-  }
-  wait_collective(reqs, "MPI_Iscatter", count);
+                      int root) const {
+  const Rooted a = rooted("scatter", elem, count, root, rank_, size_, recv, send);
+  start_and_wait("MPI_Iscatter", count, [&](MPI_Request* r) {
+    return MPI_Iscatter(a.is_root ? send : nullptr, a.n, a.type,
+                        a.in_place ? MPI_IN_PLACE : recv, a.n, a.type, root, comm_, r);
+  });
 }
 
 void MpiComm::reduce_scatter_block(const void* send, void* recv, size_t count, ElemType elem,
@@ -236,14 +230,9 @@ void MpiComm::reduce_scatter_block(const void* send, void* recv, size_t count, E
   const MPI_Op op = mpi::op(kind);
   const int n = to_int_count(count, "reduce_scatter_block");
   const bool in_place = send == kInPlace || send == recv;
-  std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-  MPI_Request& r = reqs[0];
-  {
-    Guard g;
-    check(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, n, type, op, comm_, &r),
-          "MPI_Ireduce_scatter_block");
-  }
-  wait_collective(reqs, "MPI_Ireduce_scatter_block", count);
+  start_and_wait("MPI_Ireduce_scatter_block", count, [&](MPI_Request* r) {
+    return MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, n, type, op, comm_, r);
+  });
 }
 
 void MpiComm::alltoallv(const void* send, const std::vector<size_t>& send_counts,
@@ -266,15 +255,10 @@ void MpiComm::alltoallv(const void* send, const std::vector<size_t>& send_counts
     rd[i] = to_int_count(recv_displs[i], "alltoallv");
     total += recv_counts[i];
   }
-  std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-  MPI_Request& r = reqs[0];
-  {
-    Guard g;
-    check(MPI_Ialltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type,
-                         comm_, &r),
-          "MPI_Ialltoallv");
-  }
-  wait_collective(reqs, "MPI_Ialltoallv", total);
+  start_and_wait("MPI_Ialltoallv", total, [&](MPI_Request* r) {
+    return MPI_Ialltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type,
+                          comm_, r);
+  });
 }
 
 }  // namespace zccl::transport

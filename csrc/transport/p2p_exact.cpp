@@ -125,7 +125,9 @@ void P2pExactComm::reduce_scatter_blocks(const char* src, char* out,
       if (j == me || first >= nj) continue;
       send_to(reqs, src + (blocks[j] + first) * es, std::min(step, nj - first) * es, j, tag);
     }
-    if (n_me > 0) std::memcpy(scratch.data() + me * n_me * es, src + (blocks[me] + first) * es, n_me * es);
+    if (n_me > 0) {
+      std::memcpy(scratch.data() + me * n_me * es, src + (blocks[me] + first) * es, n_me * es);
+    }
     finish(reqs);
     if (n_me == 0) continue;
     char* acc = out + first * es;
@@ -195,7 +197,9 @@ void P2pExactComm::reduce(const void* send, void* recv, size_t count, ElemType t
     Pending reqs;
     for (int j = 0; j < p; ++j) {
       const size_t nj = blocks[j + 1] - blocks[j];
-      if (j != me && nj > 0) recv_from(reqs, static_cast<char*>(recv) + blocks[j] * es, nj * es, j, tag);
+      if (j != me && nj > 0) {
+        recv_from(reqs, static_cast<char*>(recv) + blocks[j] * es, nj * es, j, tag);
+      }
     }
     finish(reqs);
   } else if (mine > 0) {
@@ -267,43 +271,44 @@ void P2pExactComm::allgatherv(const void* send, size_t count, void* recv,
 
 void P2pExactComm::gather(const void* send, void* recv, size_t count, ElemType type,
                           int root) const {
-  check_root(root, size(), "gather");
-  const int p = size(), me = rank(), tag = exact_tag();
-  const size_t bytes = count * elem_size(type);
-  if (bytes == 0) return;
-  if (me != root) {
-    Pending one;
-    send_to(one, send == kInPlace ? recv : send, bytes, root, tag);
-    finish(one);
-    return;
-  }
-  auto* out = static_cast<char*>(recv);
-  if (send != kInPlace) copy_bytes(out + me * bytes, send, bytes);
-  Pending reqs;
-  for (int j = 0; j < p; ++j) {
-    if (j != me) recv_from(reqs, out + j * bytes, bytes, j, tag);
-  }
-  finish(reqs);
+  rooted_blocks("gather", true, send, recv, count, type, root);
 }
 
 void P2pExactComm::scatter(const void* send, void* recv, size_t count, ElemType type,
                            int root) const {
-  check_root(root, size(), "scatter");
+  rooted_blocks("scatter", false, send, recv, count, type, root);
+}
+
+void P2pExactComm::rooted_blocks(const char* what, bool to_root, const void* send, void* recv,
+                                 size_t count, ElemType type, int root) const {
+  check_root(root, size(), what);
   const int p = size(), me = rank(), tag = exact_tag();
   const size_t bytes = count * elem_size(type);
   if (bytes == 0) return;
+  Pending reqs;
   if (me != root) {
-    Pending one;
-    recv_from(one, recv, bytes, root, tag);
-    finish(one);
+    if (to_root) {
+      send_to(reqs, send == kInPlace ? recv : send, bytes, root, tag);
+    } else {
+      recv_from(reqs, recv, bytes, root, tag);
+    }
+    finish(reqs);
     return;
   }
-  const auto* in = static_cast<const char*>(send);
-  Pending reqs;
+  // The root exchanges block j of its p blocks (gather's recv, scatter's send) with rank j and
+  // copies its own block unless in place.
   for (int j = 0; j < p; ++j) {
-    if (j != me) send_to(reqs, in + j * bytes, bytes, j, tag);
+    if (j == me) continue;
+    if (to_root) {
+      recv_from(reqs, static_cast<char*>(recv) + j * bytes, bytes, j, tag);
+    } else {
+      send_to(reqs, static_cast<const char*>(send) + j * bytes, bytes, j, tag);
+    }
   }
-  if (recv != kInPlace) copy_bytes(recv, in + me * bytes, bytes);
+  if (to_root && send != kInPlace) copy_bytes(static_cast<char*>(recv) + me * bytes, send, bytes);
+  if (!to_root && recv != kInPlace) {
+    copy_bytes(recv, static_cast<const char*>(send) + me * bytes, bytes);
+  }
   finish(reqs);
 }
 

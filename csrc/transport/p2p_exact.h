@@ -54,6 +54,9 @@ class P2pExactComm : public Comm {
     std::vector<int> peers;
   };
   static constexpr size_t kAll = static_cast<size_t>(-1);
+  // gather (to_root) or scatter: the root exchanges one block of count elements with each rank.
+  void rooted_blocks(const char* what, bool to_root, const void* send, void* recv, size_t count,
+                     ElemType type, int root) const;
   void recv_from(Pending& p, void* buf, size_t bytes, int peer, int tag) const;
   void send_to(Pending& p, const void* buf, size_t bytes, int peer, int tag) const;
   // Waits for every request of p (or only p[only]) within the timeout.

@@ -86,16 +86,17 @@ bool ready(int fd, short events, Clock::time_point deadline) {
   }
 }
 
-// Moves exactly n bytes (non-blocking fd) before the deadline; false on timeout or a closed peer.
-bool send_all(int fd, const void* buf, size_t n, Clock::time_point deadline) {
-  const auto* p = static_cast<const char*>(buf);
-  while (n > 0) {
-    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+// Moves exactly n bytes through io(done) (one ::send or ::recv of the rest, on a non-blocking
+// fd), waiting for `events` in between, before the deadline; false on timeout or a closed peer.
+template <class Io>
+bool move_all(int fd, size_t n, short events, Clock::time_point deadline, Io&& io) {
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t k = io(done);
     if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
+      done += static_cast<size_t>(k);
     } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (!ready(fd, POLLOUT, deadline)) return false;
+      if (!ready(fd, events, deadline)) return false;
     } else {
       return false;
     }
@@ -103,20 +104,16 @@ bool send_all(int fd, const void* buf, size_t n, Clock::time_point deadline) {
   return true;
 }
 
+bool send_all(int fd, const void* buf, size_t n, Clock::time_point deadline) {
+  const auto* p = static_cast<const char*>(buf);
+  return move_all(fd, n, POLLOUT, deadline,
+                  [&](size_t done) { return ::send(fd, p + done, n - done, MSG_NOSIGNAL); });
+}
+
 bool recv_all(int fd, void* buf, size_t n, Clock::time_point deadline) {
   auto* p = static_cast<char*>(buf);
-  while (n > 0) {
-    const ssize_t k = ::recv(fd, p, n, 0);
-    if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
-    } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-      if (!ready(fd, POLLIN, deadline)) return false;
-    } else {
-      return false;
-    }
-  }
-  return true;
+  return move_all(fd, n, POLLIN, deadline,
+                  [&](size_t done) { return ::recv(fd, p + done, n - done, 0); });
 }
 
 void tune(int fd) {
