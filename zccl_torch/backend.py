@@ -123,7 +123,10 @@ def _install_abort_on_exception() -> None:
         exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
     ) -> None:
         global _dying_of_exception
-        _dying_of_exception = True
+        # An interactive session (python -i, the REPL) reports errors through the same hook
+        # and goes on: only a script's uncaught exception ends the process.
+        if not (hasattr(sys, "ps1") or sys.flags.interactive):
+            _dying_of_exception = True
         previous(exc_type, exc, tb)
 
     note_uncaught._zccl_abort = True  # type: ignore[attr-defined]
