@@ -115,9 +115,11 @@ def _install_abort_on_exception() -> None:
     is theirs to end (``python -m mpi4py`` does the same). ``ZCCL_ABORT_ON_EXCEPTION=0`` turns
     it off.
     """
-    previous = sys.excepthook
-    if getattr(previous, "_zccl_abort", False):
+    global _abort_hook_installed
+    if _abort_hook_installed:  # torch's hook may wrap ours since: look at our own flag
         return
+    _abort_hook_installed = True
+    previous = sys.excepthook
 
     def note_uncaught(
         exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
@@ -129,10 +131,10 @@ def _install_abort_on_exception() -> None:
             _dying_of_exception = True
         previous(exc_type, exc, tb)
 
-    note_uncaught._zccl_abort = True  # type: ignore[attr-defined]
     sys.excepthook = note_uncaught
 
 
+_abort_hook_installed = False
 _dying_of_exception = False
 
 

@@ -52,7 +52,8 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
                             const Config& cfg, Stats& st) {
   const Ring ring(comm.size(), comm.rank());
   const int p = ring.p, next = ring.next, prev = ring.prev;
-  if (!CodeCodec::for_reduction(eb, p, st)) return false;
+  std::optional<CodeCodec> first = CodeCodec::for_reduction(eb, p, st);
+  if (!first) return false;
   st.integer_hop = true;
   const int ag_tag = comm.next_tag_base();
   const int rs_tag = comm.next_tag_base();
@@ -62,10 +63,8 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
   // One codec per lane, each counting into its own Stats (lane 0: the call's); the other lanes'
   // byte counts are added at the end, not their seconds (they ran alongside lane 0's).
   std::vector<Stats> lane_stats(static_cast<size_t>(W));
-  std::vector<CodeCodec> lanes;
-  for (int t = 0; t < W; ++t) {
-    lanes.push_back(*CodeCodec::for_reduction(eb, p, t > 0 ? lane_stats[t] : st));
-  }
+  std::vector<CodeCodec> lanes{*first};
+  for (int t = 1; t < W; ++t) lanes.push_back(*CodeCodec::for_reduction(eb, p, lane_stats[t]));
   const size_t cap = lanes[0].capacity(seg.seg_len);
 
   // Allgather: the own segments (S slots), then one slot per received segment (forwarded from
