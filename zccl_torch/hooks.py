@@ -10,8 +10,8 @@ Per bucket (flat gradient buffer ``g`` of one rank, ``p`` ranks, iteration ``t``
 
 1. Warm-up: for the first ``start_iter`` iterations the bucket is averaged exactly
    (``algorithm="mpi"``), like torch's PowerSGD hook does for ``start_powerSGD_iter``.
-2. ``x = g / p + e`` (in float32, float64 for float64 buffers; ``e`` the bucket's residual, zero
-   without error feedback).
+2. ``x = g * (1/p) + e`` (in float32, float64 for float64 buffers, in one pass over the bucket
+   buffer; ``e`` the bucket's residual, zero without error feedback).
 3. The bucket is split into slices by parameter (``bucket.parameters()`` in buffer order). Each
    parameter gets its leaf policy from ``policy.select(name, numel, ndim)`` (``Rules``: 1-D
    parameters, small ones and name patterns exact, per-name overrides); slices with the same leaf
@@ -32,6 +32,11 @@ Per bucket (flat gradient buffer ``g`` of one rank, ``p`` ranks, iteration ``t``
 5. All payloads are all-reduced (SUM) asynchronously; the returned future writes the results
    back into the bucket buffer (its dtype and shape) and yields it.
 
+A payload of several slices (e.g. two weight matrices with a bias between them) is gathered
+into a staging buffer that the state keeps per bucket and payload, as is its residual: a fresh
+allocation of a large buffer costs a page fault per 4 KiB on every step (measured: 13 ms to
+gather 8.4M float32 into a new tensor against 1.5 ms into a reused one), more than the copy.
+
 Residuals are kept per parameter, not per bucket: DDP rebuilds its buckets after the first
 iteration (a fresh DDP, e.g. one resumed from a checkpoint, starts again from its initial
 buckets), and a bucket index or order names different parameters then. A parameter's residual
@@ -47,6 +52,7 @@ The iteration counter ``state.iter`` advances when the last bucket of an iterati
 
 # No `from __future__ import annotations`: DDP checks the hook's annotations at runtime.
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -128,11 +134,13 @@ class ZcclHookState:
         #: parameter -> residual key of this process (id(param) is not saved)
         self._keys: dict[int, Any] = {}
         self._control: Any = None  # see _control_group
+        #: reused gather buffers of multi-slice payloads: (bucket index, payload, role) -> tensor
+        self._staging: dict[tuple[int, int, str], torch.Tensor] = {}
 
     # -- checkpointing ------------------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        for key in ("process_group", "model", "_names", "_keys", "_control"):
+        for key in ("process_group", "model", "_names", "_keys", "_control", "_staging"):
             state.pop(key, None)
         return state
 
@@ -143,6 +151,7 @@ class ZcclHookState:
         self._names = None
         self._keys = {}
         self._control = None
+        self._staging = {}
         if state.get("residual_signatures") is not None:  # saved by 0.1 (per-bucket residuals)
             self.residuals = {}
             self.__dict__.pop("residual_signatures", None)
@@ -163,6 +172,17 @@ class ZcclHookState:
             )
             self._control = dist.new_group(ranks=ranks, backend="zccl")
         return self._control
+
+    def _staged(self, index: int, payload: int, role: str, numel: int,
+                dtype: torch.dtype) -> torch.Tensor:
+        """The staging buffer ``role`` of payload ``payload`` of bucket ``index`` (allocated on
+        first use, and again if the payload's size or dtype changed)."""
+        key = (index, payload, role)
+        buf = self._staging.get(key)
+        if buf is None or buf.numel() != numel or buf.dtype != dtype:
+            buf = torch.empty(numel, dtype=dtype)
+            self._staging[key] = buf
+        return buf
 
     def _policy(self) -> Policy:
         pol = current_policy(self.process_group, self.policy)
@@ -276,11 +296,18 @@ def _consecutive_views(
     return first.as_strided((sum(sizes),), (1,), first.storage_offset())
 
 
-def _gather(t: torch.Tensor, slices: list[_Slice]) -> torch.Tensor:
-    """The slices of ``t`` as one payload: a view when they are one slice, else a copy."""
+def _gather(t: torch.Tensor, slices: list[_Slice], into: Callable[[int], torch.Tensor]
+            ) -> torch.Tensor:
+    """The slices of ``t`` as one payload: a view when they are one slice, else copied into
+    ``into(total numel)``."""
     if len(slices) == 1:
         return t.narrow(0, *slices[0])
-    return torch.cat([t.narrow(0, off, n) for off, n in slices])
+    out = into(sum(n for _, n in slices))
+    pos = 0
+    for off, n in slices:
+        out.narrow(0, pos, n).copy_(t.narrow(0, off, n))
+        pos += n
+    return out
 
 
 def _scatter(dst: torch.Tensor, src: torch.Tensor, slices: list[_Slice]) -> None:
@@ -322,16 +349,23 @@ def compressed_allreduce_hook(
     # The bucket buffer is the hook's to overwrite (the result goes back into it): float32/64
     # buckets are scaled in place, half buckets widened once.
     x = buf.detach().reshape(-1)
-    x = x.div_(p) if x.dtype == work_dtype else x.to(work_dtype).div_(p)
+    if x.dtype != work_dtype:
+        x = x.to(work_dtype)
     policy = state._policy()
     groups = state._slices(bucket, policy)
 
     e = state.bucket_residual(bucket, work_dtype, live=True) if state.error_feedback else None
+    # x = g * (1/p) + e in one pass (a multiply, not a division: torch.add's alpha)
     if e is not None:
-        x.add_(e)
+        torch.add(e, x, alpha=1.0 / p, out=x)
+    else:
+        x.mul_(1.0 / p)
+
+    def staged(k: int, role: str) -> Callable[[int], torch.Tensor]:
+        return lambda numel: state._staged(index, k, role, numel, work_dtype)
 
     # Agree on every payload's statistics in one exact all_reduce (MAX).
-    payloads = [_gather(x, slices) for _, slices in groups]
+    payloads = [_gather(x, slices, staged(k, "payload")) for k, (_, slices) in enumerate(groups)]
     ctxs, stats, counts = [], [], []
     for (leaf, _), payload in zip(groups, payloads, strict=True):
         ctx = CallContext(
@@ -354,7 +388,9 @@ def compressed_allreduce_hook(
     plan: list[tuple[torch.Tensor, Decision]] = []
     decisions: list[tuple[float, int]] = []
     pos = 0
-    for (leaf, slices), payload, ctx, k in zip(groups, payloads, ctxs, counts, strict=True):
+    for ordinal, ((leaf, slices), payload, ctx, k) in enumerate(
+        zip(groups, payloads, ctxs, counts, strict=True)
+    ):
         d = leaf.decide(ctx, agreed[pos : pos + k])
         pos += k
         nbytes = payload.numel() * payload.element_size()
@@ -375,8 +411,9 @@ def compressed_allreduce_hook(
                 quantize(payload, d.error_bound, "abs", threads=threads, out=payload,
                          residual=residual.narrow(0, *slices[0]))
             else:
-                _, rest = quantize(payload, d.error_bound, "abs", threads=threads, out=payload,
-                                   residual=True)
+                rest = staged(ordinal, "residual")(payload.numel())
+                quantize(payload, d.error_bound, "abs", threads=threads, out=payload,
+                         residual=rest)
                 _scatter(residual, rest, slices)
         decisions.append((0.0 if d.exact else d.error_bound, payload.numel()))
         plan.append((payload, d))
