@@ -95,7 +95,8 @@ def train(name: str, args: argparse.Namespace, groups: ddp_comm.Groups, comm: MP
     torch.manual_seed(args.seed)  # same initial weights on every rank and in every contender
     model = ddp_workload.WideMLP(dims)
     steps = args.compute_steps if name == "compute" else args.steps
-    wrapped = ddp_comm.wrap(name, model, groups, args.start_iter, args.bucket_mb, args.zccl_rel)
+    rel = args.tuned_rel if name == "zccl_tuned" else args.zccl_rel
+    wrapped = ddp_comm.wrap(name, model, groups, args.start_iter, args.bucket_mb, rel)
     acct = wrapped.accounting
     opt = torch.optim.SGD(wrapped.model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss()
@@ -211,6 +212,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--zccl-rel", type=float, default=None,
                         help="zccl hook policy Rules(NormRelative(REL, 'rms')); default: the "
                         "hook's default policy (REL 1e-3)")
+    parser.add_argument("--tuned-rel", type=float, default=0.1,
+                        help="zccl_tuned's hook policy Rules(NormRelative(REL, 'rms'))")
     parser.add_argument("--tail", type=int, default=30, help="steps averaged for final loss")
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--lr-warmup", type=int, default=20)

@@ -43,7 +43,11 @@ import zccl_torch
 from zccl_torch import hooks
 from zccl_torch.policy import NormRelative, Rules
 
-CONTENDERS = ("mpi", "gloo", "fp16", "zccl", "compute")
+CONTENDERS = ("mpi", "gloo", "fp16", "zccl", "zccl_tuned", "compute")
+#: The zccl hook's contenders: ``zccl`` at the hook's default policy (or ``--zccl-rel``),
+#: ``zccl_tuned`` at ``--tuned-rel`` (its launcher also sets the environment of
+#: ``ddp_cluster.TUNED_ENV``).
+ZCCL_CONTENDERS = ("zccl", "zccl_tuned")
 
 
 def ring_bytes(payload_bytes: float, world: int) -> float:
@@ -181,8 +185,8 @@ class Wrapped:
 def wrap(name: str, model: nn.Module, groups: Groups, start_iter: int,
          bucket_mb: float, zccl_rel: float | None = None) -> Wrapped:
     """Wraps ``model`` (same initial weights on every rank) for contender ``name``; ``zccl_rel``:
-    the zccl hook's policy ``Rules(NormRelative(zccl_rel, "rms"))`` (None: the hook's default,
-    the same policy at 1e-3)."""
+    the zccl hook's policy ``Rules(NormRelative(zccl_rel, "rms"))`` for the zccl contenders
+    (None: the hook's default, the same policy at 1e-3)."""
     world = dist.get_world_size()
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if name == "compute":
@@ -194,7 +198,7 @@ def wrap(name: str, model: nn.Module, groups: Groups, start_iter: int,
             ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
         payload = grad_bytes / 2 if name == "fp16" else grad_bytes
         return Wrapped(ddp, lambda: ring_bytes(payload, world))
-    if name != "zccl":
+    if name not in ZCCL_CONTENDERS:
         raise ValueError(f"unknown contender {name!r}; expected one of {CONTENDERS}")
     # DDP broadcasts rank 0's weights at construction; on the default zccl group that broadcast
     # would be compressed (lossy), so it goes through MPI like in the other contenders.

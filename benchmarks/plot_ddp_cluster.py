@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 COLOR = {"mpi": "black", "gloo": "tab:gray", "fp16": "tab:blue", "zccl": "tab:red",
-         "compute": "tab:green"}
+         "zccl_tuned": "tab:orange", "compute": "tab:green"}
 SMOOTH = 15  # steps in the moving average of the loss curves
 
 
