@@ -212,7 +212,10 @@ def main() -> None:
     print_table(summary)
     argv = " ".join(sys.argv[1:])
     result = {
-        "command": f"python benchmarks/collectives.py {argv}".strip(),
+        # zccl settings from the environment reach every rank: part of the command to rerun
+        "command": " ".join([*(f"{k}={v}" for k, v in sorted(os.environ.items())
+                               if k.startswith("ZCCL_")),
+                             f"python benchmarks/collectives.py {argv}".strip()]),
         "machine": machine(), "rate": args.rate, "rel": args.rel, "data": args.data,
         "calibration": calibrations, "wall_s": time.time() - started,
         "summary": summary, "rows": rows,
