@@ -96,3 +96,22 @@ def test_live_residual_is_the_stored_buffer_only_when_back_to_back() -> None:
     assert torch.equal(reordered, torch.cat([stored[10:], stored[8:10], stored[6:8], stored[:6]]))
     # Another dtype: converted, never the stored buffer.
     assert state.bucket_residual(bucket, torch.float64, live=True).data_ptr() != stored.data_ptr()
+
+
+def test_staging_buffers_are_reused_resized_and_not_saved() -> None:
+    state = ZcclHookState()
+    first = state._staged(0, 1, "payload", 100, torch.float32)
+    # Same bucket, payload, role, size and dtype: the same memory (no allocation per step).
+    assert state._staged(0, 1, "payload", 100, torch.float32).data_ptr() == first.data_ptr()
+    # Another role or payload has its own buffer; a new size or dtype replaces the old one.
+    assert state._staged(0, 1, "residual", 100, torch.float32).data_ptr() != first.data_ptr()
+    assert state._staged(0, 2, "payload", 100, torch.float32).data_ptr() != first.data_ptr()
+    grown = state._staged(0, 1, "payload", 101, torch.float32)
+    assert grown.numel() == 101 and grown.dtype == torch.float32
+    wide = state._staged(0, 1, "payload", 101, torch.float64)
+    assert wide.numel() == 101 and wide.dtype == torch.float64
+    buf = io.BytesIO()
+    torch.save(state, buf)  # scratch memory is not part of a checkpoint
+    buf.seek(0)
+    restored = torch.load(buf, weights_only=False)
+    assert restored._staging == {} and "_staging" not in state.__getstate__()
