@@ -44,7 +44,7 @@ sys.path.insert(0, str(HERE))
 import ddp_cluster_summary  # noqa: E402
 import ddp_workload  # noqa: E402
 
-CONTENDERS = ("mpi", "gloo", "fp16", "zccl", "zccl_tuned", "compute")
+CONTENDERS = ("mpi", "gloo", "fp16", *ddp_cluster_summary.ZCCL, "compute")
 #: zccl_tuned's environment on top of its looser bound (``--tuned-rel``): zccl's own TCP
 #: transport (its waits block in ppoll, where Open MPI's TCP progress is polled; in DDP, where
 #: the backward pass wants the cores, 585 against 628 ms per step in trials) and the integer
@@ -191,7 +191,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if name not in CONTENDERS:
             parser.error(f"unknown contender {name!r}; expected some of {CONTENDERS}")
     # The zccl hook's exact warm-up iterations must not be timed as compressed steps.
-    if {"zccl", "zccl_tuned"} & set(args.contenders) and args.warmup < args.start_iter:
+    if set(ddp_cluster_summary.ZCCL) & set(args.contenders) and args.warmup < args.start_iter:
         parser.error(f"--warmup ({args.warmup}) must be >= --start-iter ({args.start_iter})")
     if args.steps <= args.warmup:
         parser.error("--steps must exceed --warmup (no timed steps otherwise)")

@@ -13,7 +13,10 @@ from typing import Any
 
 TARGETS = {"speedup_vs_best_uncompressed": 2.0, "speedup_vs_fp16": 1.5, "loss_rel_max": 0.02}
 UNCOMPRESSED = ("mpi", "gloo")
-ZCCL = ("zccl", "zccl_tuned")  # the hook's contenders, each judged against the targets
+#: The zccl hook's contenders, each judged against the targets: ``zccl`` at the hook's default
+#: policy (or ``--zccl-rel``), ``zccl_tuned`` at ``--tuned-rel`` (its launcher also sets
+#: ``ddp_cluster.TUNED_ENV``).
+ZCCL = ("zccl", "zccl_tuned")
 
 
 def _ring_fp32_bytes(row: dict) -> float:

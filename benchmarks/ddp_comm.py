@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from ddp_cluster_summary import ZCCL
 from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
@@ -43,11 +44,8 @@ import zccl_torch
 from zccl_torch import hooks
 from zccl_torch.policy import NormRelative, Rules
 
-CONTENDERS = ("mpi", "gloo", "fp16", "zccl", "zccl_tuned", "compute")
-#: The zccl hook's contenders: ``zccl`` at the hook's default policy (or ``--zccl-rel``),
-#: ``zccl_tuned`` at ``--tuned-rel`` (its launcher also sets the environment of
-#: ``ddp_cluster.TUNED_ENV``).
-ZCCL_CONTENDERS = ("zccl", "zccl_tuned")
+# ZCCL (the hook's contenders) is defined once, with the summary that judges them.
+CONTENDERS = ("mpi", "gloo", "fp16", *ZCCL, "compute")
 
 
 def ring_bytes(payload_bytes: float, world: int) -> float:
@@ -198,7 +196,7 @@ def wrap(name: str, model: nn.Module, groups: Groups, start_iter: int,
             ddp.register_comm_hook(group, default_hooks.fp16_compress_hook)
         payload = grad_bytes / 2 if name == "fp16" else grad_bytes
         return Wrapped(ddp, lambda: ring_bytes(payload, world))
-    if name not in ZCCL_CONTENDERS:
+    if name not in ZCCL:
         raise ValueError(f"unknown contender {name!r}; expected one of {CONTENDERS}")
     # DDP broadcasts rank 0's weights at construction; on the default zccl group that broadcast
     # would be compressed (lossy), so it goes through MPI like in the other contenders.

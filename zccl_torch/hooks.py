@@ -361,11 +361,11 @@ def compressed_allreduce_hook(
     else:
         x.mul_(1.0 / p)
 
-    def staged(k: int, role: str) -> Callable[[int], torch.Tensor]:
-        return lambda numel: state._staged(index, k, role, numel, work_dtype)
+    def payload_buffer(k: int) -> Callable[[int], torch.Tensor]:
+        return lambda numel: state._staged(index, k, "payload", numel, work_dtype)
 
     # Agree on every payload's statistics in one exact all_reduce (MAX).
-    payloads = [_gather(x, slices, staged(k, "payload")) for k, (_, slices) in enumerate(groups)]
+    payloads = [_gather(x, slices, payload_buffer(k)) for k, (_, slices) in enumerate(groups)]
     ctxs, stats, counts = [], [], []
     for (leaf, _), payload in zip(groups, payloads, strict=True):
         ctx = CallContext(
@@ -411,7 +411,7 @@ def compressed_allreduce_hook(
                 quantize(payload, d.error_bound, "abs", threads=threads, out=payload,
                          residual=residual.narrow(0, *slices[0]))
             else:
-                rest = staged(ordinal, "residual")(payload.numel())
+                rest = state._staged(index, ordinal, "residual", payload.numel(), work_dtype)
                 quantize(payload, d.error_bound, "abs", threads=threads, out=payload,
                          residual=rest)
                 _scatter(residual, rest, slices)
