@@ -1,8 +1,9 @@
 // Ring allreduce (ZCCL computation framework): reduce-scatter, then the data-movement allgather.
 // Every rank ends with bit-identical values.
 //
-// SUM/AVG (n values, p ranks; blocks of ceil(n/p) for the first n % p ranks, floor(n/p) after),
-// one segmented pipeline (segments: compute_common.h, RingSegments):
+// SUM/AVG (n values, p ranks), one segmented pipeline over interleaved blocks (compute_common.h,
+// RingSegments: the buffer is cut into segments of ~1 MiB and segment k belongs to block k % p,
+// which balances the compressed bytes on the links whatever part of the buffer compresses well):
 //   1. pipelined ring reduce-scatter (reduce_scatter_ring.cpp), in place: block r of buf ends
 //      holding the reduction of block r on rank r, segment by segment;
 //   2. as soon as segment j of block r is final (segment_done): compress it once, isend the
@@ -73,12 +74,11 @@ namespace {
 
 // Steps 2-3 above for SUM/AVG: the reduce-scatter runs inside, calling back per final segment.
 template <class T>
-void pipelined_sum_allreduce(Comm& comm, T* buf, const Blocks& blocks, ReduceOp op, double eb,
+void pipelined_sum_allreduce(Comm& comm, T* buf, const RingSegments& seg, ReduceOp op, double eb,
                              const Config& cfg, Stats& st) {
   const Ring ring(comm.size(), comm.rank());
   const int p = ring.p, r = ring.rank, next = ring.next, prev = ring.prev;
   const int tag = comm.next_tag_base();  // the allgather's; the reduce-scatter takes the next
-  const RingSegments seg = RingSegments::plan(blocks, dtype_of<T>(), cfg);
   const int S = seg.per_block;
   Codec codec = Codec::for_reduction(dtype_of<T>(), eb, cfg, st);
   const size_t cap = codec.capacity(seg.seg_len);
@@ -93,24 +93,22 @@ void pipelined_sum_allreduce(Comm& comm, T* buf, const Blocks& blocks, ReduceOp 
     poll_first(comm, rx);
     poll_first(comm, tx);
   };
-  auto at = [&seg](T* base, int j, size_t n) { return n ? base + seg.begin(j) : base; };
 
   const SegmentDone start_allgather = [&](int j) {
-    const size_t n = seg.len(blocks.count[r], j);
-    T* const own = at(buf + blocks.offset[r], j, n);
+    const size_t n = seg.len(r, j);
+    T* const own = buf + seg.begin(r, j);
     uint8_t* const stream = own_area + static_cast<size_t>(j) * cap;
     const size_t bytes = codec.compress(own, n, stream, cap, &poll);
     tx[received + j].start(comm.isend(stream, bytes, next, tag));
     st.bytes_sent += bytes;
     codec.decompress(stream, bytes, own, n, r, &poll);
   };
-  ring_reduce_scatter(comm, RingBuffers<T>{buf, buf, nullptr}, blocks, op, eb, cfg, st,
+  ring_reduce_scatter(comm, RingBuffers<T>{buf, buf, nullptr}, seg, op, eb, cfg, st,
                       &start_allgather);
 
   relay_allgather(comm, ring, S, rx, tx, rx_area, cap, tag, st,
                   [&](const uint8_t* stream, size_t got, int b, int j) {
-                    const size_t n = seg.len(blocks.count[b], j);
-                    codec.decompress(stream, got, at(buf + blocks.offset[b], j, n), n, prev,
+                    codec.decompress(stream, got, buf + seg.begin(b, j), seg.len(b, j), prev,
                                      &poll);
                   });
 }
@@ -122,15 +120,16 @@ void ring_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb, co
                     Stats& st) {
   const int p = comm.size(), r = comm.rank();
   if (p == 1) return;
-  const Blocks blocks = Blocks::balanced(count, p);
   if (is_min_max(op)) {
+    const Blocks blocks = Blocks::balanced(count, p);
     const double eb_half = split_bound(eb, 2);
     exchange_reduce_scatter(comm, buf, buf + blocks.offset[r], blocks, op, eb_half, cfg, st);
     allgather_decompressed(comm, buf, blocks, eb_half, cfg, st);
     return;
   }
-  if (!(cfg.integer_ring && integer_ring_allreduce(comm, buf, blocks, eb, cfg, st))) {
-    pipelined_sum_allreduce(comm, buf, blocks, op, eb, cfg, st);
+  const RingSegments seg = RingSegments::interleaved(count, p, dtype_of<T>(), cfg);
+  if (!(cfg.integer_ring && integer_ring_allreduce(comm, buf, seg, eb, cfg, st))) {
+    pipelined_sum_allreduce(comm, buf, seg, op, eb, cfg, st);
   }
   if (op == ReduceOp::Avg) kernels::divide(buf, count, p, cfg.threads);
 }

@@ -3,7 +3,7 @@
 // see compress/fzcodes.h for the segment format and its arithmetic).
 //
 // Same ring, blocks and segments as allreduce_ring.cpp (p ranks, rank r, block b belongs to rank
-// b, each block cut into S segments of ~1 MiB that travel as their own messages):
+// b, S segments of ~1 MiB per block, interleaved in the buffer, each its own message):
 //   1. reduce-scatter, for (step s = 0 .. p-1, segment j) in order, block b = r-s-1 (mod p):
 //        s = 0:       quantise segment j of the local block b into a code segment, isend to next;
 //        1 <= s < p-1: wait for segment j of block b from prev, combine it with the local
@@ -48,7 +48,7 @@
 namespace zccl::coll::compute {
 
 template <class T>
-bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
+bool integer_ring_allreduce(Comm& comm, T* buf, const RingSegments& seg, double eb,
                             const Config& cfg, Stats& st) {
   const Ring ring(comm.size(), comm.rank());
   const int p = ring.p, next = ring.next, prev = ring.prev;
@@ -57,7 +57,6 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
   st.integer_hop = true;
   const int ag_tag = comm.next_tag_base();
   const int rs_tag = comm.next_tag_base();
-  const RingSegments seg = RingSegments::plan(blocks, dtype_of<T>(), cfg);
   const int S = seg.per_block;
   const int W = std::clamp(cfg.threads > 0 ? cfg.threads : fz::default_threads(), 1, S);
   // One codec per lane, each counting into its own Stats (lane 0: the call's); the other lanes'
@@ -82,13 +81,10 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
     poll_first(comm, ag_rx);
   };
   auto on_lane = [&poll](int lane) { return lane == 0 ? &poll : nullptr; };
-  auto at = [&seg](auto* base, int j, size_t n) { return n ? base + seg.begin(j) : base; };
 
   std::vector<size_t> in_len(static_cast<size_t>(W)), out_len(static_cast<size_t>(W));
   for (int s = 0; s <= p - 1; ++s) {
     const int b = ring.before(s + 1);  // sent at step s, received at step s-1
-    const size_t count = blocks.count[b];
-    T* const block = buf + blocks.offset[b];
     const bool final_step = s == p - 1;
     // The final step's segment j is the allgather's own segment j, and (the same values every
     // other rank will decode from it) this rank's result, written over its local values.
@@ -104,11 +100,11 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
       }
       run_lanes(w, W, [&](int lane, int k) {
         const int j = j0 + k;
-        const size_t n = seg.len(count, j);
+        const size_t n = seg.len(b, j);
         const uint8_t* in = s >= 1 ? slots.recv_buf(s - 1, j) : nullptr;
-        T* const values = final_step ? at(block, j, n) : nullptr;
-        out_len[k] = lanes[lane].combine(in, in_len[k], at(block, j, n), n, dst_of(j), cap, prev,
-                                         on_lane(lane), values);
+        T* const mine = buf + seg.begin(b, j);
+        out_len[k] = lanes[lane].combine(in, in_len[k], mine, n, dst_of(j), cap, prev,
+                                         on_lane(lane), final_step ? mine : nullptr);
       });
       for (int k = 0; k < w; ++k) {
         const int j = j0 + k;
@@ -133,9 +129,8 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
   auto decode_window = [&] {
     run_lanes(static_cast<int>(window.size()), W, [&](int lane, int k) {
       const Received& r = window[static_cast<size_t>(k)];
-      const size_t n = seg.len(blocks.count[r.block], r.segment);
-      lanes[lane].decode(r.stream, r.bytes, at(buf + blocks.offset[r.block], r.segment, n), n,
-                         prev, on_lane(lane));
+      lanes[lane].decode(r.stream, r.bytes, buf + seg.begin(r.block, r.segment),
+                         seg.len(r.block, r.segment), prev, on_lane(lane));
     });
     window.clear();
   };
@@ -149,9 +144,9 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
   return true;
 }
 
-template bool integer_ring_allreduce<float>(Comm&, float*, const Blocks&, double,
+template bool integer_ring_allreduce<float>(Comm&, float*, const RingSegments&, double,
                                             const Config&, Stats&);
-template bool integer_ring_allreduce<double>(Comm&, double*, const Blocks&, double,
+template bool integer_ring_allreduce<double>(Comm&, double*, const RingSegments&, double,
                                              const Config&, Stats&);
 
 }  // namespace zccl::coll::compute

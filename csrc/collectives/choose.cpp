@@ -68,7 +68,8 @@ void reduce_scatter_typed(Comm& comm, const T* send, T* recv, size_t count, Redu
     if (is_min_max(op) && alg == Algorithm::Ring) {
       exchange_reduce_scatter(comm, send, out, blocks, op, eb, cfg, st);
     } else if (alg == Algorithm::Ring) {
-      ring_reduce_scatter(comm, RingBuffers<T>{send, nullptr, out}, blocks, op, eb, cfg, st);
+      ring_reduce_scatter(comm, RingBuffers<T>{send, nullptr, out},
+                          RingSegments::contiguous(blocks, dtype_of<T>(), cfg), op, eb, cfg, st);
     } else {  // CprP2P; MIN/MAX: p-1 compressions on a chain share eb
       const double eb_hop = is_min_max(op) ? split_bound(eb, p - 1) : eb;
       cprp2p_reduce_scatter(comm, RingBuffers<T>{send, nullptr, out}, blocks, op, eb_hop, cfg, st);

@@ -22,7 +22,11 @@ bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes) {
   return pa < pb + bbytes && pb < pa + abytes;
 }
 
-RingSegments RingSegments::plan(const Blocks& blocks, DType dt, const Config& cfg) {
+namespace {
+
+// Values per ring segment when the longest block holds `longest` values: ~1 MiB of input (or
+// cfg.segment_bytes), whole chunks, at most kMaxSegmentsPerBlock per block, at most a block.
+size_t segment_values(size_t longest, DType dt, const Config& cfg) {
   // ~1 MiB of input per segment: its compressed form (tens to hundreds of KB) keeps a 1-10 Gbit/s
   // link busy for 0.1-1 ms, long against MPI's per-message cost, short against a 16 MB block.
   constexpr size_t kDefaultSegmentBytes = size_t{1} << 20;
@@ -32,13 +36,49 @@ RingSegments RingSegments::plan(const Blocks& blocks, DType dt, const Config& cf
   const size_t target = cfg.segment_bytes > 0 ? cfg.segment_bytes : kDefaultSegmentBytes;
   size_t seg = std::max<size_t>(1, target / es);
   if (seg >= cfg.chunk_len) seg -= seg % cfg.chunk_len;  // whole chunks: no short chunk per segment
-  const size_t longest = std::max<size_t>(1, blocks.max_count);
+  longest = std::max<size_t>(1, longest);
   seg = std::max(seg, (longest + kMaxSegmentsPerBlock - 1) / kMaxSegmentsPerBlock);
-  seg = std::min(seg, longest);
+  return std::min(seg, longest);
+}
+
+size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+RingSegments RingSegments::contiguous(const Blocks& blocks, DType dt, const Config& cfg) {
   RingSegments plan;
-  plan.seg_len = seg;
-  plan.per_block = static_cast<int>((longest + seg - 1) / seg);
+  plan.offset_ = blocks.offset;
+  plan.count_ = blocks.count;
+  plan.p_ = static_cast<int>(blocks.count.size());
+  plan.seg_len = segment_values(blocks.max_count, dt, cfg);
+  plan.per_block = static_cast<int>(ceil_div(std::max<size_t>(1, blocks.max_count), plan.seg_len));
   return plan;
+}
+
+RingSegments RingSegments::interleaved(size_t total, int p, DType dt, const Config& cfg) {
+  RingSegments plan;
+  plan.total_ = total;
+  plan.p_ = p;
+  const size_t np = static_cast<size_t>(p);
+  plan.seg_len = segment_values(ceil_div(total, np), dt, cfg);
+  plan.per_block = static_cast<int>(std::max<size_t>(1, ceil_div(ceil_div(total, plan.seg_len), np)));
+  return plan;
+}
+
+size_t RingSegments::begin(int b, int j) const {
+  const size_t jj = static_cast<size_t>(j);
+  if (is_interleaved()) {
+    return std::min(total_, (jj * static_cast<size_t>(p_) + static_cast<size_t>(b)) * seg_len);
+  }
+  const size_t bb = static_cast<size_t>(b);
+  return offset_[bb] + std::min(count_[bb], jj * seg_len);
+}
+
+size_t RingSegments::len(int b, int j) const {
+  const size_t start = begin(b, j);
+  const size_t end = is_interleaved() ? total_ : offset_[static_cast<size_t>(b)] +
+                                                     count_[static_cast<size_t>(b)];
+  return std::min(seg_len, end - start);
 }
 
 ParitySlots::ParitySlots(Comm& comm_, int p, int S_, size_t cap_, int prev_, int tag_)

@@ -43,21 +43,38 @@ void add_stats(Stats& a, const Stats& b);
 bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes);
 
 // Segments of the pipelined ring (reduce-scatter and the allreduce's allgather stage). Every block
-// is cut into the same number of segments of seg_len values (the last segments of a shorter
-// block are short or empty); each segment is compressed as its own stream and travels as its own
-// message, so a step's transfers overlap its compression and step s+1 forwards segment j as soon
-// as step s delivered it (cut-through), instead of a whole block per step (store and forward).
+// has per_block segments of seg_len values (a block's last segments are short or empty); each
+// segment is compressed as its own stream and travels as its own message, so a step's transfers
+// overlap its compression and step s+1 forwards segment j as soon as step s delivered it
+// (cut-through), instead of a whole block per step (store and forward).
+// Two layouts of the p blocks in the buffer:
+//   contiguous (reduce_scatter, reduce): block b is the range at blocks.offset[b] of a Blocks
+//     layout, its segment j at j * seg_len inside it (reduce_scatter's output is block r);
+//   interleaved (allreduce, whose blocks are its own business): the buffer is cut into segments
+//     of seg_len values and segment k is segment k / p of block k % p. A field whose activity sits
+//     in one part of the buffer compresses very differently by contiguous quarter (the 64 MB
+//     benchmark wavefield at REL 1e-4: 1932, 1371, 60 and 17 KB), and a ring rank's links carry
+//     every block but one, so the rank missing the smallest block waited ~35% longer than the one
+//     missing the largest; interleaved, the quarters held 833-858 KB.
 // All ranks must plan alike: Config::segment_bytes must be equal on all ranks.
 struct RingSegments {
   size_t seg_len = 1;  // values per segment
   int per_block = 1;   // segments per block
-  size_t begin(int j) const { return static_cast<size_t>(j) * seg_len; }
-  // Values of segment j in a block of block_count values (0 past the block's end).
-  size_t len(size_t block_count, int j) const {
-    const size_t b = begin(j);
-    return b >= block_count ? 0 : std::min(seg_len, block_count - b);
-  }
-  static RingSegments plan(const Blocks& blocks, DType dt, const Config& cfg);
+
+  static RingSegments contiguous(const Blocks& blocks, DType dt, const Config& cfg);
+  static RingSegments interleaved(size_t total, int p, DType dt, const Config& cfg);
+  bool is_interleaved() const { return offset_.empty(); }
+  // Where segment j of block b starts in the buffer, in values (its block's end, or the
+  // buffer's, when it is empty: never past the buffer), and how many values it holds.
+  size_t begin(int b, int j) const;
+  size_t len(int b, int j) const;
+  // begin() relative to the start of block b (contiguous layout only).
+  size_t within(int b, int j) const { return begin(b, j) - offset_[static_cast<size_t>(b)]; }
+
+ private:
+  std::vector<size_t> offset_, count_;  // contiguous: the blocks; interleaved: empty
+  size_t total_ = 0;
+  int p_ = 1;
 };
 
 // A non-blocking operation polled from the compressor's progress hook.
@@ -175,9 +192,11 @@ Config with_error_bound(const Config& cfg, double eb);
 // ---- Internal entry points (T = float or double; explicitly instantiated in their files) ----
 
 // Where a ring reduce-scatter reads each rank-local block and accumulates partial results.
-// local(b) = local + blocks.offset[b]; acc(b) = single ? single : acc_base + blocks.offset[b].
-// In-place allreduce: local == acc_base, single == nullptr. Out-of-place reduce_scatter:
-// single = the output (the partial being forwarded lives there between steps).
+// Whole blocks (cprp2p.cpp): local(b) = local + blocks.offset[b]; acc(b) = single ? single :
+// acc_base + blocks.offset[b]. Segments (the pipelined ring): the same at seg.begin(b, j), with
+// single + seg.within(b, j). In-place allreduce: local == acc_base, single == nullptr.
+// Out-of-place reduce_scatter: single = the output (the partial being forwarded lives there
+// between steps; contiguous layout only).
 template <class T>
 struct RingBuffers {
   const T* local = nullptr;
@@ -185,6 +204,10 @@ struct RingBuffers {
   T* single = nullptr;
   T* acc(const Blocks& b, int block) const { return single ? single : acc_base + b.offset[block]; }
   const T* loc(const Blocks& b, int block) const { return local + b.offset[block]; }
+  T* acc(const RingSegments& s, int b, int j) const {
+    return single ? single + s.within(b, j) : acc_base + s.begin(b, j);
+  }
+  const T* loc(const RingSegments& s, int b, int j) const { return local + s.begin(b, j); }
 };
 
 // reduce_scatter_ring.cpp: pipelined ring reduce-scatter (SUM/AVG; AVG is not divided here).
@@ -193,8 +216,8 @@ struct RingBuffers {
 // reduced (the allreduce starts its allgather stage there, segment by segment).
 using SegmentDone = std::function<void(int)>;
 template <class T>
-void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blocks, ReduceOp op,
-                         double eb, const Config& cfg, Stats& st,
+void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const RingSegments& seg,
+                         ReduceOp op, double eb, const Config& cfg, Stats& st,
                          const SegmentDone* segment_done = nullptr);
 
 // reduce_scatter_minmax.cpp: MIN/MAX reduce-scatter by one exchange of compressed blocks.
@@ -216,11 +239,11 @@ template <class T>
 void allgather_decompressed(Comm& comm, T* buf, const Blocks& blocks, double eb,
                             const Config& cfg, Stats& st);
 
-// allreduce_ring_integer.cpp: the ring for SUM/AVG (AVG not divided here) on integer codes,
-// cfg.threads segments at a time (0: the OpenMP default); false (nothing done) when eb has no
-// integer grid (eb == 0 or subnormal).
+// allreduce_ring_integer.cpp: the ring for SUM/AVG (AVG not divided here) on integer codes, in
+// place on buf with the layout `seg`, cfg.threads segments at a time (0: the OpenMP default);
+// false (nothing done) when eb has no integer grid (eb == 0 or subnormal).
 template <class T>
-bool integer_ring_allreduce(Comm& comm, T* buf, const Blocks& blocks, double eb,
+bool integer_ring_allreduce(Comm& comm, T* buf, const RingSegments& seg, double eb,
                             const Config& cfg, Stats& st);
 
 // allreduce_recursive_doubling.cpp

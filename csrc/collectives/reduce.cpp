@@ -46,7 +46,8 @@ void ring_reduce(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const 
     eb_gather = split_bound(eb, 2);
     exchange_reduce_scatter(comm, buf, buf + blocks.offset[r], blocks, op, eb_gather, cfg, st);
   } else {
-    ring_reduce_scatter(comm, RingBuffers<T>{buf, buf, nullptr}, blocks, op, eb, cfg, st);
+    ring_reduce_scatter(comm, RingBuffers<T>{buf, buf, nullptr},
+                        RingSegments::contiguous(blocks, dtype_of<T>(), cfg), op, eb, cfg, st);
   }
   T* const mine = workspace<T>(kSlotScratch, c);
   std::copy(buf + blocks.offset[r], buf + blocks.offset[r] + blocks.count[r], mine);

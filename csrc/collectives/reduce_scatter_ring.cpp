@@ -1,6 +1,7 @@
 // Ring reduce-scatter with the pipelined compressor (ZCCL computation framework), SUM and AVG.
 //
-// Ring (p ranks, rank r, next = r+1, prev = r-1 mod p; block b of the layout belongs to rank b):
+// Ring (p ranks, rank r, next = r+1, prev = r-1 mod p; block b of the layout -- contiguous or
+// interleaved, see RingSegments -- belongs to rank b):
 // at step s = 0 .. p-2 rank r sends block bs = r-s-1 (mod p) -- its own values at s = 0, later
 // the partial sum it accumulated at step s-1 -- and receives block r-s-2 from prev, the partial
 // sum of ranks r-s-1 .. r-1. After step p-2 block r holds the full reduction.
@@ -47,17 +48,20 @@
 namespace zccl::coll::compute {
 
 template <class T>
-void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blocks, ReduceOp op,
-                         double eb, const Config& cfg, Stats& st, const SegmentDone* segment_done) {
+void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const RingSegments& seg,
+                         ReduceOp op, double eb, const Config& cfg, Stats& st,
+                         const SegmentDone* segment_done) {
   if (is_min_max(op)) {
     throw std::logic_error("zccl: ring_reduce_scatter handles SUM/AVG only (MIN/MAX: exchange)");
+  }
+  if (io.single != nullptr && seg.is_interleaved()) {
+    throw std::logic_error("zccl: ring_reduce_scatter: an output block needs the contiguous layout");
   }
   const Ring ring(comm.size(), comm.rank());
   const int p = ring.p, next = ring.next, prev = ring.prev;
   if (p == 1) return;
   const int tag = comm.next_tag_base();
 
-  const RingSegments seg = RingSegments::plan(blocks, dtype_of<T>(), cfg);
   const int S = seg.per_block;
   Codec codec = Codec::for_reduction(dtype_of<T>(), eb, cfg, st);
   const size_t cap = codec.capacity(seg.seg_len);
@@ -68,27 +72,23 @@ void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blo
     poll_first(comm, slots.rx);
     poll_first(comm, slots.tx);
   };
-  auto at = [&seg](auto* base, int j, size_t n) { return n ? base + seg.begin(j) : base; };
 
   for (int s = 0; s <= p - 1; ++s) {
     const int b = ring.before(s + 1);  // sent at step s, received at step s-1
-    const size_t count = blocks.count[b];
     for (int j = 0; j < S; ++j) {
-      const size_t n = seg.len(count, j);
+      const size_t n = seg.len(b, j);
       if (s >= 1) {
         const size_t got = slots.rx[slots.slot(s - 1, j)].finish(comm);
         codec.decompress(slots.recv_buf(s - 1, j), got, scratch, n, prev, &poll);
-        T* acc = io.acc(blocks, b);
-        kernels::reduce_into(at(acc, j, n), at(io.loc(blocks, b), j, n), scratch,
-                             n, op, cfg.threads);
+        kernels::reduce_into(io.acc(seg, b, j), io.loc(seg, b, j), scratch, n, op, cfg.threads);
         if (s + 1 <= p - 2) slots.post_recv(s + 1, j);  // same slot: (s+1) % 2 == (s-1) % 2
       }
       if (s <= p - 2) {
         Pending& send = slots.tx[slots.slot(s, j)];
         send.finish(comm);  // the send of step s-2 from this slot
-        const T* src = s == 0 ? io.loc(blocks, b) : io.acc(blocks, b);
+        const T* src = s == 0 ? io.loc(seg, b, j) : io.acc(seg, b, j);
         uint8_t* const dst = slots.send_buf(s, j);
-        const size_t bytes = codec.compress(at(src, j, n), n, dst, cap, &poll);
+        const size_t bytes = codec.compress(src, n, dst, cap, &poll);
         send.start(comm.isend(dst, bytes, next, tag));
         st.bytes_sent += bytes;
       } else if (segment_done != nullptr) {
@@ -99,11 +99,11 @@ void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const Blocks& blo
   finish_all(comm, slots.tx);
 }
 
-template void ring_reduce_scatter<float>(Comm&, const RingBuffers<float>&, const Blocks&,
+template void ring_reduce_scatter<float>(Comm&, const RingBuffers<float>&, const RingSegments&,
                                          ReduceOp, double, const Config&, Stats&,
                                          const SegmentDone*);
-template void ring_reduce_scatter<double>(Comm&, const RingBuffers<double>&, const Blocks&,
-                                          ReduceOp, double, const Config&, Stats&,
-                                          const SegmentDone*);
+template void ring_reduce_scatter<double>(Comm&, const RingBuffers<double>&,
+                                          const RingSegments&, ReduceOp, double, const Config&,
+                                          Stats&, const SegmentDone*);
 
 }  // namespace zccl::coll::compute
