@@ -2,7 +2,8 @@
 
 OSU/nccl-tests style: for each collective, size and contender, ``warmup`` untimed iterations,
 then ``iters`` timed ones with an MPI barrier before each; each rank averages its own times,
-then rank 0 records the average, minimum and maximum of those across ranks. The correctness
+then rank 0 records the average, minimum and maximum of those across ranks, and every rank's
+average (``time_per_rank_s``, in rank order: a straggler shows there). The correctness
 check (max error, PSNR, documented bound) runs on the last output, outside the timed loop,
 against an exact float64 reference.
 
@@ -253,6 +254,7 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: dist.ProcessGroup
     row = {
         "contender": name, "time_avg_s": statistics.fmean(per_rank),
         "time_min_s": min(per_rank), "time_max_s": max(per_rank), "iters": len(times),
+        "time_per_rank_s": per_rank,  # rank order: a straggler shows here
         "bytes": nbytes, "max_abs_error": err, "psnr_db": psnr,
     }
     row["algbw_GBps"] = nbytes / row["time_max_s"] / 1e9
