@@ -1,11 +1,14 @@
 // Reduce to a root with compression: two algorithms.
 //
 // Ring (large messages): reduce-scatter + data-movement gather.
-//   1. blocks of c = ceil(n/p) values (the last ones shorter or empty); the pipelined ring
-//      reduce-scatter (SUM/AVG, reduce_scatter_ring.cpp) or the compressed exchange (MIN/MAX,
-//      reduce_scatter_minmax.cpp) leaves block r reduced on rank r, in place in buf;
-//   2. coll::gather of the blocks (padded to c values; zeros compress to one byte per 32 values)
-//      to the root: each block is compressed once and decompressed once at the root.
+//   1. SUM/AVG: the pipelined ring reduce-scatter (reduce_scatter_ring.cpp) on the all_reduce's
+//      interleaved blocks (RingSegments: ~1 MiB segments, segment k in block k % p, so the links
+//      carry equal shares of compressed bytes); MIN/MAX: the compressed exchange
+//      (reduce_scatter_minmax.cpp) on contiguous blocks of ceil(n/p) values. Either leaves block
+//      r reduced on rank r, in place in buf;
+//   2. coll::gather of the blocks, packed (padded with zeros to the largest block, c values;
+//      zeros compress to one byte per 32 values) to the root, which unpacks them into place:
+//      each block is compressed once and decompressed once at the root.
 //   Cost: (p-1) alpha + (p-1)/p n w (beta/R + 1/C + 1/D + gamma) for step 1 plus the gather's
 //   log p alpha + (p-1)/p n w beta/R + n w/p /C + (p-1)/p n w /D.
 //   Error: SUM (p-1) eb + eb = p eb (the root's own block only (p-1) eb if the gather keeps it
@@ -24,6 +27,8 @@
 // algorithm (Ring p eb; tree (p-1) eb <= RD's (p + p' - 2) eb and CprP2P's 2 (p-1) eb).
 #include <algorithm>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "compute_common.h"
 #include "reduce_kernels.h"
@@ -38,25 +43,45 @@ template <class T>
 void ring_reduce(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const Config& cfg,
                  Stats& st) {
   const int p = comm.size(), r = comm.rank();
-  const Blocks blocks = Blocks::padded(count, p);
-  const size_t c = blocks.max_count;
   const double eb = cfg.error_bound;
   double eb_gather = eb;
+  // Where each rank's reduced values lie in buf: (offset, count) runs in order.
+  std::vector<std::vector<std::pair<size_t, size_t>>> runs(static_cast<size_t>(p));
   if (is_min_max(op)) {
+    const Blocks blocks = Blocks::padded(count, p);
     eb_gather = split_bound(eb, 2);
     exchange_reduce_scatter(comm, buf, buf + blocks.offset[r], blocks, op, eb_gather, cfg, st);
+    for (int b = 0; b < p; ++b) runs[b].emplace_back(blocks.offset[b], blocks.count[b]);
   } else {
-    ring_reduce_scatter(comm, RingBuffers<T>{buf, buf, nullptr},
-                        RingSegments::contiguous(blocks, dtype_of<T>(), cfg), op, eb, cfg, st);
+    const RingSegments seg = RingSegments::interleaved(count, p, dtype_of<T>(), cfg);
+    ring_reduce_scatter(comm, RingBuffers<T>{buf, buf, nullptr}, seg, op, eb, cfg, st);
+    for (int b = 0; b < p; ++b) {
+      for (int j = 0; j < seg.per_block; ++j) runs[b].emplace_back(seg.begin(b, j), seg.len(b, j));
+    }
   }
+  auto values_of = [&](int b) {
+    size_t n = 0;
+    for (const auto& run : runs[b]) n += run.second;
+    return n;
+  };
+  size_t c = 0;  // the gather's block: the largest rank's values, the others padded with zeros
+  for (int b = 0; b < p; ++b) c = std::max(c, values_of(b));
   T* const mine = workspace<T>(kSlotScratch, c);
-  std::copy(buf + blocks.offset[r], buf + blocks.offset[r] + blocks.count[r], mine);
-  std::fill(mine + blocks.count[r], mine + c, T(0));
+  T* at = mine;
+  for (const auto& [offset, n] : runs[r]) at = std::copy(buf + offset, buf + offset + n, at);
+  std::fill(at, mine + c, T(0));
   T* const all = r == root ? workspace<T>(kSlotScratch2, c * static_cast<size_t>(p)) : nullptr;
   Stats sub;
   gather(comm, mine, all, c, dtype_of<T>(), root, with_error_bound(cfg, eb_gather), &sub);
   add_stats(st, sub);
-  if (r == root) std::copy(all, all + count, buf);  // block b sits at b*c in both
+  if (r != root) return;
+  for (int b = 0; b < p; ++b) {
+    const T* from = all + static_cast<size_t>(b) * c;
+    for (const auto& [offset, n] : runs[b]) {
+      std::copy(from, from + n, buf + offset);
+      from += n;
+    }
+  }
 }
 
 template <class T>

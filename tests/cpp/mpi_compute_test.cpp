@@ -299,16 +299,19 @@ void run_reduce_scatter(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t 
 
 template <class T>
 void run_reduce(Comm& comm, Algorithm a, ReduceOp op, double eb, size_t n, uint64_t seed,
-                int root) {
+                int root, size_t segment_bytes = 0) {
   const int p = comm.size(), r = comm.rank();
   const DType dt = std::is_same_v<T, float> ? DType::Float32 : DType::Float64;
   std::vector<std::vector<T>> inputs;
   for (int j = 0; j < p; ++j) inputs.push_back(make_input<T>(seed, j, n, false));
   std::vector<T> buf = inputs[static_cast<size_t>(r)];
   Stats st;
-  coll::reduce(comm, buf.data(), n, dt, op, root, make_cfg(a, eb), &st);
+  Config cfg = make_cfg(a, eb);
+  cfg.segment_bytes = segment_bytes;
+  coll::reduce(comm, buf.data(), n, dt, op, root, cfg, &st);
   const std::string what =
-      describe("reduce", a, dt, op, eb, n, p) + " root=" + std::to_string(root);
+      describe("reduce", a, dt, op, eb, n, p) + " root=" + std::to_string(root) +
+      (segment_bytes ? " segment_bytes=" + std::to_string(segment_bytes) : "");
   if (r == root) {
     const Reference ref = reference(inputs, 0, n, op);
     const double bound = coll::output_error_bound(st.algorithm, op, p, eb, true);
@@ -400,7 +403,8 @@ void test_reduce_matrix(Comm& comm) {
 
 // The segmented ring pipeline (RingSegments) with small segments, so blocks hold many segments
 // and the shorter blocks of an unbalanced layout end in short or empty ones; the reduce-scatter
-// and the allgather stage then overlap across many messages. Counts: fewer values than ranks,
+// and the allgather stage then overlap across many messages. all_reduce and reduce interleave
+// their blocks, reduce_scatter keeps them contiguous. Counts: fewer values than ranks,
 // exactly one segment per block, one value more, several segments with a ragged last block.
 void test_segmented_ring(Comm& comm) {
   const size_t p = static_cast<size_t>(comm.size());
@@ -415,6 +419,12 @@ void test_segmented_ring(Comm& comm) {
       run_allreduce<float>(comm, Algorithm::Ring, op, 0.0, n, ++seed, true, false,
                            seg * sizeof(float));
     }
+    // reduce: the all_reduce's interleaved blocks, packed for the gather and unpacked at the root.
+    const int root = static_cast<int>(n % p);
+    run_reduce<float>(comm, Algorithm::Ring, ReduceOp::Sum, 1e-3, n, ++seed, root,
+                      seg * sizeof(float));
+    run_reduce<double>(comm, Algorithm::Ring, ReduceOp::Avg, 1e-4, n, ++seed,
+                       (root + 1) % static_cast<int>(p), seg * sizeof(double));
     if (n % p == 0) {
       run_reduce_scatter<float>(comm, Algorithm::Ring, ReduceOp::Sum, 1e-3, n / p, ++seed, false,
                                 seg * sizeof(float));
