@@ -48,14 +48,14 @@ bool overlaps(const void* a, size_t abytes, const void* b, size_t bbytes);
 // overlap its compression and step s+1 forwards segment j as soon as step s delivered it
 // (cut-through), instead of a whole block per step (store and forward).
 // Two layouts of the p blocks in the buffer:
-//   contiguous (reduce_scatter, reduce): block b is the range at blocks.offset[b] of a Blocks
-//     layout, its segment j at j * seg_len inside it (reduce_scatter's output is block r);
-//   interleaved (allreduce, whose blocks are its own business): the buffer is cut into segments
-//     of seg_len values and segment k is segment k / p of block k % p. A field whose activity sits
-//     in one part of the buffer compresses very differently by contiguous quarter (the 64 MB
-//     benchmark wavefield at REL 1e-4: 1932, 1371, 60 and 17 KB), and a ring rank's links carry
-//     every block but one, so the rank missing the smallest block waited ~35% longer than the one
-//     missing the largest; interleaved, the quarters held 833-858 KB.
+//   contiguous (reduce_scatter): block b is the range at blocks.offset[b] of a Blocks layout,
+//     its segment j at j * seg_len inside it (reduce_scatter's output is block r);
+//   interleaved (allreduce, reduce: their blocks are their own business): the buffer is cut
+//     into segments of seg_len values and segment k is segment k / p of block k % p. A field
+//     whose activity sits in one part of the buffer compresses very differently by contiguous
+//     quarter (the 64 MB benchmark wavefield at REL 1e-4: 1932, 1371, 60 and 17 KB), and a ring
+//     rank's sends leave out one block per stage, so the links differ in load: at 1 Gbit/s the
+//     slowest rank took ~35% longer than the fastest. Interleaved, the quarters held 833-858 KB.
 // All ranks must plan alike: Config::segment_bytes must be equal on all ranks.
 struct RingSegments {
   size_t seg_len = 1;  // values per segment
