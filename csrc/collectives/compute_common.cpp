@@ -61,7 +61,8 @@ RingSegments RingSegments::interleaved(size_t total, int p, DType dt, const Conf
   plan.p_ = p;
   const size_t np = static_cast<size_t>(p);
   plan.seg_len = segment_values(ceil_div(total, np), dt, cfg);
-  plan.per_block = static_cast<int>(std::max<size_t>(1, ceil_div(ceil_div(total, plan.seg_len), np)));
+  const size_t segments = ceil_div(total, plan.seg_len);
+  plan.per_block = static_cast<int>(std::max<size_t>(1, ceil_div(segments, np)));
   return plan;
 }
 

@@ -55,7 +55,7 @@ void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const RingSegment
     throw std::logic_error("zccl: ring_reduce_scatter handles SUM/AVG only (MIN/MAX: exchange)");
   }
   if (io.single != nullptr && seg.is_interleaved()) {
-    throw std::logic_error("zccl: ring_reduce_scatter: an output block needs the contiguous layout");
+    throw std::logic_error("zccl: ring_reduce_scatter: an output block needs contiguous blocks");
   }
   const Ring ring(comm.size(), comm.rank());
   const int p = ring.p, next = ring.next, prev = ring.prev;
