@@ -12,7 +12,8 @@ reported is the median over the repeats. Speedups are against the best uncompres
 (default or forced) measured in the same invocation.
 
 Run (as root): ``python benchmarks/collectives.py`` (full sweep, ~1 h on 2 cores) or
-``--quick``; ``--help`` lists the knobs. Writes ``benchmarks/results/collectives.json`` and the
+``--quick``; ``--help`` lists the knobs. ``--collectives`` also takes ``reduce`` (to rank 0; not
+in the default sweep). Writes ``benchmarks/results/collectives.json`` and the
 plots of ``benchmarks/plot_collectives.py``.
 """
 
@@ -41,16 +42,18 @@ sys.path.insert(0, str(HERE))
 # tuned --level 9`). Each run forces one algorithm per collective at once.
 FORCED_MPI: list[dict[str, tuple[int, str]]] = [
     {"allreduce": (4, "ring"), "bcast": (3, "pipeline"), "scatter": (1, "basic_linear"),
-     "allgather": (4, "ring"), "reduce_scatter_block": (3, "recursive_halving")},
+     "allgather": (4, "ring"), "reduce_scatter_block": (3, "recursive_halving"),
+     "reduce": (7, "rabenseifner")},
     {"allreduce": (6, "rabenseifner"), "bcast": (9, "scatter_allgather_ring"),
      "scatter": (2, "binomial"), "allgather": (3, "recursive_doubling"),
-     "reduce_scatter_block": (4, "butterfly")},
+     "reduce_scatter_block": (4, "butterfly"), "reduce": (5, "binomial")},
     {"allreduce": (5, "segmented_ring"), "bcast": (8, "scatter_allgather"),
      "scatter": (3, "linear_nb"), "allgather": (2, "bruck"),
-     "reduce_scatter_block": (1, "basic_linear")},
+     "reduce_scatter_block": (1, "basic_linear"), "reduce": (3, "pipeline")},
 ]
 MPI_NAME = {"all_reduce": "allreduce", "reduce_scatter": "reduce_scatter_block",
-            "all_gather": "allgather", "broadcast": "bcast", "scatter": "scatter"}
+            "all_gather": "allgather", "broadcast": "bcast", "scatter": "scatter",
+            "reduce": "reduce"}
 ZCCL = ("zccl_auto", "zccl_ring", "zccl_ring_int", "zccl_rd", "zccl_cprp2p", "zccl_mt")
 
 

@@ -35,12 +35,12 @@ import bench_data
 
 import zccl_torch
 
-COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter")
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter", "reduce")
 ZCCL_ALGORITHMS = {  # contender -> zccl algorithm ("" = the collective's only algorithm)
     "zccl_auto": "auto", "zccl_ring": "ring", "zccl_rd": "recursive_doubling",
     "zccl_cprp2p": "cprp2p", "zccl_ring_int": "ring",
 }
-REDUCING = ("all_reduce", "reduce_scatter")
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 # Where each contender applies (data-movement collectives have one zccl algorithm).
 APPLIES = {
     "zccl_auto": COLLECTIVES, "zccl_ring": REDUCING, "zccl_rd": ("all_reduce",),
@@ -52,7 +52,7 @@ CONTENDERS = tuple(APPLIES)
 BUS_FACTOR: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda p: 2 * (p - 1) / p, "reduce_scatter": lambda p: (p - 1) / p,
     "all_gather": lambda p: (p - 1) / p, "broadcast": lambda p: 1.0,
-    "scatter": lambda p: (p - 1) / p,
+    "scatter": lambda p: (p - 1) / p, "reduce": lambda p: 1.0,
 }
 # Bytes an uncompressed bandwidth-optimal algorithm puts on the wire, all ranks together, for a
 # collective of size n on p ranks: the reference for the wire compression ratio.
@@ -60,6 +60,7 @@ WIRE_BYTES: dict[str, Callable[[float, int], float]] = {
     "all_reduce": lambda n, p: 2 * (p - 1) * n, "reduce_scatter": lambda n, p: (p - 1) * n,
     "all_gather": lambda n, p: (p - 1) * n, "broadcast": lambda n, p: (p - 1) * n,
     "scatter": lambda n, p: (p - 1) * n / p,
+    "reduce": lambda n, p: (p - 1) * n + (p - 1) * n / p,  # reduce-scatter + gather (Rabenseifner)
 }
 
 
@@ -93,7 +94,7 @@ def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm) -> Case:
         for xq in everyone():
             total += xq
         ref_all = total
-        if collective == "all_reduce":
+        if collective in ("all_reduce", "reduce"):  # reduce: only the root's (rank 0's) output
             ref = total
             out = torch.empty_like(x)
         else:
@@ -121,9 +122,11 @@ def _no_reset() -> None:
 def zccl_call(case: Case) -> Call:
     """The collective on the default (zccl) group; settings come from the caller's config()."""
     c, x, out = case.collective, case.inp, case.out
-    refill = (lambda: out.copy_(x)) if c in ("all_reduce", "broadcast") else _no_reset
+    refill = (lambda: out.copy_(x)) if c in ("all_reduce", "broadcast", "reduce") else _no_reset
     if c == "all_reduce":
         return refill, lambda: dist.all_reduce(out)
+    if c == "reduce":
+        return refill, lambda: dist.reduce(out, dst=0)
     if c == "reduce_scatter":
         return refill, lambda: dist.reduce_scatter_tensor(out, x)
     if c == "all_gather":
@@ -140,6 +143,8 @@ def mpi_call(case: Case, comm: MPI.Comm) -> Call:
     c, x, out = case.collective, case.inp.numpy(), case.out.numpy()
     if c == "all_reduce":
         return _no_reset, lambda: comm.Allreduce(x, out)
+    if c == "reduce":
+        return _no_reset, lambda: comm.Reduce(x, out, root=0)
     if c == "reduce_scatter":
         return _no_reset, lambda: comm.Reduce_scatter_block(x, out)
     if c == "all_gather":
@@ -154,7 +159,7 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
     trick (cast, communicate, cast back; the casts are timed as they are part of the method)."""
     c, x, out = case.collective, case.inp, case.out
     p, rank = dist.get_world_size(group), dist.get_rank(group)
-    in_place = c in ("all_reduce", "broadcast")
+    in_place = c in ("all_reduce", "broadcast", "reduce")
     if not half:
         blocks = list(x.chunk(p)) if rank == 0 else None
         calls = {
@@ -163,6 +168,7 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
             "all_gather": lambda: dist.all_gather_single(out, x, group=group),
             "broadcast": lambda: dist.broadcast(out, src=0, group=group),
             "scatter": lambda: dist.scatter(out, blocks, src=0, group=group),
+            "reduce": lambda: dist.reduce(out, dst=0, group=group),
         }
         return ((lambda: out.copy_(x)) if in_place else _no_reset), calls[c]
 
@@ -171,6 +177,8 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
         dst = src if in_place else torch.empty(out.numel(), dtype=torch.float16)
         if c == "all_reduce":
             dist.all_reduce(src, group=group)
+        elif c == "reduce":
+            dist.reduce(src, dst=0, group=group)
         elif c == "reduce_scatter":
             dist.reduce_scatter_tensor(dst, src, group=group)
         elif c == "all_gather":
@@ -200,7 +208,10 @@ def timed(call: Call, comm: MPI.Comm, warmup: int, iters: int) -> list[float]:
 
 def quality(case: Case, comm: MPI.Comm) -> tuple[float, float]:
     """(max |out - exact| over all ranks, PSNR in dB over all ranks' outputs)."""
-    diff = case.out.double() - case.expected
+    out, expected = case.out, case.expected
+    if case.collective == "reduce" and comm.Get_rank() != 0:
+        out, expected = out[:0], expected[:0]  # only the root's output is defined
+    diff = out.double() - expected
     err = comm.allreduce(float(diff.abs().max()) if diff.numel() else 0.0, op=MPI.MAX)
     sq = comm.allreduce(float((diff * diff).sum()), op=MPI.SUM)
     n = comm.allreduce(diff.numel(), op=MPI.SUM)
@@ -214,7 +225,9 @@ def documented_bound(collective: str, stats: dict, p: int) -> float:
     eb = float(stats.get("error_bound", 0.0))
     if collective in REDUCING:
         alg = stats.get("algorithm", "auto")
-        return zccl_torch._C.output_error_bound(alg, "sum", p, eb, collective == "all_reduce")
+        # reduce never exceeds its algorithm's all_reduce bound (collectives.h)
+        all_reduce_bound = collective in ("all_reduce", "reduce")
+        return zccl_torch._C.output_error_bound(alg, "sum", p, eb, all_reduce_bound)
     return eb
 
 
