@@ -41,6 +41,10 @@ ZCCL_ALGORITHMS = {  # contender -> zccl algorithm ("" = the collective's only a
     "zccl_cprp2p": "cprp2p", "zccl_ring_int": "ring",
 }
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+# Whose output is the whole reduced tensor (reduce: on the root, rank 0), bounded as all_reduce.
+WHOLE_SUM = ("all_reduce", "reduce")
+# Run in place on `out`, which is refilled from the input before every timed call.
+IN_PLACE = ("all_reduce", "broadcast", "reduce")
 # Where each contender applies (data-movement collectives have one zccl algorithm).
 APPLIES = {
     "zccl_auto": COLLECTIVES, "zccl_ring": REDUCING, "zccl_rd": ("all_reduce",),
@@ -94,7 +98,7 @@ def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm) -> Case:
         for xq in everyone():
             total += xq
         ref_all = total
-        if collective in ("all_reduce", "reduce"):  # reduce: only the root's (rank 0's) output
+        if collective in WHOLE_SUM:
             ref = total
             out = torch.empty_like(x)
         else:
@@ -122,7 +126,7 @@ def _no_reset() -> None:
 def zccl_call(case: Case) -> Call:
     """The collective on the default (zccl) group; settings come from the caller's config()."""
     c, x, out = case.collective, case.inp, case.out
-    refill = (lambda: out.copy_(x)) if c in ("all_reduce", "broadcast", "reduce") else _no_reset
+    refill = (lambda: out.copy_(x)) if c in IN_PLACE else _no_reset
     if c == "all_reduce":
         return refill, lambda: dist.all_reduce(out)
     if c == "reduce":
@@ -159,7 +163,7 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
     trick (cast, communicate, cast back; the casts are timed as they are part of the method)."""
     c, x, out = case.collective, case.inp, case.out
     p, rank = dist.get_world_size(group), dist.get_rank(group)
-    in_place = c in ("all_reduce", "broadcast", "reduce")
+    in_place = c in IN_PLACE
     if not half:
         blocks = list(x.chunk(p)) if rank == 0 else None
         calls = {
@@ -226,8 +230,7 @@ def documented_bound(collective: str, stats: dict, p: int) -> float:
     if collective in REDUCING:
         alg = stats.get("algorithm", "auto")
         # reduce never exceeds its algorithm's all_reduce bound (collectives.h)
-        all_reduce_bound = collective in ("all_reduce", "reduce")
-        return zccl_torch._C.output_error_bound(alg, "sum", p, eb, all_reduce_bound)
+        return zccl_torch._C.output_error_bound(alg, "sum", p, eb, collective in WHOLE_SUM)
     return eb
 
 

@@ -49,7 +49,6 @@ RingSegments RingSegments::contiguous(const Blocks& blocks, DType dt, const Conf
   RingSegments plan;
   plan.offset_ = blocks.offset;
   plan.count_ = blocks.count;
-  plan.p_ = static_cast<int>(blocks.count.size());
   plan.seg_len = segment_values(blocks.max_count, dt, cfg);
   plan.per_block = static_cast<int>(ceil_div(std::max<size_t>(1, blocks.max_count), plan.seg_len));
   return plan;

@@ -73,8 +73,8 @@ struct RingSegments {
 
  private:
   std::vector<size_t> offset_, count_;  // contiguous: the blocks; interleaved: empty
-  size_t total_ = 0;
-  int p_ = 1;
+  size_t total_ = 0;  // interleaved: the buffer's values
+  int p_ = 1;         // interleaved: the blocks
 };
 
 // A non-blocking operation polled from the compressor's progress hook.
