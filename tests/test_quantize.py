@@ -146,10 +146,10 @@ def test_into_given_tensors_and_in_place():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"out": torch.empty(5)}, "out must be a CPU torch.float32 tensor of 8 values"),
-        ({"out": torch.empty(8, dtype=torch.float64)}, "out must be a CPU torch.float32"),
+        ({"out": torch.empty(5)}, "out must be a torch.float32 tensor of 8 values on cpu"),
+        ({"out": torch.empty(8, dtype=torch.float64)}, "out must be a torch.float32 tensor"),
         ({"out": torch.empty(16)[::2]}, "out must be contiguous"),
-        ({"residual": torch.empty(9)}, "residual must be a CPU torch.float32 tensor of 8"),
+        ({"residual": torch.empty(9)}, "residual must be a torch.float32 tensor of 8 values"),
     ],
 )
 def test_bad_destinations_raise(kwargs, match):

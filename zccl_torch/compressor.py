@@ -152,7 +152,8 @@ def compress(
     chunk, whatever the mode.
 
     Args:
-        tensor: CPU tensor of dtype float32, float64, float16 or bfloat16, any shape.
+        tensor: CPU or CUDA tensor of dtype float32, float64, float16 or bfloat16, any shape
+            (a CUDA tensor is quantised on a host copy, then copied back: no GPU kernel yet).
             Non-contiguous tensors are copied to contiguous memory first.
         error_bound: the bound, interpreted according to ``mode`` (omit it for lossless).
         mode: ``"abs"`` (absolute), ``"rel"`` (relative to the tensor's finite value range) or
@@ -206,7 +207,8 @@ def quantize(
     it needs ``x'`` and ``x - x'``, not the stream (several times cheaper than the round trip).
 
     Args:
-        tensor: CPU tensor of dtype float32, float64, float16 or bfloat16, any shape.
+        tensor: CPU or CUDA tensor of dtype float32, float64, float16 or bfloat16, any shape
+            (a CUDA tensor is quantised on a host copy, then copied back: no GPU kernel yet).
         error_bound, mode: as for :func:`compress` (``"lossless"`` or 0 returns a copy).
         threads: OpenMP threads; ``None`` uses the OpenMP default.
         residual: ``True``: also return ``tensor - x'`` (in the tensor's dtype; 0 where a value
@@ -221,8 +223,8 @@ def quantize(
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"quantize expects a torch.Tensor, got {type(tensor).__name__}")
     code = _check_dtype(tensor.dtype)
-    if tensor.device.type != "cpu":
-        raise ValueError(f"quantize handles CPU tensors only, got a tensor on {tensor.device}")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"quantize handles CPU and CUDA tensors, got a tensor on {tensor.device}")
     if tensor.layout != torch.strided:
         raise TypeError(f"quantize needs a dense (strided) tensor, got layout {tensor.layout}")
     eb = resolve_error_bound(tensor, error_bound, mode)
@@ -233,7 +235,17 @@ def quantize(
         rest = _check_into(residual, src, "residual")
     elif residual:
         rest = torch.empty_like(src)
-    _C.quantize(src, code, eb, _check_threads(threads), grid, rest)
+    if src.device.type == "cuda":
+        # No GPU kernel for this yet: the CPU quantiser on a host copy (the same arithmetic as
+        # the GPU encoder's, so x' is what the GPU codec would reconstruct), copied back.
+        host_grid = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
+        host_rest = None if rest is None else torch.empty_like(host_grid)
+        _C.quantize(src.cpu(), code, eb, _check_threads(threads), host_grid, host_rest)
+        grid.copy_(host_grid)
+        if rest is not None:
+            rest.copy_(host_rest)
+    else:
+        _C.quantize(src, code, eb, _check_threads(threads), grid, rest)
     grid = grid.view(tensor.shape)
     return grid if rest is None else (grid, rest.view(tensor.shape))
 
@@ -241,10 +253,10 @@ def quantize(
 def _check_into(t: torch.Tensor, like: torch.Tensor, what: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype != like.dtype or t.numel() != like.numel() or t.device.type != "cpu":
+    if t.dtype != like.dtype or t.numel() != like.numel() or t.device != like.device:
         raise ValueError(
-            f"{what} must be a CPU {like.dtype} tensor of {like.numel()} values, got "
-            f"{t.dtype} with {t.numel()} on {t.device}"
+            f"{what} must be a {like.dtype} tensor of {like.numel()} values on {like.device}, "
+            f"got {t.dtype} with {t.numel()} on {t.device}"
         )
     if not t.is_contiguous():
         raise ValueError(f"{what} must be contiguous")

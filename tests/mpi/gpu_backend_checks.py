@@ -249,6 +249,69 @@ def stream_semantics() -> None:
 
 
 @check
+def async_ops_in_flight() -> None:
+    """Several async all_reduces issued back to back, waited in reverse order, on a side stream:
+    each must equal its own exact sum within bound (no buffer or stream mix-up between ops)."""
+    p = world()
+    n = 30_011
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        tensors = [data(rank(), n, salt=k).to(dev()) for k in range(4)]
+        works = [dist.all_reduce(t, async_op=True) for t in tensors]
+        for work in reversed(works):
+            work.wait()
+        got = [t.cpu() for t in tensors]
+    bound = max(_C.output_error_bound(a, "sum", p, EB, True) for a in ALGS)
+    for k, value in enumerate(got):
+        terms = [data(r, n, salt=k) for r in range(p)]
+        ref = torch.stack([x.double() for x in terms]).sum(0)
+        slack = rounding(terms, bound, torch.float32)
+        assert_within(f"async all_reduce {k}", value, ref, bound + slack)
+
+
+@check
+def subgroups() -> None:
+    """all_reduce and broadcast on CUDA tensors inside a group of every other rank."""
+    p = world()
+    members = list(range(0, p, 2))
+    group = dist.new_group(members)
+    if rank() in members:
+        n = 10_007
+        terms = [data(r, n) for r in members]
+        t = data(rank(), n).to(dev())
+        dist.all_reduce(t, group=group)
+        ref = torch.stack([x.double() for x in terms]).sum(0)
+        q = len(members)
+        bound = max(_C.output_error_bound(a, "sum", q, EB, True) for a in ALGS)
+        assert_within("subgroup all_reduce", t, ref, bound + rounding(terms, bound, torch.float32))
+        src = members[-1]
+        b = (data(src, 333, salt=3) if rank() == src else torch.zeros(333)).to(dev())
+        dist.broadcast(b, src=src, group=group)
+        if rank() == src:
+            assert torch.equal(b.cpu(), data(src, 333, salt=3)), "subgroup broadcast root changed"
+        else:
+            assert_within("subgroup broadcast", b, data(src, 333, salt=3), EB)
+    dist.destroy_process_group(group)
+    dist.barrier()
+
+
+@check
+def quantize_on_cuda_matches_cpu() -> None:
+    """zccl_torch.quantize (error feedback's x' and x - x') on a CUDA tensor: the CPU's bits."""
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        x = data(rank(), 16_411, dtype)
+        x[3] = float("nan")
+        want, want_rest = zccl_torch.quantize(x, 1e-3, residual=True)
+        got, rest = zccl_torch.quantize(x.to(dev()), 1e-3, residual=True)
+        assert got.is_cuda and rest.is_cuda, "quantize of a CUDA tensor must stay on the GPU"
+        assert torch.equal(got.cpu().view(torch.uint8), want.view(torch.uint8)), f"x' {dtype}"
+        assert torch.equal(rest.cpu().view(torch.uint8), want_rest.view(torch.uint8)), dtype
+        y = x.to(dev())
+        zccl_torch.quantize(y, 1e-3, out=y)  # in place
+        assert torch.equal(y.cpu().view(torch.uint8), want.view(torch.uint8)), f"in place {dtype}"
+
+
+@check
 def unsupported_op_error_is_clear() -> None:
     t = torch.ones(8, device=dev())
     try:

