@@ -33,18 +33,15 @@ from pathlib import Path
 import setuptools
 from setuptools import setup
 
-# Without build isolation pip builds with the environment's own setuptools: a fresh virtualenv's
-# (65.x in Python 3.11's venv) cannot make wheels without the separate `wheel` package, and fails
-# with the cryptic "invalid command 'bdist_wheel'".
-if tuple(int(x) for x in setuptools.__version__.split(".")[:2]) < (70, 1):
-    try:
-        import wheel  # noqa: F401
-    except ImportError:
-        raise SystemExit(
-            f"zccl-torch: setuptools {setuptools.__version__} here cannot build wheels; install "
-            "the build tools into this environment first: pip install 'setuptools>=70.1' ninja "
-            "pybind11"
-        ) from None
+# Without build isolation pip builds with the environment's own setuptools: an old one (65.x in
+# Python 3.11's venv) cannot make wheels without the separate `wheel` package ("invalid command
+# 'bdist_wheel'"), and before 77 it cannot read pyproject.toml's SPDX license string (PEP 639).
+if tuple(int(x) for x in setuptools.__version__.split(".")[:2]) < (77, 0):
+    raise SystemExit(
+        f"zccl-torch: setuptools {setuptools.__version__} here is too old (77 or newer is needed); "
+        "install the build tools into this environment first: pip install 'setuptools>=77' ninja "
+        "pybind11"
+    )
 
 try:
     from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension

@@ -134,7 +134,7 @@ def zccl_call(case: Case) -> Call:
     if c == "reduce_scatter":
         return refill, lambda: dist.reduce_scatter_tensor(out, x)
     if c == "all_gather":
-        return refill, lambda: dist.all_gather_single(out, x)
+        return refill, lambda: dist.all_gather_into_tensor(out, x)
     if c == "broadcast":
         return refill, lambda: dist.broadcast(out, src=0)
     blocks = list(x.chunk(dist.get_world_size())) if dist.get_rank() == 0 else None
@@ -169,7 +169,7 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
         calls = {
             "all_reduce": lambda: dist.all_reduce(out, group=group),
             "reduce_scatter": lambda: dist.reduce_scatter_tensor(out, x, group=group),
-            "all_gather": lambda: dist.all_gather_single(out, x, group=group),
+            "all_gather": lambda: dist.all_gather_into_tensor(out, x, group=group),
             "broadcast": lambda: dist.broadcast(out, src=0, group=group),
             "scatter": lambda: dist.scatter(out, blocks, src=0, group=group),
             "reduce": lambda: dist.reduce(out, dst=0, group=group),
@@ -186,7 +186,7 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
         elif c == "reduce_scatter":
             dist.reduce_scatter_tensor(dst, src, group=group)
         elif c == "all_gather":
-            dist.all_gather_single(dst, src, group=group)
+            dist.all_gather_into_tensor(dst, src, group=group)
         elif c == "broadcast":
             dist.broadcast(src, src=0, group=group)
         else:
@@ -299,7 +299,7 @@ def warm_connections(comm: MPI.Comm, gloo: dist.ProcessGroup) -> None:
     dist.all_to_all_single(torch.empty(p * 64), torch.ones(p * 64))
     for _ in range(2):
         dist.all_reduce(t, group=gloo)
-        dist.all_gather_single(torch.empty(p * 64), torch.ones(64), group=gloo)
+        dist.all_gather_into_tensor(torch.empty(p * 64), torch.ones(64), group=gloo)
 
 
 def main() -> None:

@@ -395,8 +395,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", default="wavefield", choices=("wavefield", "smooth"))
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--host-threads", type=int, default=1,
-                        help="zccl compression threads per rank on the host path")
+    parser.add_argument("--host-threads", type=int, default=0,
+                        help="zccl compression threads per rank on the host path (0: this "
+                             "host's cores divided by the ranks)")
     parser.add_argument("--timeout-s", type=float, default=60,
                         help="timeout of the zccl and Gloo groups (a hung op fails after it)")
     parser.add_argument("--no-nccl", action="store_true", help="skip the NCCL attempt")
@@ -421,6 +422,8 @@ def main() -> None:
 
     comm = MPI.COMM_WORLD
     rank, p = comm.Get_rank(), comm.Get_size()
+    if args.host_threads <= 0:
+        args.host_threads = max(1, (os.cpu_count() or 1) // p)
     if args.device == "cuda":
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA device (use --device cpu for the CPU smoke test)")

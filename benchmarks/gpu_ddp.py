@@ -24,11 +24,8 @@ zccl_ef       the same with error feedback                       the same
 At 2 ranks the ring formula is the raw payload: 105 MB (float32) and 52 MB (float16) per step at
 the default dims. The hook's small exact all-reduce agreeing on gradient norms is not counted.
 
-The hook's error feedback quantises with :func:`zccl_torch.quantize`, which (in this version)
-takes CPU tensors only, so on CUDA ``zccl_ef`` would fail on the first compressed bucket. Unless
-``quantize`` accepts a CUDA tensor, this script routes the hook's ``quantize`` through host memory
-(copy to pinned host memory, quantise there with ``cpu_count() // ranks`` OpenMP threads, copy
-back; timed as part of the step) and marks the row ``"ef_quantize": "host-staged"``. Payloads
+The hook's error feedback quantises with :func:`zccl_torch.quantize`, which has no GPU kernel yet:
+a CUDA payload is quantised on a host copy and copied back (timed as part of the step). Payloads
 the hook gathers from several parameter slices go through its (CPU) staging buffers and are
 compressed by the CPU side of the backend; the row's ``lossy_payload_devices`` says where the
 compressed payloads were (at the default dims every lossy payload is one weight matrix, a view
@@ -155,72 +152,6 @@ class ZcclBytes:
 
 
 # ----------------------------------------------------------------------------------------------
-# Error feedback on CUDA
-
-
-def quantize_takes_cuda() -> bool:
-    """Whether ``zccl_torch.quantize`` accepts a CUDA tensor (it did not when this was written)."""
-    try:
-        zccl_torch.quantize(torch.ones(16, device="cuda"), 1e-3)
-    except ValueError:
-        return False
-    return True
-
-
-def host_staged(quantize: Callable[..., Any], host_threads: int) -> Callable[..., Any]:
-    """``quantize`` for tensors on any device: a non-CPU tensor is copied into a reused pinned
-    host buffer, quantised there (``host_threads`` OpenMP threads when the caller leaves
-    ``threads`` unset), and the grid values (and residual) copied back into the caller's
-    tensors. Every copy is synchronous: the buffers are free again when it returns."""
-    buffers: dict[tuple[int, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def staged(
-        tensor: torch.Tensor,
-        error_bound: float | None = None,
-        mode: str = "abs",
-        *,
-        threads: int | None = None,
-        residual: bool | torch.Tensor = False,
-        out: torch.Tensor | None = None,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        if tensor.device.type == "cpu":
-            return quantize(tensor, error_bound, mode, threads=threads, residual=residual,
-                            out=out)
-        key = (tensor.numel(), tensor.dtype)
-        if key not in buffers:
-            buffers[key] = (
-                torch.empty(tensor.numel(), dtype=tensor.dtype, pin_memory=True),
-                torch.empty(tensor.numel(), dtype=tensor.dtype, pin_memory=True),
-            )
-        host, rest_host = buffers[key]
-        host.copy_(tensor.detach().reshape(-1))  # device -> pinned host, synchronous
-        quantize(host, error_bound, mode, threads=threads if threads else host_threads,
-                 residual=rest_host, out=host)
-        grid = out if out is not None else torch.empty_like(tensor)
-        grid.copy_(host.view(grid.shape))
-        want_residual = isinstance(residual, torch.Tensor) or bool(residual)
-        if not want_residual:
-            return grid.view(tensor.shape)
-        rest = residual if isinstance(residual, torch.Tensor) else torch.empty_like(tensor)
-        rest.copy_(rest_host.view(rest.shape))
-        return grid.view(tensor.shape), rest.view(tensor.shape)
-
-    return staged
-
-
-@contextmanager
-def patched_quantize(replacement: Callable[..., Any] | None) -> Iterator[None]:
-    """Replaces the hook's ``quantize`` (looked up at call time) while active; None: unchanged."""
-    original = hooks.quantize
-    if replacement is not None:
-        hooks.quantize = replacement
-    try:
-        yield
-    finally:
-        hooks.quantize = original
-
-
-# ----------------------------------------------------------------------------------------------
 # Training
 
 
@@ -232,8 +163,6 @@ class Setup:
     gloo: Any
     device: torch.device
     data: dict[str, torch.Tensor]
-    ef_quantize: Callable[..., Any] | None  # the hook's quantize for zccl_ef, None: as is
-    ef_host_threads: int = 0  # OpenMP threads of the host-staged quantize (0: not staged)
 
 
 def sync(device: torch.device) -> None:
@@ -293,8 +222,6 @@ def train(name: str, args: argparse.Namespace, setup: Setup) -> dict[str, Any] |
     with ExitStack() as stack:
         if counter is not None:
             stack.enter_context(counter.counting())
-        if name == "zccl_ef":
-            stack.enter_context(patched_quantize(setup.ef_quantize))
         comm.Barrier()
         for step in range(args.steps):
             idx = batch_indices(step, rank, world, args.batch, data["order"]).to(device)
@@ -354,9 +281,6 @@ def train(name: str, args: argparse.Namespace, setup: Setup) -> dict[str, Any] |
         row.update(start_iter=args.start_iter, zccl_unmatched_payloads=zccl_info["mismatches"],
                    zccl_lossy_payloads_all_ranks=zccl_info["lossy_payloads"],
                    lossy_payload_devices=zccl_info["devices"])
-    if name == "zccl_ef":
-        row["ef_quantize"] = "native" if setup.ef_quantize is None else "host-staged"
-        row["ef_host_threads"] = setup.ef_host_threads
     return row
 
 
@@ -419,12 +343,7 @@ def make_setup(args: argparse.Namespace, comm: MPI.Comm) -> Setup:
         dist.all_reduce(probe.clone())
     dist.all_reduce(probe.clone(), group=gloo)
     sync(device)
-    ef_quantize, host_threads = None, 0
-    if device.type == "cuda" and not quantize_takes_cuda():
-        # The ranks share the machine's cores: each takes its share for the host quantise.
-        host_threads = max(1, (os.cpu_count() or 1) // comm.Get_size())
-        ef_quantize = host_staged(hooks.quantize, host_threads)
-    return Setup(comm, gloo, device, data, ef_quantize, host_threads)
+    return Setup(comm, gloo, device, data)
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:

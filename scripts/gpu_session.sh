@@ -81,21 +81,23 @@ stage_env() {
 }
 
 stage_build() {
+  local programs="" cuszp=""
   if [[ ! -x $BIN/test_cuszp || ! -x $BIN/test_gpu_collectives ]]; then
     ZCCL_NVCC_JOBS=8 python3 scripts/gpu_build_programs.py "$BIN" >"$RES/programs_build.log" 2>&1 &
+    programs=$!
   fi
-  local programs=$!
   if [[ -d .dev/cuSZp && -f benchmarks/gpu/build_codec_compare.sh ]]; then
     JOBS=8 bash benchmarks/gpu/build_codec_compare.sh "$BIN/codec_compare" >"$RES/cuszp_build.log" 2>&1 &
+    cuszp=$!
   fi
-  local cuszp=$!
   export MAX_JOBS=16
   step build 300 python3 setup.py build_ext --inplace
   cp "$RES/build.log" "$OUT/build.log"
   log "build warnings (lines naming 'warning'): $(grep -ci 'warning' "$RES/build.log")"
   grep -i 'warning' "$RES/build.log" | sort | uniq -c | sort -rn | head -n 20 >>"$LOG"
   step import 60 python3 -c "import zccl_torch; from zccl_torch import _C; print('with_cuda', _C.with_cuda)"
-  wait "$programs" 2>/dev/null; wait "$cuszp" 2>/dev/null
+  [[ -n $programs ]] && wait "$programs"
+  [[ -n $cuszp ]] && wait "$cuszp"
   log "prebuilt programs: $(ls "$BIN" 2>/dev/null | tr '\n' ' ')"
 }
 
@@ -127,37 +129,73 @@ stage_sanitize() {
 }
 
 # The correctness checks and the sanitizers side by side (16 cores, one GPU with room for all).
-stage_checks() {
+# The benchmark wavefields (bench_data's cache), simulated 4 at a time.
+stage_data() {
   step bench_data 240 bash -c 'for seed in 0 1 2 3; do
       OMP_NUM_THREADS=3 python3 -c "import sys; sys.path.insert(0, \"benchmarks\")
 import torch, bench_data; torch.set_num_threads(3); bench_data.field(\"wavefield\", $seed)" &
-    done; wait' &
+    done; wait'
+}
+
+# The build with the data simulated beside it (CPU only: the GPU is idle during both).
+stage_build_data() {
+  stage_data &
+  stage_build
+  wait
+}
+
+stage_checks() {
+  stage_data &
   stage_tests &
   stage_sanitize &
   wait
 }
 
+# A second, shorter run after fixes: the backend checks again, and racecheck on the programs
+# built ahead into .dev/binb when a kernel variant is to be compared with .dev/bin.
+stage_recheck() {
+  local san=("$SANITIZER" --error-exitcode 99 --print-limit 20 --tool racecheck)
+  step racecheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" "$BIN/test_gpu_collectives" &
+  if [[ -x .dev/binb/test_gpu_collectives ]]; then
+    step racecheck_collectives_variant 150 "${MPIRUN[@]}" -np 2 "${san[@]}" .dev/binb/test_gpu_collectives &
+    step racecheck_codec_variant 150 "${san[@]}" .dev/binb/test_cuszp --quick --only batch &
+  fi
+  step backend_checks_p2 120 "${MPIRUN[@]}" -np 2 python3 tests/mpi/gpu_backend_checks.py &
+  step backend_checks_p3 120 "${MPIRUN[@]}" -np 3 python3 tests/mpi/gpu_backend_checks.py &
+  wait
+  step backend_checks_p4 120 "${MPIRUN[@]}" -np 4 python3 tests/mpi/gpu_backend_checks.py
+  for f in "$RES"/backend_checks_p*.log; do
+    log "$(basename "$f"): $(grep -c ' PASS ' "$f") PASS lines, $(grep -c ' FAIL ' "$f") FAIL lines"
+  done
+}
+
 stage_bench_codec() {
-  step bench_codec_ours 120 "$BIN/test_cuszp" --bench --only bench
+  [[ ${ZCCL_SKIP_OURS_BENCH:-0} == 1 ]] || step bench_codec_ours 120 "$BIN/test_cuszp" --bench --only bench
   # Built in stage_build; else the copy built ahead on the CPU machine (.dev/gpu_bench).
   local exe=$BIN/codec_compare
   [[ -x $exe ]] || exe=$PWD/.dev/gpu_bench/codec_compare
   if [[ -x $exe ]]; then
-    step bench_codec_compare 200 python3 benchmarks/gpu_codec.py --exe "$exe" --out "$RES/gpu_codec.json"
+    step bench_codec_compare 200 python3 benchmarks/gpu_codec.py --exe "$exe" --out "$RES/gpu_codec.json" \
+      ${ZCCL_CODECS:+--codecs "$ZCCL_CODECS"}
   else
     log "SKIP bench_codec_compare: no codec_compare binary (see cuszp_build.log)"
   fi
 }
 
+# The benchmarks give each rank its share of the cores for the host-side codec (zccl_host and
+# error feedback's quantise): the first GPU session ran them with OMP_NUM_THREADS=1.
+CORES=$(getconf _NPROCESSORS_ONLN)
+
 stage_bench_coll() {
   for p in 2 4; do
-    step "bench_coll_p$p" 150 "${MPIRUN[@]}" -np "$p" python3 benchmarks/gpu_collectives.py \
-      --out "$RES/gpu_collectives_p$p.json"
+    OMP_NUM_THREADS=$((CORES / p)) step "bench_coll_p$p" 150 "${MPIRUN[@]}" -np "$p" \
+      -x OMP_NUM_THREADS python3 benchmarks/gpu_collectives.py --out "$RES/gpu_collectives_p$p.json"
   done
 }
 
 stage_bench_ddp() {
-  step bench_ddp 200 "${MPIRUN[@]}" -np 2 python3 benchmarks/gpu_ddp.py --out "$RES/gpu_ddp.json"
+  OMP_NUM_THREADS=$((CORES / 2)) step bench_ddp 200 "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS \
+    python3 benchmarks/gpu_ddp.py --out "$RES/gpu_ddp.json"
 }
 
 log "stages: $STAGES; budget ${BUDGET}s"

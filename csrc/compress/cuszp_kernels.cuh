@@ -421,6 +421,11 @@ __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
       carry_out += s.outliers;
       carry_payload += bytes;
     }
+    // The tile's summaries are read: a barrier before the next tile's writes. The double buffer
+    // alone orders them too (tile t+2 writes only after tile t+1's barrier), but racecheck on an
+    // H200 reported hazards here without it; with it the kernel is racecheck-clean and no slower
+    // (benchmarks/results/gpu_h200/logs/run4_barrier_bench.log).
+    __syncthreads();
 
     if (active) {
       const uint32_t upto = gmask & lanes_upto(lane);
@@ -1039,6 +1044,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<K> a) {
         if (k < static_cast<int>(warp)) before += sm.total[buf][k];
         tile_total += sm.total[buf][k];
       }
+      __syncthreads();  // the tile's totals are read (see encode_pass: racecheck-clean with it)
       if (active) {
         const uint32_t obits = sm.outlier_bits[b];
         if (i < m) {

@@ -86,10 +86,11 @@ def all_reduce_bounds_and_replicas() -> None:
                     bound = _C.output_error_bound(alg, name, p, EB, True)
                     slack = rounding(terms, bound, dtype) if name in ("sum", "avg") else 0.0
                     label = f"all_reduce {alg} {name} {dtype} n={n}"
+                    # Read before the replica check, whose exact all_gather replaces them.
+                    stats = zccl_torch.last_stats(device="cuda")
                     assert_within(label, t, ref, bound + slack)
                     assert_identical_replicas(label, t)
                     if p > 1 and n >= p:
-                        stats = zccl_torch.last_stats(device="cuda")
                         want = "recursive_doubling" if name in ("min", "max") else alg
                         assert stats["algorithm"] == want, (label, stats)
 
@@ -183,12 +184,16 @@ def broadcast_every_root() -> None:
                     assert torch.equal(t.cpu(), want), label
                 else:
                     assert_within(label, t, want, EB)
-                    assert_identical_replicas_except(label, t, root)
+                assert_identical_replicas_except(label, t, root)  # a collective: every rank
 
 
 def assert_identical_replicas_except(name: str, t: torch.Tensor, skip: int) -> None:
+    """Every rank but ``skip`` holds the same bits (every rank must call it: it gathers)."""
+    gathered = exact_gather(t)
+    if rank() == skip:
+        return
     mine = t.cpu()
-    for r, other in enumerate(exact_gather(t)):
+    for r, other in enumerate(gathered):
         if r != skip and not torch.equal(other.cpu(), mine):
             raise AssertionError(f"{name}: rank {r} decoded differently from rank {rank()}")
 
