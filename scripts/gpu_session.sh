@@ -5,8 +5,9 @@
 #
 #   scripts/gpu_session.sh OUT [STAGE ...]
 #
-# Stages, in order (default: all): env build checks bench_codec bench_coll bench_ddp (checks =
-# tests and sanitize, run side by side; each of those can also be named alone).
+# Stages, in order (default: all): env build checks bench_codec bench_coll bench_ddp cpu_scaling
+# (checks = tests and sanitize, run side by side; each of those can also be named alone; data,
+# build_data and recheck are there for shorter follow-up runs).
 # Each stage has its own time limit, and the whole run stops starting new stages once
 # ZCCL_SESSION_BUDGET_S seconds (default 480) have passed, so a slow stage costs only itself.
 #
@@ -18,7 +19,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(realpath -m "${1:?usage: $0 OUT [STAGE ...]}")
 shift
-STAGES=${*:-env build checks bench_codec bench_coll bench_ddp}
+STAGES=${*:-env build checks bench_codec bench_coll bench_ddp cpu_scaling}
 BUDGET=${ZCCL_SESSION_BUDGET_S:-480}
 mkdir -p "$OUT" "$OUT/work"
 RES=$OUT/work            # JSON and per-step logs, packed into results.tgz after every stage
@@ -196,6 +197,15 @@ stage_bench_coll() {
 stage_bench_ddp() {
   OMP_NUM_THREADS=$((CORES / 2)) step bench_ddp 200 "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS \
     python3 benchmarks/gpu_ddp.py --out "$RES/gpu_ddp.json"
+}
+
+# The CPU codec's thread scaling on this machine's cores (issue 15's SimGrid model takes it with
+# codec_threads.py --scaling), and the ring hop's (both hops) with 1..16 threads.
+stage_cpu_scaling() {
+  step codec_scaling 120 env OMP_NUM_THREADS="$CORES" python3 benchmarks/simgrid/codec_threads.py \
+    --measure-threads 1,2,4,8,16 --measure-only "$RES/codec_scaling.json"
+  step hop_scaling 150 env OMP_NUM_THREADS="$CORES" python3 benchmarks/integer_hop_threads.py \
+    --threads 1,2,4,8,16 --out "$RES/integer_hop_threads.json"
 }
 
 log "stages: $STAGES; budget ${BUDGET}s"

@@ -11,12 +11,22 @@ MVAPICH2 selectors) does not depend on t: it is simulated once per link.
 Run: ``python benchmarks/simgrid/codec_threads.py [--p 16] [--mb 64] [--threads 2,4,8,16]``
 (needs ``smpicxx``/``smpirun``: ``apt-get install -y libsimgrid-dev``). Writes
 ``benchmarks/results/smpi_codec_threads.json`` and prints the table.
+
+Scaling measured on a bigger machine (no SimGrid needed there)::
+
+    python benchmarks/simgrid/codec_threads.py --measure-threads 1,2,4,8,16 --measure-only F.json
+
+then here ``--scaling F.json`` models those thread counts as measured there (labelled with its
+host and core count) and only the others as perfect scaling. ``scripts/gpu_session.sh``'s
+``cpu_scaling`` stage does the measurement on the 16-core GPU machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import shutil
 import sys
 import time
@@ -48,9 +58,12 @@ def command(
     return [speed if c.startswith("--cfg=smpi/host-speed:") else c for c in cmd]
 
 
-def measure_scaling(mvalues: float = 16.0, repeats: int = 5) -> dict[str, float]:
-    """fZ-light on this machine with 1 and 2 threads (16M float32 wavefield values, REL 1e-4,
-    medians): the part of the thread model that can be measured here."""
+def measure_scaling(
+    threads: tuple[int, ...] = (1, 2), mvalues: float = 16.0, repeats: int = 5
+) -> dict[str, Any]:
+    """fZ-light on this machine with each thread count (16M float32 wavefield values, REL 1e-4,
+    medians): the part of the thread model that can be measured here. Scalings are relative to
+    one thread (``compress_scaling_{t}t``, ``decompress_scaling_{t}t``)."""
     import torch
 
     sys.path.insert(0, str(HERE.parent))
@@ -63,18 +76,30 @@ def measure_scaling(mvalues: float = 16.0, repeats: int = 5) -> dict[str, float]
     eb = 1e-4 * float(x.max() - x.min())
     out = torch.empty_like(x)
 
-    res: dict[str, float] = {}
-    for threads in (1, 2):
-        stream = zccl_torch.compress(x, eb, threads=threads)
-        res[f"compress_s_t{threads}"] = median_seconds(
-            lambda t=threads: zccl_torch.compress(x, eb, threads=t), repeats
+    res: dict[str, Any] = {"cores": os.cpu_count(), "host": platform.node(), "threads": threads}
+    for t in sorted({1, *threads}):
+        stream = zccl_torch.compress(x, eb, threads=t)
+        res[f"compress_s_t{t}"] = median_seconds(
+            lambda t=t: zccl_torch.compress(x, eb, threads=t), repeats
         )
-        res[f"decompress_s_t{threads}"] = median_seconds(
-            lambda t=threads, s=stream: zccl_torch.decompress(s, threads=t, out=out), repeats
+        res[f"decompress_s_t{t}"] = median_seconds(
+            lambda t=t, s=stream: zccl_torch.decompress(s, threads=t, out=out), repeats
         )
-    res["compress_scaling_2t"] = res["compress_s_t1"] / res["compress_s_t2"]
-    res["decompress_scaling_2t"] = res["decompress_s_t1"] / res["decompress_s_t2"]
+    for t in threads:
+        if t > 1:
+            res[f"compress_scaling_{t}t"] = res["compress_s_t1"] / res[f"compress_s_t{t}"]
+            res[f"decompress_scaling_{t}t"] = res["decompress_s_t1"] / res[f"decompress_s_t{t}"]
     return res
+
+
+def measured_speedups(scaling: dict[str, Any]) -> list[tuple[int, float]]:
+    """(t, CPU speed-up) for every measured t > 1: the smaller of compress and decompress."""
+    out = []
+    for t in scaling.get("threads", ()):
+        if t > 1 and f"compress_scaling_{t}t" in scaling:
+            both = (scaling[f"compress_scaling_{t}t"], scaling[f"decompress_scaling_{t}t"])
+            out.append((t, min(both)))
+    return out
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -121,22 +146,54 @@ def main() -> int:
         action="store_true",
         help="skip the 1- vs 2-thread compressor measurement on this machine",
     )
+    parser.add_argument(
+        "--measure-threads",
+        default="1,2",
+        help="thread counts whose compressor scaling is measured on this machine",
+    )
+    parser.add_argument(
+        "--measure-only",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="measure the scaling, write it to FILE and stop (no SimGrid needed: for a machine "
+        "with more cores than this one)",
+    )
+    parser.add_argument(
+        "--scaling",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="scaling measured elsewhere (--measure-only's FILE): model its thread counts as "
+        "measured there instead of measuring here",
+    )
     parser.add_argument("--iters", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--out", type=Path, default=SMPI.RESULTS / "smpi_codec_threads.json")
     args = parser.parse_args()
+    measure_threads = tuple(int(v) for v in args.measure_threads.split(","))
+    if args.measure_only is not None:
+        scaling = measure_scaling(measure_threads)
+        args.measure_only.parent.mkdir(parents=True, exist_ok=True)
+        args.measure_only.write_text(json.dumps(scaling, indent=1) + "\n")
+        for t, speedup in measured_speedups(scaling):
+            print(f"{t:3d} threads: CPU speed-up x{speedup:.2f} over one thread")
+        print(f"wrote {args.measure_only}")
+        return 0
     smpicxx, smpirun = shutil.which("smpicxx"), shutil.which("smpirun")
     if smpicxx is None or smpirun is None:
         print("codec_threads.py: smpicxx/smpirun not found (apt-get install -y libsimgrid-dev)")
         return 2
     started = time.perf_counter()
-    scaling = None if args.no_measure else measure_scaling()
+    if args.scaling is not None:
+        scaling = json.loads(args.scaling.read_text())
+        where = f"on {scaling.get('host')} ({scaling.get('cores')} cores)"
+    else:
+        scaling = None if args.no_measure else measure_scaling(measure_threads)
+        where = "here"
     if scaling:
-        print(
-            "measured on this machine (16M wavefield values, REL 1e-4): "
-            f"compress x{scaling['compress_scaling_2t']:.2f}, "
-            f"decompress x{scaling['decompress_scaling_2t']:.2f} with 2 threads"
-        )
+        for t, speedup in measured_speedups(scaling):
+            print(f"measured {where}: x{speedup:.2f} with {t} threads (16M values, REL 1e-4)")
     exe = SMPI.build(smpicxx, SMPI.DEFAULT_BUILD)
     plat = SMPI.DEFAULT_BUILD / "platforms"
     rows, runs = [], []
@@ -154,13 +211,12 @@ def main() -> int:
         # (label, CPU speed-up): one thread as measured; two threads as measured here; then
         # t threads with perfect scaling (an extrapolation).
         models = [("1 thread", 1.0)]
-        if scaling:
-            measured = min(scaling["compress_scaling_2t"], scaling["decompress_scaling_2t"])
-            models.append(("2 threads, as measured here", round(measured, 2)))
+        measured = dict(measured_speedups(scaling)) if scaling else {}
+        models += [(f"{t} threads, as measured {where}", round(x, 2)) for t, x in measured.items()]
         models += [
             (f"{t} threads, perfect scaling (extrapolated)", float(t))
             for t in (int(v) for v in args.threads.split(","))
-            if t > 1
+            if t > 1 and t not in measured
         ]
         for label, speedup in models:
             cmd = command(smpirun, exe, case, plat, SMPI.SELECTOR_MAIN, speedup, "zccl")
