@@ -196,14 +196,19 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
     return _no_reset, run_half
 
 
-def timed(call: Call, comm: MPI.Comm, warmup: int, iters: int) -> list[float]:
+def timed(call: Call, comm: MPI.Comm, warmup: int, iters: int,
+          sync: Callable[[], None] = _no_reset) -> list[float]:
+    """This rank's wall-clock seconds of each timed iteration: reset, ``sync`` (a device's queue,
+    e.g. torch.cuda.synchronize) and a barrier before, ``sync`` again inside the timing."""
     reset, fn = call
     times = []
     for i in range(warmup + iters):
         reset()
+        sync()
         comm.Barrier()
         start = time.perf_counter()
         fn()
+        sync()
         elapsed = time.perf_counter() - start
         if i >= warmup:
             times.append(elapsed)
@@ -215,7 +220,7 @@ def quality(case: Case, comm: MPI.Comm) -> tuple[float, float]:
     out, expected = case.out, case.expected
     if case.collective == "reduce" and comm.Get_rank() != 0:
         out, expected = out[:0], expected[:0]  # only the root's output is defined
-    diff = out.double() - expected
+    diff = out.cpu().double() - expected  # a device's output is compared on the host
     err = comm.allreduce(float(diff.abs().max()) if diff.numel() else 0.0, op=MPI.MAX)
     sq = comm.allreduce(float((diff * diff).sum()), op=MPI.SUM)
     n = comm.allreduce(diff.numel(), op=MPI.SUM)

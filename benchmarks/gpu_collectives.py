@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
 import socket
@@ -170,37 +169,6 @@ def host_call(case: Case, p: int, rank: int) -> Call:
     return (lambda: None), scatter
 
 
-def timed(call: Call, comm: MPI.Comm, sync: Callable[[], None], warmup: int,
-          iters: int) -> list[float]:
-    """This rank's wall-clock seconds of each timed iteration (reset, sync and barrier before)."""
-    reset, fn = call
-    times: list[float] = []
-    for i in range(warmup + iters):
-        reset()
-        sync()
-        comm.Barrier()
-        start = time.perf_counter()
-        fn()
-        sync()
-        elapsed = time.perf_counter() - start
-        if i >= warmup:
-            times.append(elapsed)
-    return times
-
-
-def quality(case: Case, comm: MPI.Comm) -> tuple[float, float]:
-    """(max |out - exact| over all ranks, PSNR in dB over all ranks' outputs)."""
-    from mpi4py import MPI
-
-    diff = case.out.cpu().double() - case.expected
-    err = comm.allreduce(float(diff.abs().max()) if diff.numel() else 0.0, op=MPI.MAX)
-    sq = comm.allreduce(float((diff * diff).sum()), op=MPI.SUM)
-    n = comm.allreduce(diff.numel(), op=MPI.SUM)
-    mse = sq / max(n, 1)
-    psnr = math.inf if mse == 0 else 20 * math.log10(case.value_range) - 10 * math.log10(mse)
-    return err, psnr
-
-
 def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: Any,
                   args: argparse.Namespace) -> dict[str, Any] | None:
     """Times one contender on one case; the row on rank 0, None elsewhere. An error on any rank
@@ -218,14 +186,17 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: Any,
     times: list[float] = []
     try:
         if name == "zccl_gpu":
-            times = timed(direct_call(case, None, p, rank), comm, sync, args.warmup, args.iters)
+            times = collectives_rank.timed(direct_call(case, None, p, rank), comm, args.warmup,
+                                           args.iters, sync)
             stats = dict(zccl_torch.last_stats(device=device.type))
         elif name == "zccl_host":
             with zccl_torch.config(threads=args.host_threads):
-                times = timed(host_call(case, p, rank), comm, sync, args.warmup, args.iters)
+                times = collectives_rank.timed(host_call(case, p, rank), comm, args.warmup,
+                                               args.iters, sync)
             stats = dict(zccl_torch.last_stats(device="cpu"))
         else:  # gloo
-            times = timed(direct_call(case, gloo, p, rank), comm, sync, args.warmup, args.iters)
+            times = collectives_rank.timed(direct_call(case, gloo, p, rank), comm, args.warmup,
+                                           args.iters, sync)
     except Exception as exc:  # recorded, not fatal: every rank reaches the allgather below
         error = short_error(exc)
     errors = comm.allgather(error)
@@ -234,7 +205,7 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: Any,
         return {"contender": name, "error": f"rank {failed[0][0]}: {failed[0][1]}"} \
             if rank == 0 else None
     per_rank = comm.gather(times, root=0)
-    err, psnr = quality(case, comm)
+    err, psnr = collectives_rank.quality(case, comm)
     counters = {k: comm.reduce(int(stats.get(k, 0)), op=MPI.SUM, root=0)
                 for k in ("bytes_sent", "bytes_in", "bytes_compressed")}
     if rank != 0:
