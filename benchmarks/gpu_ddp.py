@@ -24,8 +24,8 @@ zccl_ef       the same with error feedback                       the same
 At 2 ranks the ring formula is the raw payload: 105 MB (float32) and 52 MB (float16) per step at
 the default dims. The hook's small exact all-reduce agreeing on gradient norms is not counted.
 
-The hook's error feedback quantises with :func:`zccl_torch.quantize`, which has no GPU kernel yet:
-a CUDA payload is quantised on a host copy and copied back (timed as part of the step). Payloads
+The hook's error feedback quantises with :func:`zccl_torch.quantize` (on a CUDA payload: on the
+GPU, in elementwise torch operations; timed as part of the step). Payloads
 the hook gathers from several parameter slices go through its (CPU) staging buffers and are
 compressed by the CPU side of the backend; the row's ``lossy_payload_devices`` says where the
 compressed payloads were (at the default dims every lossy payload is one weight matrix, a view

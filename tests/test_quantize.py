@@ -155,3 +155,58 @@ def test_into_given_tensors_and_in_place():
 def test_bad_destinations_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         zccl_torch.quantize(torch.zeros(8), 1e-3, **kwargs)
+
+
+# ------------------------------------------------------------------------------------------
+# The elementwise quantiser (what quantize runs on CUDA tensors), on CPU tensors here: bit for
+# bit the C++ one, values and residuals, including -0.0, subnormals, NaN/Inf, values at the
+# code limit, bounds at the quantiser's floor and 0, and pieces (PIECE made small).
+
+
+def elementwise(x: torch.Tensor, eb: float, in_place: bool = False):
+    from zccl_torch import quantize_elementwise as qe
+    from zccl_torch.compressor import _check_dtype
+
+    src = x.contiguous()
+    grid = src if in_place else torch.empty_like(src)
+    rest = torch.empty_like(src)
+    qe.quantize_into(src, _check_dtype(src.dtype), eb, grid, rest)
+    return grid, rest
+
+
+def assert_matches_cpp(x: torch.Tensor, eb: float, what: str) -> None:
+    want, want_rest = zccl_torch.quantize(x, eb, residual=True)
+    got, rest = elementwise(x, eb)
+    assert_bitwise_equal(got.reshape(want.shape), want, f"{what}: x'")
+    assert_bitwise_equal(rest.reshape(want.shape), want_rest, f"{what}: residual")
+    inplace, _ = elementwise(x.clone(), eb, in_place=True)
+    assert_bitwise_equal(inplace.reshape(want.shape), want, f"{what}: in place")
+
+
+@examples(80)
+@given(data=datasets(dtypes=ALL_DTYPES), error_bound=bounds)
+def test_elementwise_quantiser_matches_cpp(data, error_bound):
+    x, desc = data
+    eb = zccl_torch.resolve_error_bound(x, error_bound, "abs")
+    assert_matches_cpp(x, eb, desc)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_elementwise_quantiser_edge_values(dtype, monkeypatch):
+    from zccl_torch import quantize_elementwise as qe
+
+    info = torch.finfo(dtype)
+    compute_tiny = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).tiny
+    special = [0.0, -0.0, 1e-3, -1e-3, 0.5, -0.5, 1.5, -2.5, info.tiny, -info.tiny,
+               info.tiny / 4, info.max, -info.max, float("inf"), float("-inf"), float("nan")]
+    x = torch.tensor(special, dtype=torch.float64).to(dtype)
+    x = torch.cat([x, torch.randn(997, dtype=torch.float64).to(dtype) * 3])
+    monkeypatch.setattr(qe, "PIECE", 64)  # several pieces, the last one partial
+    for eb in (0.0, compute_tiny / 2, compute_tiny, 1e-6, 1e-3, 0.25, 1.0, 1e4, 1e30):
+        if eb > float(info.max):
+            continue
+        assert_matches_cpp(x, eb, f"{dtype} eb={eb}")
+    # Values whose codes reach the limit 2^30 - 64: kept exactly on both sides.
+    eb = 1e-6
+    big = torch.tensor([2.0**29 * 2 * eb, -(2.0**30) * 2 * eb, 1000.0], dtype=torch.float64)
+    assert_matches_cpp(big.to(dtype), eb, f"{dtype} at the code limit")

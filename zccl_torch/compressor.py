@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from zccl_torch._native import _C
+from zccl_torch.quantize_elementwise import quantize_into
 
 #: Values per independently decodable chunk (also the pipelining granularity).
 DEFAULT_CHUNK_SIZE: int = _C.DEFAULT_CHUNK_LEN
@@ -153,7 +154,7 @@ def compress(
 
     Args:
         tensor: CPU or CUDA tensor of dtype float32, float64, float16 or bfloat16, any shape
-            (a CUDA tensor is quantised on a host copy, then copied back: no GPU kernel yet).
+            (a CUDA tensor is quantised on its device, in elementwise torch operations).
             Non-contiguous tensors are copied to contiguous memory first.
         error_bound: the bound, interpreted according to ``mode`` (omit it for lossless).
         mode: ``"abs"`` (absolute), ``"rel"`` (relative to the tensor's finite value range) or
@@ -208,7 +209,7 @@ def quantize(
 
     Args:
         tensor: CPU or CUDA tensor of dtype float32, float64, float16 or bfloat16, any shape
-            (a CUDA tensor is quantised on a host copy, then copied back: no GPU kernel yet).
+            (a CUDA tensor is quantised on its device, in elementwise torch operations).
         error_bound, mode: as for :func:`compress` (``"lossless"`` or 0 returns a copy).
         threads: OpenMP threads; ``None`` uses the OpenMP default.
         residual: ``True``: also return ``tensor - x'`` (in the tensor's dtype; 0 where a value
@@ -236,14 +237,10 @@ def quantize(
     elif residual:
         rest = torch.empty_like(src)
     if src.device.type == "cuda":
-        # No GPU kernel for this yet: the CPU quantiser on a host copy (the same arithmetic as
-        # the GPU encoder's, so x' is what the GPU codec would reconstruct), copied back.
-        host_grid = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
-        host_rest = None if rest is None else torch.empty_like(host_grid)
-        _C.quantize(src.cpu(), code, eb, _check_threads(threads), host_grid, host_rest)
-        grid.copy_(host_grid)
-        if rest is not None:
-            rest.copy_(host_rest)
+        # On the tensor's device, in elementwise torch operations (the same bits as the C++
+        # quantiser: quantize_elementwise.py); `threads` does not apply there.
+        _check_threads(threads)
+        quantize_into(src, code, eb, grid, rest)
     else:
         _C.quantize(src, code, eb, _check_threads(threads), grid, rest)
     grid = grid.view(tensor.shape)

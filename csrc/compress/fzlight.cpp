@@ -1035,6 +1035,17 @@ void quantize(const void* src, DType dt, uint64_t count, double error_bound, voi
   });
 }
 
+bool quantizer_bins(DType dt, double error_bound, double& bin, double& inv_bin) {
+  return with_kind(dt, [&](auto kind) {
+    using K = decltype(kind);
+    Quantizer<typename K::C> qz{};
+    if (!(error_bound >= 0) || !make_quantizer<K>(error_bound, qz)) return false;
+    bin = static_cast<double>(qz.bin);
+    inv_bin = static_cast<double>(qz.inv_bin);
+    return true;
+  });
+}
+
 void narrow_to_half(const float* src, DType half, uint64_t n, void* dst) {
   if (half == DType::Float16) return narrow_typed<block::KindF16>(src, n, static_cast<uint16_t*>(dst));
   if (half == DType::BFloat16) return narrow_typed<block::KindBF16>(src, n, static_cast<uint16_t*>(dst));

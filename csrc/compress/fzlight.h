@@ -130,6 +130,13 @@ FiniteRange finite_range(const void* src, DType dt, uint64_t count, int threads 
 void quantize(const void* src, DType dt, uint64_t count, double error_bound, void* dst,
               void* residual = nullptr, int threads = 0);
 
+// The quantiser's bin and 1/bin for `error_bound`, as compress and quantize derive them, each
+// rounded to dt's compute type (float for float32/float16/bfloat16, double for float64) and
+// returned widened to double. False (and nothing written) when values are kept exactly instead:
+// a bound below the compute type's smallest normal, or 0. Lets another implementation of the
+// quantiser (the elementwise one zccl_torch.quantize runs on CUDA tensors) use the same bins.
+bool quantizer_bins(DType dt, double error_bound, double& bin, double& inv_bin);
+
 // float32 <-> float16/bfloat16 (`half` names which), round to nearest even when narrowing (as
 // the half streams' reconstruction does); widening is exact. Used where values accumulate in
 // float32 but travel as half streams (the reductions of half tensors).

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -119,6 +120,14 @@ void quantize(const torch::Tensor& src, int dtype_code, double error_bound, int 
   py::gil_scoped_release nogil;
   fz::quantize(src.data_ptr(), dt, static_cast<uint64_t>(src.numel()), error_bound,
                out.data_ptr(), res, threads);
+}
+
+// (bin, 1/bin) of the quantiser for `error_bound` in dtype_code's compute type, or None when
+// values are kept exactly (fz::quantizer_bins).
+std::optional<std::pair<double, double>> quantizer_bins(int dtype_code, double error_bound) {
+  double bin = 0.0, inv_bin = 0.0;
+  if (!fz::quantizer_bins(dtype_from_code(dtype_code), error_bound, bin, inv_bin)) return std::nullopt;
+  return std::make_pair(bin, inv_bin);
 }
 
 // `out` (optional): a preallocated contiguous CPU tensor of the stream's dtype and value count
@@ -329,6 +338,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("decompress", &decompress, py::arg("stream"), py::arg("threads"), py::arg("progress"),
         py::arg("out") = py::none());
+  m.def("quantizer_bins", &quantizer_bins, py::arg("dtype_code"), py::arg("error_bound"));
   m.def("quantize", &quantize, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
         py::arg("threads"), py::arg("out"), py::arg("residual"));
   zccl::python::bind_codes(m);
