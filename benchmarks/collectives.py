@@ -158,6 +158,8 @@ def main() -> None:
     parser.add_argument("--rate", default="1gbit", help="per link and direction (tc syntax)")
     parser.add_argument("--rel", type=float, default=1e-4)
     parser.add_argument("--data", default="wavefield")
+    parser.add_argument("--root", type=int, default=0,
+                        help="root of reduce, broadcast and scatter (0 to ranks - 1)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--no-forced-mpi", action="store_true")
@@ -176,8 +178,11 @@ def main() -> None:
     jsonl = args.out.with_suffix(".rows.jsonl")
     jsonl.parent.mkdir(parents=True, exist_ok=True)
     jsonl.unlink(missing_ok=True)
+    if not 0 <= args.root < min(ranks):
+        raise SystemExit(f"--root {args.root} is not a rank of every run (ranks {args.ranks})")
     common = ["--collectives", args.collectives, "--sizes-mb", args.sizes_mb, "--rel",
-              str(args.rel), "--data", args.data, "--iters", str(args.iters), "--out", str(jsonl)]
+              str(args.rel), "--data", args.data, "--iters", str(args.iters), "--root",
+              str(args.root), "--out", str(jsonl)]
     calibrations = {}
     started = time.time()
     bar = tqdm(total=len(ranks) * runs_per_p, desc="benchmark runs", unit="run")

@@ -77,9 +77,10 @@ class Case:
     out: torch.Tensor       # the output buffer
     expected: torch.Tensor  # float64 exact output on this rank
     value_range: float      # of the expected output, over all ranks (for PSNR)
+    root: int = 0           # of reduce, broadcast and scatter
 
 
-def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm) -> Case:
+def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm, root: int = 0) -> Case:
     """Builds this rank's buffers and the exact float64 output. Every rank's input is a cached
     field (``bench_data``), so the reference is computed locally from all ranks' inputs instead
     of with collectives on the shaped network (which would cost more than the benchmark)."""
@@ -107,13 +108,13 @@ def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm) -> Case:
     elif collective == "all_gather":
         ref_all = ref = torch.cat(everyone()).double()
         out = torch.empty(own * p, dtype=torch.float32)
-    else:  # broadcast / scatter from root 0
-        root = x if rank == 0 else bench_data.values(kind, seed=0, numel=own)
-        ref_all = root.double()
+    else:  # broadcast / scatter from `root`
+        data = x if rank == root else bench_data.values(kind, seed=root, numel=own)
+        ref_all = data.double()
         ref = ref_all if collective == "broadcast" else ref_all[rank * block:(rank + 1) * block]
         out = x.clone() if collective == "broadcast" else torch.empty(block, dtype=torch.float32)
     lo, hi = (float(ref_all.min()), float(ref_all.max())) if ref_all.numel() else (0.0, 0.0)
-    return Case(collective, x, out, ref.clone(), hi - lo if hi > lo else 1.0)
+    return Case(collective, x, out, ref.clone(), hi - lo if hi > lo else 1.0, root)
 
 
 Call = tuple[Callable[[], None], Callable[[], None]]  # (reset before timing, timed call)
@@ -125,54 +126,54 @@ def _no_reset() -> None:
 
 def zccl_call(case: Case) -> Call:
     """The collective on the default (zccl) group; settings come from the caller's config()."""
-    c, x, out = case.collective, case.inp, case.out
+    c, x, out, root = case.collective, case.inp, case.out, case.root
     refill = (lambda: out.copy_(x)) if c in IN_PLACE else _no_reset
     if c == "all_reduce":
         return refill, lambda: dist.all_reduce(out)
     if c == "reduce":
-        return refill, lambda: dist.reduce(out, dst=0)
+        return refill, lambda: dist.reduce(out, dst=root)
     if c == "reduce_scatter":
         return refill, lambda: dist.reduce_scatter_tensor(out, x)
     if c == "all_gather":
         return refill, lambda: dist.all_gather_into_tensor(out, x)
     if c == "broadcast":
-        return refill, lambda: dist.broadcast(out, src=0)
-    blocks = list(x.chunk(dist.get_world_size())) if dist.get_rank() == 0 else None
-    return refill, lambda: dist.scatter(out, blocks, src=0)
+        return refill, lambda: dist.broadcast(out, src=root)
+    blocks = list(x.chunk(dist.get_world_size())) if dist.get_rank() == root else None
+    return refill, lambda: dist.scatter(out, blocks, src=root)
 
 
 def mpi_call(case: Case, comm: MPI.Comm) -> Call:
     """The same collective with mpi4py on numpy views (Open MPI's own algorithm choice, or the
     one forced through OMPI_MCA_coll_tuned_* by the launcher)."""
-    c, x, out = case.collective, case.inp.numpy(), case.out.numpy()
+    c, x, out, root = case.collective, case.inp.numpy(), case.out.numpy(), case.root
     if c == "all_reduce":
         return _no_reset, lambda: comm.Allreduce(x, out)
     if c == "reduce":
-        return _no_reset, lambda: comm.Reduce(x, out, root=0)
+        return _no_reset, lambda: comm.Reduce(x, out, root=root)
     if c == "reduce_scatter":
         return _no_reset, lambda: comm.Reduce_scatter_block(x, out)
     if c == "all_gather":
         return _no_reset, lambda: comm.Allgather(x, out)
     if c == "broadcast":
-        return (lambda: np.copyto(out, x)), lambda: comm.Bcast(out, root=0)
-    return _no_reset, lambda: comm.Scatter(x if comm.Get_rank() == 0 else None, out, root=0)
+        return (lambda: np.copyto(out, x)), lambda: comm.Bcast(out, root=root)
+    return _no_reset, lambda: comm.Scatter(x if comm.Get_rank() == root else None, out, root=root)
 
 
 def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
     """The collective on a torch Gloo group. ``half``: fp16 on the wire, fp16_compress_hook's
     trick (cast, communicate, cast back; the casts are timed as they are part of the method)."""
-    c, x, out = case.collective, case.inp, case.out
+    c, x, out, root = case.collective, case.inp, case.out, case.root
     p, rank = dist.get_world_size(group), dist.get_rank(group)
     in_place = c in IN_PLACE
     if not half:
-        blocks = list(x.chunk(p)) if rank == 0 else None
+        blocks = list(x.chunk(p)) if rank == root else None
         calls = {
             "all_reduce": lambda: dist.all_reduce(out, group=group),
             "reduce_scatter": lambda: dist.reduce_scatter_tensor(out, x, group=group),
             "all_gather": lambda: dist.all_gather_into_tensor(out, x, group=group),
-            "broadcast": lambda: dist.broadcast(out, src=0, group=group),
-            "scatter": lambda: dist.scatter(out, blocks, src=0, group=group),
-            "reduce": lambda: dist.reduce(out, dst=0, group=group),
+            "broadcast": lambda: dist.broadcast(out, src=root, group=group),
+            "scatter": lambda: dist.scatter(out, blocks, src=root, group=group),
+            "reduce": lambda: dist.reduce(out, dst=root, group=group),
         }
         return ((lambda: out.copy_(x)) if in_place else _no_reset), calls[c]
 
@@ -182,15 +183,16 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
         if c == "all_reduce":
             dist.all_reduce(src, group=group)
         elif c == "reduce":
-            dist.reduce(src, dst=0, group=group)
+            dist.reduce(src, dst=root, group=group)
         elif c == "reduce_scatter":
             dist.reduce_scatter_tensor(dst, src, group=group)
         elif c == "all_gather":
             dist.all_gather_into_tensor(dst, src, group=group)
         elif c == "broadcast":
-            dist.broadcast(src, src=0, group=group)
+            dist.broadcast(src, src=root, group=group)
         else:
-            dist.scatter(dst, list(src.chunk(p)) if rank == 0 else None, src=0, group=group)
+            blocks = list(src.chunk(p)) if rank == root else None
+            dist.scatter(dst, blocks, src=root, group=group)
         out.copy_(dst)
 
     return _no_reset, run_half
@@ -218,7 +220,7 @@ def timed(call: Call, comm: MPI.Comm, warmup: int, iters: int,
 def quality(case: Case, comm: MPI.Comm) -> tuple[float, float]:
     """(max |out - exact| over all ranks, PSNR in dB over all ranks' outputs)."""
     out, expected = case.out, case.expected
-    if case.collective == "reduce" and comm.Get_rank() != 0:
+    if case.collective == "reduce" and comm.Get_rank() != case.root:
         out, expected = out[:0], expected[:0]  # only the root's output is defined
     diff = out.cpu().double() - expected  # a device's output is compared on the host
     err = comm.allreduce(float(diff.abs().max()) if diff.numel() else 0.0, op=MPI.MAX)
@@ -317,6 +319,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--mt-threads", type=int, default=2)
+    parser.add_argument("--root", type=int, default=0,
+                        help="root of reduce, broadcast and scatter")
     parser.add_argument("--label", default="", help="tag copied into every row")
     parser.add_argument("--out", type=Path, required=True, help="JSON-lines file (appended)")
     args = parser.parse_args()
@@ -336,7 +340,7 @@ def main() -> None:
         if collective not in COLLECTIVES:
             raise SystemExit(f"unknown collective {collective!r}; expected some of {COLLECTIVES}")
         for mb in [float(s) for s in args.sizes_mb.split(",") if s]:
-            case = make_case(collective, int(mb * (1 << 20) / 4), args.data, comm)
+            case = make_case(collective, int(mb * (1 << 20) / 4), args.data, comm, args.root)
             for name in contenders:
                 if collective not in APPLIES[name]:
                     continue
@@ -344,7 +348,7 @@ def main() -> None:
                 if row is None:
                     continue
                 row.update(collective=collective, size_mb=mb, ranks=p, data=args.data,
-                           rel=args.rel, label=args.label)
+                           rel=args.rel, label=args.label, root=args.root)
                 with args.out.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(f"  {collective:>14} {mb:>6g} MB {name:>11}: "
