@@ -28,9 +28,10 @@ Timing: before every iteration the reset (refill of an in-place buffer, untimed)
 ``torch.cuda.synchronize()`` and an MPI barrier; then each rank's wall clock from the call to the
 end of a second ``torch.cuda.synchronize()``. An iteration's time is the slowest rank's; a row's
 headline is the median over ``--iters`` iterations after ``--warmup`` untimed ones. Accuracy is
-checked on the last output against an exact float64 reference (exchanged with mpi4py), as max
-|error| over all ranks and that divided by the bound zccl documents for the eb it used (README,
-"Accuracy contract": all_reduce SUM on the ring ``p*eb``, broadcast and scatter ``eb``).
+checked on the last output against an exact float64 reference (built on the host from every
+rank's cached field, as in collectives_rank.py), as max |error| over all ranks and that divided
+by the bound zccl documents for the eb it used (README, "Accuracy contract": all_reduce SUM on
+the ring ``p*eb``, broadcast and scatter ``eb``).
 
 ``--device cpu`` runs the same program on CPU tensors (``zccl_gpu`` is then zccl's CPU path and
 ``zccl_host`` the same plus two host copies; ``nccl`` is skipped): a smoke test for machines
@@ -53,7 +54,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,6 +61,7 @@ import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:
+    import collectives_rank
     from mpi4py import MPI
 
 HERE = Path(__file__).resolve().parent
@@ -69,18 +70,6 @@ CONTENDERS = ("zccl_gpu", "zccl_host", "gloo", "nccl")
 NCCL_MARK = "NCCL_CHILD_RESULT "  # prefix of the child's one-line JSON result on stdout
 
 Call = tuple[Callable[[], None], Callable[[], None]]  # (untimed reset, timed call)
-
-
-@dataclass
-class Case:
-    """Buffers of one (collective, size) on this rank and the exact expected output."""
-
-    collective: str
-    inp: torch.Tensor       # this rank's input on the device (scatter: the root's p blocks)
-    out: torch.Tensor       # the output buffer on the device
-    expected: torch.Tensor  # float64 exact output of this rank, on the CPU
-    value_range: float      # max - min of the exact outputs over all ranks (for PSNR)
-    nbytes: int             # nccl-tests size: the largest buffer of the collective
 
 
 def short_error(exc: BaseException, limit: int = 600) -> str:
@@ -95,48 +84,22 @@ def short_error(exc: BaseException, limit: int = 600) -> str:
 
 
 def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm,
-              device: torch.device) -> Case:
-    """This rank's inputs (its own wavefield, seed = rank) on ``device``, and the exact output:
-    the float64 sum of every rank's input (all_reduce), or root 0's values (broadcast, scatter),
-    exchanged on the host with mpi4py."""
-    import bench_data
-    from mpi4py import MPI
+              device: torch.device) -> collectives_rank.Case:
+    """collectives_rank's case (this rank's wavefield, seed = rank; the exact float64 output
+    built on the host from every rank's cached field; root 0), its buffers moved to ``device``."""
+    import collectives_rank
 
-    rank, p = comm.Get_rank(), comm.Get_size()
-    if collective == "scatter":
-        numel -= numel % p
-    x = bench_data.values(kind, seed=rank, numel=numel)
-    if collective == "all_reduce":
-        ref = torch.empty(numel, dtype=torch.float64)
-        comm.Allreduce(x.double().numpy(), ref.numpy(), op=MPI.SUM)
-        out = torch.empty(numel, dtype=torch.float32, device=device)
-    elif collective == "broadcast":
-        root = x.clone()
-        comm.Bcast(root.numpy(), root=0)
-        ref = root.double()
-        out = torch.empty(numel, dtype=torch.float32, device=device)
-    else:  # scatter from root 0
-        block = torch.empty(numel // p, dtype=torch.float32)
-        comm.Scatter(x.numpy() if rank == 0 else None, block.numpy(), root=0)
-        ref = block.double()
-        out = torch.empty(numel // p, dtype=torch.float32, device=device)
-    lo = comm.allreduce(float(ref.min()) if ref.numel() else 0.0, op=MPI.MIN)
-    hi = comm.allreduce(float(ref.max()) if ref.numel() else 0.0, op=MPI.MAX)
-    return Case(collective, x.to(device), out, ref, hi - lo if hi > lo else 1.0, numel * 4)
+    case = collectives_rank.make_case(collective, numel, kind, comm)
+    case.inp, case.out = case.inp.to(device), case.out.to(device)
+    return case
 
 
-def direct_call(case: Case, group: Any, p: int, rank: int) -> Call:
-    """The collective on ``group`` (None: the default zccl group) on the case's own tensors."""
-    x, out = case.inp, case.out
-    if case.collective == "all_reduce":
-        return (lambda: out.copy_(x)), lambda: dist.all_reduce(out, group=group)
-    if case.collective == "broadcast":
-        return (lambda: out.copy_(x)), lambda: dist.broadcast(out, src=0, group=group)
-    blocks = list(x.chunk(p)) if rank == 0 else None
-    return (lambda: None), lambda: dist.scatter(out, blocks, src=0, group=group)
+def case_bytes(case: collectives_rank.Case) -> int:
+    """nccl-tests size: the largest buffer of the collective (every rank's input here)."""
+    return case.inp.numel() * case.inp.element_size()
 
 
-def host_call(case: Case, p: int, rank: int) -> Call:
+def host_call(case: collectives_rank.Case, p: int, rank: int) -> Call:
     """Device -> host buffer, the zccl collective on the CPU tensor, host -> device. The host
     buffers are allocated once (pinned on CUDA, as a tuned user program would) and the copies
     are synchronous (``non_blocking=False``), so both are inside the timed call."""
@@ -169,7 +132,7 @@ def host_call(case: Case, p: int, rank: int) -> Call:
     return (lambda: None), scatter
 
 
-def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: Any,
+def run_contender(name: str, case: collectives_rank.Case, comm: MPI.Comm, gloo: Any,
                   args: argparse.Namespace) -> dict[str, Any] | None:
     """Times one contender on one case; the row on rank 0, None elsewhere. An error on any rank
     (e.g. Gloo refusing CUDA tensors for scatter) becomes the row's ``error``."""
@@ -186,8 +149,8 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: Any,
     times: list[float] = []
     try:
         if name == "zccl_gpu":
-            times = collectives_rank.timed(direct_call(case, None, p, rank), comm, args.warmup,
-                                           args.iters, sync)
+            call = collectives_rank.torch_call(case, None, half=False)  # the zccl group
+            times = collectives_rank.timed(call, comm, args.warmup, args.iters, sync)
             stats = dict(zccl_torch.last_stats(device=device.type))
         elif name == "zccl_host":
             with zccl_torch.config(threads=args.host_threads):
@@ -195,8 +158,8 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: Any,
                                                args.iters, sync)
             stats = dict(zccl_torch.last_stats(device="cpu"))
         else:  # gloo
-            times = collectives_rank.timed(direct_call(case, gloo, p, rank), comm, args.warmup,
-                                           args.iters, sync)
+            call = collectives_rank.torch_call(case, gloo, half=False)
+            times = collectives_rank.timed(call, comm, args.warmup, args.iters, sync)
     except Exception as exc:  # recorded, not fatal: every rank reaches the allgather below
         error = short_error(exc)
     errors = comm.allgather(error)
@@ -214,8 +177,8 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: Any,
     median = statistics.median(slowest)
     row: dict[str, Any] = {
         "contender": name, "median_s": median, "iter_times_s": slowest,
-        "iter_times_per_rank_s": per_rank, "bytes": case.nbytes,
-        "algbw_GBps": case.nbytes / median / 1e9 if median > 0 else None,
+        "iter_times_per_rank_s": per_rank, "bytes": case_bytes(case),
+        "algbw_GBps": case_bytes(case) / median / 1e9 if median > 0 else None,
         "max_abs_error": err, "psnr_db": psnr,
     }
     if name.startswith("zccl"):
@@ -228,7 +191,7 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: Any,
             # contributed, and uncompressed bytes that went through the compressor
             bytes_sent_all_ranks=sent, bytes_in_all_ranks=counters["bytes_in"],
             bytes_compressed_all_ranks=counters["bytes_compressed"],
-            wire_ratio=(collectives_rank.WIRE_BYTES[case.collective](case.nbytes, p) / sent
+            wire_ratio=(collectives_rank.WIRE_BYTES[case.collective](case_bytes(case), p) / sent
                         if sent else None),
             compress_s_rank0=stats.get("compress_seconds"),
             decompress_s_rank0=stats.get("decompress_seconds"),
