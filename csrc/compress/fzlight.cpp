@@ -1039,7 +1039,7 @@ bool quantizer_bins(DType dt, double error_bound, double& bin, double& inv_bin) 
   return with_kind(dt, [&](auto kind) {
     using K = decltype(kind);
     Quantizer<typename K::C> qz{};
-    if (!(error_bound >= 0) || !make_quantizer<K>(error_bound, qz)) return false;
+    if (!make_quantizer<K>(error_bound, qz)) return false;  // also a negative or NaN bound
     bin = static_cast<double>(qz.bin);
     inv_bin = static_cast<double>(qz.inv_bin);
     return true;
