@@ -19,7 +19,6 @@ class CpuDevice final : public Device {
   void check_tensor(const at::Tensor& t, const char* what) const override {
     check_cpu_dense(t, what);
   }
-  void check_serves(DeviceOp, const at::Tensor&, const char*) const override {}  // every op
   std::optional<c10::Stream> prepare(const std::vector<at::Tensor>&) override {
     return std::nullopt;
   }
@@ -28,11 +27,12 @@ class CpuDevice final : public Device {
   }
   bool widens_halves() const override { return false; }
   coll::Device kind() const override { return coll::Device::Cpu; }
+  bool compresses(DeviceOp) const override { return true; }
   fz::FiniteRange value_range(const at::Tensor& t, int threads) override {
     return fz::finite_range(t.data_ptr(), compressed_dtype(t.scalar_type()),
                             static_cast<uint64_t>(t.numel()), threads);
   }
-  at::Tensor host_view(const at::Tensor& t, bool) override { return t; }
+  at::Tensor host_view(const at::Tensor& t, bool, bool) override { return t; }
   void from_host(at::Tensor& t, const at::Tensor& host) override {
     if (!host.is_same(t)) t.copy_(host);
   }

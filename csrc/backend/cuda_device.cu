@@ -10,10 +10,13 @@
 //     current: it records an event there, and wait()/then()/value() make the consumer's current
 //     stream wait on it.
 // Float payloads (float32/64, float16/bfloat16 widened on the device: the GPU collectives have no
-// half streams) over the threshold are compressed on the device (gpu_collectives/): uncompressed
-// data never leaves the GPU. Other dtypes and payloads below the threshold move exactly: device
-// pointers straight to MPI when it is CUDA-aware, else through a pinned host copy (these bytes
-// are not compressible, so the round trip costs no more than the wire itself).
+// half streams) over the threshold are compressed on the device (gpu_collectives/) in all_reduce,
+// broadcast, all_gather and scatter: uncompressed data never leaves the GPU. reduce,
+// reduce_scatter, gather and all_to_all, which have no GPU algorithm yet, run the CPU's compressed
+// collectives on pinned host copies (op_bodies.cpp). Other dtypes and payloads below the
+// threshold move exactly: device pointers straight to MPI when it is CUDA-aware, else through a
+// pinned host copy (these bytes are not compressible, so the round trip costs no more than the
+// wire itself).
 #ifdef ZCCL_WITH_CUDA
 
 #include <ATen/ATen.h>
@@ -53,21 +56,6 @@ class CudaDevice final : public Device {
     (void)elem_type(t.scalar_type());  // throws for unsupported dtypes
   }
 
-  void check_serves(DeviceOp op, const at::Tensor& t, const char* what) const override {
-    switch (op) {
-      case DeviceOp::AllReduce:
-      case DeviceOp::Broadcast:
-      case DeviceOp::AllGather:
-      case DeviceOp::Scatter:
-        return;
-      default:
-        throw std::invalid_argument(std::string("zccl: ") + what + ": tensor is on " +
-                                    t.device().str() + "; the zccl backend handles CUDA tensors in "
-                                    "all_reduce, broadcast, all_gather and scatter only (move the "
-                                    "tensor to the CPU for this op)");
-    }
-  }
-
   std::optional<c10::Stream> prepare(const std::vector<at::Tensor>& tensors) override {
     if (tensors.empty()) return std::nullopt;
     const c10::Device device = tensors[0].device();
@@ -103,6 +91,13 @@ class CudaDevice final : public Device {
 
   coll::Device kind() const override { return coll::Device::Cuda; }
 
+  // The gZ collectives (gpu_collectives/). The op bodies run reduce, reduce_scatter, gather and
+  // all_to_all with the CPU's collectives on pinned host copies.
+  bool compresses(DeviceOp op) const override {
+    return op == DeviceOp::AllReduce || op == DeviceOp::Broadcast || op == DeviceOp::AllGather ||
+           op == DeviceOp::Scatter;
+  }
+
   fz::FiniteRange value_range(const at::Tensor& t, int) override {
     // The GPU codec has no half streams: the range of a half tensor is taken on its widening.
     if (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16) {
@@ -125,13 +120,13 @@ class CudaDevice final : public Device {
     return r;
   }
 
-  at::Tensor host_view(const at::Tensor& t, bool read) override {
-    if (gpucoll::cuda_aware_mpi()) {
+  at::Tensor host_view(const at::Tensor& t, bool read, bool host_memory) override {
+    if (!host_memory && gpucoll::cuda_aware_mpi()) {
       c10::cuda::getCurrentCUDAStream().synchronize();  // MPI reads device memory: data must be there
       return t;
     }
     at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
-    if (read) host.copy_(t);  // synchronous D2H: the transport needs the bytes now
+    if (read) host.copy_(t);  // synchronous D2H: the transport or codec needs the bytes now
     return host;
   }
 
@@ -156,31 +151,8 @@ class CudaDevice final : public Device {
                coll::Stats* stats) override {
     gpucoll::scatter(comm, workspace(), blocks, out, n, dt, root, cfg, current_stream(), stats);
   }
-  // Not served (check_serves turns these ops away on the caller's thread).
-  void reduce(transport::Comm&, void*, uint64_t, fz::DType, coll::ReduceOp, int,
-              const coll::Config&, coll::Stats*) override {
-    unserved("reduce");
-  }
-  void reduce_scatter(transport::Comm&, const void*, void*, uint64_t, fz::DType, coll::ReduceOp,
-                      const coll::Config&, coll::Stats*) override {
-    unserved("reduce_scatter");
-  }
-  void gather(transport::Comm&, const void*, void*, uint64_t, fz::DType, int, const coll::Config&,
-              coll::Stats*) override {
-    unserved("gather");
-  }
-  void alltoallv(transport::Comm&, const void*, const std::vector<size_t>&,
-                 const std::vector<size_t>&, void*, const std::vector<size_t>&,
-                 const std::vector<size_t>&, fz::DType, const coll::Config&,
-                 coll::Stats*) override {
-    unserved("all_to_all");
-  }
 
  private:
-  [[noreturn]] static void unserved(const char* what) {
-    throw std::logic_error(std::string("zccl: the CUDA device has no ") + what);
-  }
-
   c10::cuda::CUDAStream stream_of(c10::DeviceIndex device) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = streams_.find(device);

@@ -14,13 +14,15 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "../collectives/collectives.h"
 
 namespace zccl::backend {
 
-// The collectives a device may serve; its `serves()` says which.
+// The compressed collectives; a device's `compresses()` says which it runs itself.
 enum class DeviceOp : uint8_t {
   AllReduce,
   Broadcast,
@@ -30,7 +32,6 @@ enum class DeviceOp : uint8_t {
   Gather,
   Scatter,
   AllToAll,
-  Sparse,
 };
 
 class Device {
@@ -41,8 +42,6 @@ class Device {
   // Throws std::invalid_argument naming `what` unless `t` is a dense tensor of this device of a
   // dtype the transport moves.
   virtual void check_tensor(const at::Tensor& t, const char* what) const = 0;
-  // Throws std::invalid_argument when this device has no implementation of `op`.
-  virtual void check_serves(DeviceOp op, const at::Tensor& t, const char* what) const = 0;
   // Orders the op after what the caller enqueued on `tensors` and returns the stream the op runs
   // on (nullopt: no streams on this device).
   virtual std::optional<c10::Stream> prepare(const std::vector<at::Tensor>& tensors) = 0;
@@ -55,38 +54,52 @@ class Device {
   virtual bool widens_halves() const = 0;
   // Which collectives run the compressed calls (coll::route() takes it into account).
   virtual coll::Device kind() const = 0;
+  // Whether this device has its own compressed `op`. The op bodies run the CPU device's on host
+  // copies of the buffers for an op it has not (every device has broadcast and scatter).
+  virtual bool compresses(DeviceOp op) const = 0;
   // Finite min/max of a contiguous floating tensor.
   virtual fz::FiniteRange value_range(const at::Tensor& t, int threads) = 0;
-  // A tensor on the host holding `t`'s bytes for the exact (uncompressed) transport: `t` itself
-  // where the transport can read it, else a copy (filled from `t` when `read`). from_host() writes
-  // it back into `t`; it does nothing when host_view returned `t` itself.
-  virtual at::Tensor host_view(const at::Tensor& t, bool read) = 0;
+  // A tensor holding `t`'s bytes for the exact (uncompressed) transport, or, with `host_memory`,
+  // for the CPU's codec: `t` itself where that can read it (host memory; the transport also reads
+  // device memory when it is CUDA-aware), else a host copy (filled from `t` when `read`).
+  // from_host() writes it back into `t`; it does nothing when host_view returned `t` itself.
+  virtual at::Tensor host_view(const at::Tensor& t, bool read, bool host_memory) = 0;
   virtual void from_host(at::Tensor& t, const at::Tensor& host) = 0;
 
   // The compressed collectives (collectives.h has their contracts); `dt` is the staged buffer's
-  // type. A device that does not serve an op is never asked for it (check_serves).
+  // type. Those a device does not have (compresses()) are never asked for: they throw.
   virtual void allreduce(transport::Comm& comm, void* buf, uint64_t n, fz::DType dt,
                          coll::ReduceOp op, const coll::Config& cfg, coll::Stats* stats) = 0;
-  virtual void reduce(transport::Comm& comm, void* buf, uint64_t n, fz::DType dt,
-                      coll::ReduceOp op, int root, const coll::Config& cfg, coll::Stats* stats) = 0;
+  virtual void reduce(transport::Comm&, void*, uint64_t, fz::DType, coll::ReduceOp, int,
+                      const coll::Config&, coll::Stats*) {
+    missing("reduce");
+  }
   virtual void broadcast(transport::Comm& comm, void* buf, uint64_t n, fz::DType dt, int root,
                          const coll::Config& cfg, coll::Stats* stats) = 0;
   virtual void allgather(transport::Comm& comm, const void* in, void* out, uint64_t n,
                          fz::DType dt, const coll::Config& cfg, coll::Stats* stats) = 0;
-  virtual void reduce_scatter(transport::Comm& comm, const void* in, void* out, uint64_t n,
-                              fz::DType dt, coll::ReduceOp op, const coll::Config& cfg,
-                              coll::Stats* stats) = 0;
-  virtual void gather(transport::Comm& comm, const void* in, void* out, uint64_t n, fz::DType dt,
-                      int root, const coll::Config& cfg, coll::Stats* stats) = 0;
+  virtual void reduce_scatter(transport::Comm&, const void*, void*, uint64_t, fz::DType,
+                              coll::ReduceOp, const coll::Config&, coll::Stats*) {
+    missing("reduce_scatter");
+  }
+  virtual void gather(transport::Comm&, const void*, void*, uint64_t, fz::DType, int,
+                      const coll::Config&, coll::Stats*) {
+    missing("gather");
+  }
   virtual void scatter(transport::Comm& comm, const std::vector<const void*>& blocks, void* out,
                        uint64_t n, fz::DType dt, int root, const coll::Config& cfg,
                        coll::Stats* stats) = 0;
-  virtual void alltoallv(transport::Comm& comm, const void* in,
-                         const std::vector<size_t>& send_counts,
-                         const std::vector<size_t>& send_displs, void* out,
-                         const std::vector<size_t>& recv_counts,
-                         const std::vector<size_t>& recv_displs, fz::DType dt,
-                         const coll::Config& cfg, coll::Stats* stats) = 0;
+  virtual void alltoallv(transport::Comm&, const void*, const std::vector<size_t>&,
+                         const std::vector<size_t>&, void*, const std::vector<size_t>&,
+                         const std::vector<size_t>&, fz::DType, const coll::Config&,
+                         coll::Stats*) {
+    missing("all_to_all");
+  }
+
+ private:
+  [[noreturn]] static void missing(const char* op) {
+    throw std::logic_error(std::string("zccl: this device has no compressed ") + op);
+  }
 };
 
 std::unique_ptr<Device> make_cpu_device();

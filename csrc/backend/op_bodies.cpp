@@ -30,28 +30,48 @@ CallDescription describe(OpKind op, at::ScalarType dtype, uint64_t count, int re
 
 int reduce_code(const c10d::ReduceOp& op) { return static_cast<int>(op.op_); }
 
-// A tensor an exact transport call reads (`read`: its values go in) or writes (`write`: the
-// call's result comes back into it). Undefined tensors pass a null pointer (non-root sides).
+// A tensor a collective reads (`read`: its values go in) or writes (`write`: the call's result
+// comes back into it). Undefined tensors pass a null pointer (non-root sides).
 struct HostArg {
   at::Tensor* tensor;
   bool read;
   bool write;
 };
+using Pointers = std::vector<void*>;
 
-// Runs an exact transport call on the device's host views of `args` (device.h: the tensors
-// themselves on the CPU), then writes the results back.
-void on_host(Device& dev, const std::vector<HostArg>& args,
-             const std::function<void(const std::vector<void*>&)>& call) {
+// Runs `call` on the device's host views of `args` (Device::host_view: the tensors themselves
+// on the CPU), then writes the results back. `host_memory`: the CPU's codec reads them, not
+// only the exact transport.
+void on_host(Device& dev, const std::vector<HostArg>& args, bool host_memory,
+             const std::function<void(const Pointers&)>& call) {
   std::vector<at::Tensor> views;
-  std::vector<void*> ptrs;
+  Pointers ptrs;
   for (const HostArg& a : args) {
-    views.push_back(a.tensor->defined() ? dev.host_view(*a.tensor, a.read) : at::Tensor());
+    views.push_back(a.tensor->defined() ? dev.host_view(*a.tensor, a.read, host_memory)
+                                        : at::Tensor());
     ptrs.push_back(views.back().defined() ? views.back().data_ptr() : nullptr);
   }
   call(ptrs);
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i].write && views[i].defined()) dev.from_host(*args[i].tensor, views[i]);
   }
+}
+
+// Runs the compressed collective `op` by `call(device, pointers of args)`: on `dev` itself where
+// it has that collective, else on the CPU device `cpu` with host copies of `args` (the CUDA
+// device's reduce, reduce_scatter, gather and all_to_all: the same fZ-light streams travel, coded
+// by the CPU, with the CPU's bounds).
+void compressed(Device& dev, Device& cpu, DeviceOp op, const std::vector<HostArg>& args,
+                const std::function<void(Device&, const Pointers&)>& call) {
+  if (!dev.compresses(op)) {
+    on_host(dev, args, /*host_memory=*/true, [&](const Pointers& p) { call(cpu, p); });
+    return;
+  }
+  Pointers ptrs;
+  for (const HostArg& a : args) {
+    ptrs.push_back(a.tensor->defined() ? a.tensor->data_ptr() : nullptr);
+  }
+  call(dev, ptrs);
 }
 
 }  // namespace
@@ -165,12 +185,16 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
       chosen && coll::route(coll::Collective::AllReduce, n * s.buffer.element_size(),
                             comm_->size(), cc, dev.kind())
                     .compressed;
+  const std::vector<HostArg> io = {{&s.buffer, true, true}};
   if (compress) {
     coll::Stats stats;
-    dev.allreduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(type), *cop, cc, &stats);
+    compressed(dev, *cpu_, DeviceOp::AllReduce, io,
+               [&](Device& d, const Pointers& p) {
+                 d.allreduce(*comm_, p[0], n, compressed_dtype(type), *cop, cc, &stats);
+               });
     record("all_reduce", stats, eb);
   } else {
-    on_host(dev, {{&s.buffer, true, true}}, [&](const std::vector<void*>& p) {
+    on_host(dev, io, false, [&](const Pointers& p) {
       comm_->allreduce(transport::kInPlace, p[0], n, elem_type(type), reduce_kind(op, type));
     });
     if (op.op_ == c10d::ReduceOp::AVG) s.buffer.div_(comm_->size());
@@ -195,15 +219,19 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
                     nullptr, cfg, false);
   if (n == 0) return;
   const bool at_root = comm_->rank() == root;
+  const std::vector<HostArg> io = {{&s.buffer, at_root, !at_root}};
   if (compress) {
     if (at_root) eb = local_bound(dev, {s.buffer}, cfg);
     coll::Stats stats;
-    dev.broadcast(*comm_, s.buffer.data_ptr(), n, compressed_dtype(s.buffer.scalar_type()), root,
-                  coll_config(cfg, eb), &stats);
+    compressed(dev, *cpu_, DeviceOp::Broadcast, io,
+               [&](Device& d, const Pointers& p) {
+                 d.broadcast(*comm_, p[0], n, compressed_dtype(s.buffer.scalar_type()), root,
+                             coll_config(cfg, eb), &stats);
+               });
     record("broadcast", stats, eb);
   } else {
     const at::ScalarType type = s.buffer.scalar_type();
-    on_host(dev, {{&s.buffer, at_root, !at_root}}, [&](const std::vector<void*>& p) {
+    on_host(dev, io, false, [&](const Pointers& p) {
       comm_->bcast(p[0], n, elem_type(type), root);
     });
     record_exact("broadcast", n * t.element_size());
@@ -219,13 +247,17 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& o
   if (n == 0) return;
   const bool at_root = comm_->rank() == root;
   const at::ScalarType type = s.buffer.scalar_type();
+  const std::vector<HostArg> io = {{&s.buffer, true, at_root}};
   if (compress) {
     coll::Stats stats;
-    dev.reduce(*comm_, s.buffer.data_ptr(), n, compressed_dtype(type), *cop, root,
-               reduction_config(dev, cfg, eb, t.scalar_type()), &stats);
+    compressed(dev, *cpu_, DeviceOp::Reduce, io,
+               [&](Device& d, const Pointers& p) {
+                 d.reduce(*comm_, p[0], n, compressed_dtype(type), *cop, root,
+                          reduction_config(dev, cfg, eb, t.scalar_type()), &stats);
+               });
     record("reduce", stats, eb);
   } else {
-    on_host(dev, {{&s.buffer, true, at_root}}, [&](const std::vector<void*>& p) {
+    on_host(dev, io, false, [&](const Pointers& p) {
       comm_->reduce(at_root ? transport::kInPlace : p[0], p[0], n, elem_type(type), reduce_kind(op, type),
                     root);
     });
@@ -245,16 +277,19 @@ void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& f
   const double eb = agree(dev, "all_gather", describe(OpKind::AllGather, in.scalar_type(), n),
                           &src.buffer, cfg, compress);
   if (n == 0) return;
+  const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};
   if (compress) {
     coll::Stats stats;
-    dev.allgather(*comm_, src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
-                  compressed_dtype(src.buffer.scalar_type()), coll_config(cfg, eb), &stats);
+    compressed(dev, *cpu_, DeviceOp::AllGather, io,
+               [&](Device& d, const Pointers& p) {
+                 d.allgather(*comm_, p[0], p[1], n, compressed_dtype(src.buffer.scalar_type()),
+                             coll_config(cfg, eb), &stats);
+               });
     record("all_gather", stats, eb);
   } else {
-    on_host(dev, {{&src.buffer, true, false}, {&dst.buffer, false, true}},
-            [&](const std::vector<void*>& p) {
-              comm_->allgather(p[0], p[1], n, elem_type(in.scalar_type()));
-            });
+    on_host(dev, io, false, [&](const Pointers& p) {
+      comm_->allgather(p[0], p[1], n, elem_type(in.scalar_type()));
+    });
     record_exact("all_gather", n * in.element_size());
   }
   dst.write_back();
@@ -273,17 +308,19 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
                           &src.buffer, cfg, compress);
   if (n == 0) return;
   const at::ScalarType type = src.buffer.scalar_type();
+  const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};
   if (compress) {
     coll::Stats stats;
-    dev.reduce_scatter(*comm_, src.buffer.data_ptr(), dst.buffer.data_ptr(), n,
-                       compressed_dtype(type), *cop,
-                       reduction_config(dev, cfg, eb, out.scalar_type()), &stats);
+    compressed(dev, *cpu_, DeviceOp::ReduceScatter, io,
+               [&](Device& d, const Pointers& p) {
+                 d.reduce_scatter(*comm_, p[0], p[1], n, compressed_dtype(type), *cop,
+                                  reduction_config(dev, cfg, eb, out.scalar_type()), &stats);
+               });
     record("reduce_scatter", stats, eb);
   } else {
-    on_host(dev, {{&src.buffer, true, false}, {&dst.buffer, false, true}},
-            [&](const std::vector<void*>& p) {
-              comm_->reduce_scatter_block(p[0], p[1], n, elem_type(type), reduce_kind(op, type));
-            });
+    on_host(dev, io, false, [&](const Pointers& p) {
+      comm_->reduce_scatter_block(p[0], p[1], n, elem_type(type), reduce_kind(op, type));
+    });
     if (op.op_ == c10d::ReduceOp::AVG) dst.buffer.div_(comm_->size());
     record_exact("reduce_scatter", n * out.element_size());
   }
@@ -301,17 +338,21 @@ void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat
   const double eb = agree(dev, "gather", describe(OpKind::Gather, in.scalar_type(), n, -1, root),
                           &src.buffer, cfg, compress);
   if (n == 0) return;
+  at::Tensor none;
+  const std::vector<HostArg> io = {{&src.buffer, true, false},
+                                   {dst ? &dst->buffer : &none, false, true}};
   if (compress) {
     coll::Stats stats;
-    dev.gather(*comm_, src.buffer.data_ptr(), dst ? dst->buffer.data_ptr() : nullptr, n,
-               compressed_dtype(src.buffer.scalar_type()), root, coll_config(cfg, eb), &stats);
+    compressed(dev, *cpu_, DeviceOp::Gather, io,
+               [&](Device& d, const Pointers& p) {
+                 d.gather(*comm_, p[0], p[1], n, compressed_dtype(src.buffer.scalar_type()), root,
+                          coll_config(cfg, eb), &stats);
+               });
     record("gather", stats, eb);
   } else {
-    at::Tensor none;
-    on_host(dev, {{&src.buffer, true, false}, {dst ? &dst->buffer : &none, false, true}},
-            [&](const std::vector<void*>& p) {
-              comm_->gather(p[0], p[1], n, elem_type(in.scalar_type()), root);
-            });
+    on_host(dev, io, false, [&](const Pointers& p) {
+      comm_->gather(p[0], p[1], n, elem_type(in.scalar_type()), root);
+    });
     record_exact("gather", n * in.element_size());
   }
   if (dst) dst->write_back();
@@ -331,8 +372,8 @@ void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, a
     std::vector<at::Tensor> flat_parts;
     for (const auto& t : ins) flat_parts.push_back(t.reshape({-1}));
     at::Tensor flat = ins.empty() ? at::Tensor() : at::cat(flat_parts);
-    on_host(dev, {{&flat, true, false}, {&dst.buffer, false, true}},
-            [&](const std::vector<void*>& p) {
+    on_host(dev, {{&flat, true, false}, {&dst.buffer, false, true}}, false,
+            [&](const Pointers& p) {
               comm_->scatter(p[0], p[1], n, elem_type(out.scalar_type()), root);
             });
     record_exact("scatter", n * out.element_size());
@@ -384,15 +425,19 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
   Staged dst(out, widen);
   if (compress) {
     coll::Stats stats;
-    dev.alltoallv(*comm_, src.buffer.data_ptr(), send_counts, sd, dst.buffer.data_ptr(),
-                  recv_counts, rd, compressed_dtype(src.buffer.scalar_type()),
-                  coll_config(cfg, agreed.error_bound), &stats);
+    compressed(dev, *cpu_, DeviceOp::AllToAll,
+               {{&src.buffer, true, false}, {&dst.buffer, false, true}},
+               [&](Device& d, const Pointers& p) {
+                 d.alltoallv(*comm_, p[0], send_counts, sd, p[1], recv_counts, rd,
+                             compressed_dtype(src.buffer.scalar_type()),
+                             coll_config(cfg, agreed.error_bound), &stats);
+               });
     record("all_to_all", stats, agreed.error_bound);
   } else {
     // Exact: the tensors' own dtype (a widened half staging is narrowed back by write_back).
     at::Tensor sin = src.buffer.scalar_type() == in.scalar_type() ? src.buffer : in.contiguous();
     at::Tensor sout = dst.buffer.scalar_type() == out.scalar_type() ? dst.buffer : out.contiguous();
-    on_host(dev, {{&sin, true, false}, {&sout, false, true}}, [&](const std::vector<void*>& ptr) {
+    on_host(dev, {{&sin, true, false}, {&sout, false, true}}, false, [&](const Pointers& ptr) {
       comm_->alltoallv(ptr[0], send_counts, sd, ptr[1], recv_counts, rd,
                        elem_type(in.scalar_type()));
     });

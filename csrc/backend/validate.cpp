@@ -13,9 +13,9 @@ void check_cpu_dense(const at::Tensor& t, const char* what) {
   if (!t.device().is_cpu()) {
     if (t.is_cuda() && cuda_device_built()) {
       throw std::invalid_argument(std::string("zccl: ") + what + ": tensor is on " +
-                                  t.device().str() + "; the zccl backend handles CUDA tensors in "
-                                  "all_reduce, broadcast, all_gather and scatter only (move the "
-                                  "tensor to the CPU for this op)");
+                                  t.device().str() + " where a CPU tensor is expected (send and "
+                                  "recv take CPU tensors only; a collective's tensors must all be "
+                                  "on one device)");
     }
     throw std::invalid_argument(std::string("zccl: ") + what + ": tensor is on " +
                                 t.device().str() + "; this build of the zccl backend handles CPU "

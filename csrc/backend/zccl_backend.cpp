@@ -58,8 +58,8 @@ void ZcclBackend::setTimeout(std::chrono::milliseconds timeout) {
   p2p_comm_->set_timeout(timeout);
 }
 
-Device& ZcclBackend::device_for(const at::Tensor& t, DeviceOp op,
-                               const std::vector<at::Tensor>& tensors, const char* what) {
+Device& ZcclBackend::device_for(const at::Tensor& t, const std::vector<at::Tensor>& tensors,
+                               const char* what) {
   Device* dev = cpu_.get();
   if (!t.device().is_cpu()) {
     // Names the device this build cannot serve.
@@ -68,7 +68,6 @@ Device& ZcclBackend::device_for(const at::Tensor& t, DeviceOp op,
     if (!cuda_) cuda_ = make_cuda_device();  // throws in a CPU-only build, naming the device
     dev = cuda_.get();
   }
-  dev->check_serves(op, t, what);
   for (const auto& x : tensors) dev->check_tensor(x, what);
   return *dev;
 }
@@ -181,7 +180,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce(std::vector<at::Tensor>& t
                    [this, t](Device&, const CallConfig& cfg) mutable { run_sparse_allreduce(t, cfg); });
   }
   check_single(tensors, "all_reduce");
-  Device& dev = device_for(tensors[0], DeviceOp::AllReduce, tensors, "all_reduce");
+  Device& dev = device_for(tensors[0], tensors, "all_reduce");
   validate_reduce(opts.reduceOp, tensors[0].scalar_type(), "all_reduce");
   at::Tensor t = tensors[0];
   const c10d::ReduceOp op = opts.reduceOp;
@@ -194,7 +193,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce(std::vector<at::Tensor>& t
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   Device& dev = tensors.empty() ? *cpu_
-                                 : device_for(tensors[0], DeviceOp::AllReduce, tensors,
+                                 : device_for(tensors[0], tensors,
                                               "all_reduce_coalesced");
   for (const auto& t : tensors) validate_reduce(opts.reduceOp, t.scalar_type(), "all_reduce_coalesced");
   std::vector<at::Tensor> ts = tensors;
@@ -208,7 +207,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> ZcclBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                       const c10d::BroadcastOptions& opts) {
   check_single(tensors, "broadcast");
-  Device& dev = device_for(tensors[0], DeviceOp::Broadcast, tensors, "broadcast");
+  Device& dev = device_for(tensors[0], tensors, "broadcast");
   check_root(opts.rootRank, getSize(), "broadcast");
   at::Tensor t = tensors[0];
   const int root = static_cast<int>(opts.rootRank);
@@ -221,7 +220,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::broadcast(std::vector<at::Tensor>& t
 c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce(std::vector<at::Tensor>& tensors,
                                                    const c10d::ReduceOptions& opts) {
   check_single(tensors, "reduce");
-  Device& dev = device_for(tensors[0], DeviceOp::Reduce, tensors, "reduce");
+  Device& dev = device_for(tensors[0], tensors, "reduce");
   check_root(opts.rootRank, getSize(), "reduce");
   validate_reduce(opts.reduceOp, tensors[0].scalar_type(), "reduce");
   at::Tensor t = tensors[0];
@@ -236,7 +235,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce(std::vector<at::Tensor>& tens
 c10::intrusive_ptr<c10d::Work> ZcclBackend::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                             const c10d::AllgatherOptions&) {
   const char* name = "all_gather_into_tensor";
-  Device& dev = device_for(input, DeviceOp::AllGather, {input, output}, name);
+  Device& dev = device_for(input, {input, output}, name);
   check_all_gather_into(output, input, getSize(), name);
   at::Tensor in = input, out = output;
   return enqueue(name, c10d::OpType::_ALLGATHER_BASE, {output}, dev, {input, output},
@@ -275,10 +274,13 @@ std::vector<at::Tensor> root_list(const std::vector<std::vector<at::Tensor>>& li
   return lists[0];
 }
 
-// `list` and `t`: the tensors an op touches, for the device's stream bookkeeping.
-std::vector<at::Tensor> joined(std::vector<at::Tensor> list, const at::Tensor& t) {
-  list.push_back(t);
+// `list` and `more`: the tensors an op touches, for the checks and the stream bookkeeping.
+std::vector<at::Tensor> joined(std::vector<at::Tensor> list, const std::vector<at::Tensor>& more) {
+  list.insert(list.end(), more.begin(), more.end());
   return list;
+}
+std::vector<at::Tensor> joined(std::vector<at::Tensor> list, const at::Tensor& t) {
+  return joined(std::move(list), std::vector<at::Tensor>{t});
 }
 
 // The tensors of `parts`, flattened and concatenated.
@@ -294,7 +296,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather(std::vector<std::vector<at
                                                       std::vector<at::Tensor>& inputs,
                                                       const c10d::AllgatherOptions&) {
   check_single(inputs, "all_gather");
-  Device& dev = device_for(inputs[0], DeviceOp::AllGather, inputs, "all_gather");
+  Device& dev = device_for(inputs[0], inputs, "all_gather");
   if (outputs.size() != 1 || static_cast<int>(outputs[0].size()) != getSize()) {
     throw std::invalid_argument("zccl: all_gather needs one output list of world_size tensors");
   }
@@ -320,7 +322,10 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather_coalesced(
                                 "(world_size = " + std::to_string(p) + "), got " +
                                 std::to_string(outputs.size()));
   }
-  for (const auto& t : inputs) check_cpu_dense(t, "all_gather_coalesced");
+  std::vector<at::Tensor> flat_outputs;
+  for (const auto& l : outputs) flat_outputs.insert(flat_outputs.end(), l.begin(), l.end());
+  Device& dev = inputs.empty() ? *cpu_ : device_for(inputs[0], joined(flat_outputs, inputs),
+                                                    "all_gather_coalesced");
   for (int r = 0; r < p; ++r) {
     if (outputs[r].size() != inputs.size()) {
       throw std::invalid_argument("zccl: all_gather_coalesced: output list " + std::to_string(r) + " holds " +
@@ -331,9 +336,8 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather_coalesced(
   }
   auto ins = inputs;
   auto outs = outputs;
-  std::vector<at::Tensor> flat_outputs;
-  for (const auto& l : outputs) flat_outputs.insert(flat_outputs.end(), l.begin(), l.end());
-  return enqueue("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, flat_outputs, *cpu_, ins,
+  return enqueue("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, flat_outputs, dev,
+                 joined(flat_outputs, ins),
                  [this, ins, outs](Device& d, const CallConfig& cfg) mutable {
                    for (size_t i = 0; i < ins.size(); ++i) {
                      at::Tensor flat = at::empty({ins[i].numel() * getSize()}, ins[i].options());
@@ -351,14 +355,13 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather_into_tensor_coalesced(
   if (outputs.size() != inputs.size()) {
     throw std::invalid_argument("zccl: all_gather_into_tensor_coalesced: one output per input");
   }
+  Device& dev = inputs.empty() ? *cpu_ : device_for(inputs[0], joined(outputs, inputs), name);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_cpu_dense(inputs[i], name);
-    check_cpu_dense(outputs[i], name);
     check_all_gather_into(outputs[i], inputs[i], getSize(), name);
   }
   auto ins = inputs;
   auto outs = outputs;
-  return enqueue(name, c10d::OpType::COALESCED, outputs, *cpu_, ins,
+  return enqueue(name, c10d::OpType::COALESCED, outputs, dev, joined(outputs, ins),
                  [this, ins, outs](Device& d, const CallConfig& cfg) mutable {
                    for (size_t i = 0; i < ins.size(); ++i) run_allgather(d, ins[i], outs[i], cfg);
                  });
@@ -368,7 +371,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::gather(std::vector<std::vector<at::T
                                                    std::vector<at::Tensor>& inputs,
                                                    const c10d::GatherOptions& opts) {
   check_single(inputs, "gather");
-  Device& dev = device_for(inputs[0], DeviceOp::Gather, inputs, "gather");
+  Device& dev = device_for(inputs[0], inputs, "gather");
   check_root(opts.rootRank, getSize(), "gather");
   const int root = static_cast<int>(opts.rootRank);
   at::Tensor in = inputs[0];
@@ -389,7 +392,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::scatter(std::vector<at::Tensor>& out
                                                     std::vector<std::vector<at::Tensor>>& inputs,
                                                     const c10d::ScatterOptions& opts) {
   check_single(outputs, "scatter");
-  Device& dev = device_for(outputs[0], DeviceOp::Scatter, outputs, "scatter");
+  Device& dev = device_for(outputs[0], outputs, "scatter");
   check_root(opts.rootRank, getSize(), "scatter");
   const int root = static_cast<int>(opts.rootRank);
   at::Tensor out = outputs[0];
@@ -403,7 +406,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::scatter(std::vector<at::Tensor>& out
 c10::intrusive_ptr<c10d::Work> ZcclBackend::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::ReduceScatterOptions& opts) {
   const char* name = "reduce_scatter_tensor";
-  Device& dev = device_for(input, DeviceOp::ReduceScatter, {input, output}, name);
+  Device& dev = device_for(input, {input, output}, name);
   check_reduce_scatter_into(output, input, opts.reduceOp, getSize(), name);
   at::Tensor in = input, out = output;
   const c10d::ReduceOp op = opts.reduceOp;
@@ -417,7 +420,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce_scatter(std::vector<at::Tenso
                                                            std::vector<std::vector<at::Tensor>>& inputs,
                                                            const c10d::ReduceScatterOptions& opts) {
   check_single(outputs, "reduce_scatter");
-  Device& dev = device_for(outputs[0], DeviceOp::ReduceScatter, outputs, "reduce_scatter");
+  Device& dev = device_for(outputs[0], outputs, "reduce_scatter");
   validate_reduce(opts.reduceOp, outputs[0].scalar_type(), "reduce_scatter");
   if (inputs.size() != 1 || static_cast<int>(inputs[0].size()) != getSize()) {
     throw std::invalid_argument("zccl: reduce_scatter needs one input list of world_size tensors");
@@ -439,15 +442,14 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce_scatter_tensor_coalesced(
   if (outputs.size() != inputs.size()) {
     throw std::invalid_argument("zccl: reduce_scatter_tensor_coalesced: one output per input");
   }
+  Device& dev = inputs.empty() ? *cpu_ : device_for(inputs[0], joined(outputs, inputs), name);
   for (size_t i = 0; i < inputs.size(); ++i) {
-    check_cpu_dense(inputs[i], name);
-    check_cpu_dense(outputs[i], name);
     check_reduce_scatter_into(outputs[i], inputs[i], opts.reduceOp, getSize(), name);
   }
   auto ins = inputs;
   auto outs = outputs;
   const c10d::ReduceOp op = opts.reduceOp;
-  return enqueue(name, c10d::OpType::COALESCED, outputs, *cpu_, ins,
+  return enqueue(name, c10d::OpType::COALESCED, outputs, dev, joined(outputs, ins),
                  [this, ins, outs, op](Device& d, const CallConfig& cfg) mutable {
                    for (size_t i = 0; i < ins.size(); ++i) run_reduce_scatter(d, ins[i], outs[i], op, cfg);
                  });
@@ -457,7 +459,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::alltoall_base(at::Tensor& output, at
                                                           std::vector<int64_t>& output_splits,
                                                           std::vector<int64_t>& input_splits,
                                                           const c10d::AllToAllOptions&) {
-  Device& dev = device_for(input, DeviceOp::AllToAll, {input, output}, "all_to_all_single");
+  Device& dev = device_for(input, {input, output}, "all_to_all_single");
   if (input.scalar_type() != output.scalar_type()) {
     throw std::invalid_argument("zccl: all_to_all_single: input and output dtypes differ");
   }
@@ -505,9 +507,8 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::alltoall(std::vector<at::Tensor>& ou
   if (static_cast<int>(inputs.size()) != p || static_cast<int>(outputs.size()) != p) {
     throw std::invalid_argument("zccl: all_to_all needs world_size input and output tensors");
   }
-  std::vector<at::Tensor> touched = inputs;
-  touched.insert(touched.end(), outputs.begin(), outputs.end());
-  Device& dev = device_for(inputs[0], DeviceOp::AllToAll, touched, "all_to_all");
+  const std::vector<at::Tensor> touched = joined(inputs, outputs);
+  Device& dev = device_for(inputs[0], touched, "all_to_all");
   std::vector<size_t> sc(p), rc(p);
   for (int r = 0; r < p; ++r) {
     if (inputs[r].scalar_type() != inputs[0].scalar_type() || outputs[r].scalar_type() != inputs[0].scalar_type()) {

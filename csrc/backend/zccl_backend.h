@@ -123,11 +123,9 @@ class ZcclBackend : public c10d::Backend {
     std::string waiting_for;            // for the timeout message
   };
 
-  // The device serving `t` for `op`, after checking that it serves it and that every tensor of
-  // `tensors` is a dense tensor of that device (caller's thread; the CUDA device is created on
-  // first use).
-  Device& device_for(const at::Tensor& t, DeviceOp op, const std::vector<at::Tensor>& tensors,
-                     const char* what);
+  // The device of `t`, after checking that every tensor of `tensors` is a dense tensor of that
+  // device (caller's thread; the CUDA device is created on first use).
+  Device& device_for(const at::Tensor& t, const std::vector<at::Tensor>& tensors, const char* what);
   // Queues `job` on `device`: the op is ordered after what the caller enqueued on `touched`
   // (device streams), and its Work completes when the job ran.
   c10::intrusive_ptr<c10d::Work> enqueue(const char* name, c10d::OpType type,

@@ -1,10 +1,12 @@
 // gZ allgather (data-movement framework): compress the own block once on the device, ring of
 // compressed streams (forwarded as received, never recompressed), then the p-1 foreign blocks
-// decompressed as one batch on the workspace's auxiliary streams. The own block is copied
-// exactly (as the CPU's allgather_ring.cpp).
+// decompressed as one batch on the workspace's auxiliary streams. As in the CPU's
+// allgather_ring.cpp, the own block is decoded from its own stream in the same batch, so every
+// rank holds the same bits for every block; with cfg.owner_exact (or p == 1) it is copied exactly.
 //
-// Cost: one compression and p-1 decompressions of n values, (p-1) n w / R bytes sent per rank,
-// p-1 latency terms. Output error: eb per foreign value, own block exact.
+// Cost: one compression and p (p-1 with owner_exact) decompressions of n values, (p-1) n w / R
+// bytes sent per rank, p-1 latency terms. Output error: eb per value (own block exact with
+// cfg.owner_exact).
 #include <vector>
 
 #include "gpu_common.h"
@@ -31,8 +33,10 @@ void allgather(Comm& comm, GpuWorkspace& ws, const void* send, void* recv, size_
   detail::Call call(ws, stream);
   auto* out = static_cast<uint8_t*>(recv);
 
-  // The own block, exactly (nothing to do when send already is recv's own slot).
-  if (send != out + own * count * es) {
+  // The own block, exactly (nothing to do when send already is recv's own slot), unless it is
+  // decoded from its stream below.
+  const bool decode_own = !cfg.owner_exact && p > 1;
+  if (!decode_own && send != out + own * count * es) {
     detail::check(cudaMemcpyAsync(out + own * count * es, send, count * es, cudaMemcpyDeviceToDevice, call.s),
                   "cudaMemcpyAsync (own block)");
   }
@@ -59,8 +63,8 @@ void allgather(Comm& comm, GpuWorkspace& ws, const void* send, void* recv, size_
   }
   std::vector<void*> dsts(static_cast<size_t>(p));
   for (size_t q = 0; q < dsts.size(); ++q) dsts[q] = out + q * count * es;
-  detail::decode_batch(call.w, all, cap, lens, dsts, std::vector<size_t>(static_cast<size_t>(p), count), r,
-                       dt, cfg.chunk_len, call.s, "all_gather");
+  detail::decode_batch(call.w, all, cap, lens, dsts, std::vector<size_t>(static_cast<size_t>(p), count),
+                       decode_own ? -1 : r, dt, cfg.chunk_len, call.s, "all_gather");
   cs.done(rt.algorithm);
 }
 

@@ -1,13 +1,15 @@
 // gZ broadcast (data-movement framework): the root compresses its buffer once on the device; the
 // stream travels down a binomial tree (each rank forwards the bytes as received, before decoding
-// them), and every non-root decodes it once into its buffer. The root's buffer is untouched.
+// them), and every rank decodes it once into its buffer: the root too, so that every rank holds
+// the same bits (as the CPU's broadcast_pipelined.cpp), unless cfg.owner_exact leaves the root's
+// buffer untouched.
 //
 // First step: one whole-buffer stream per message (the CPU's broadcast_pipelined.cpp cuts large
 // buffers into segments and pipelines a chain; a GPU session can add that on top of the same
 // Wire calls).
 //
 // Cost: one compression, one decompression per rank, ceil(log2 p) (alpha + n w beta / R).
-// Output error: eb.
+// Output error: eb (the root's exact with cfg.owner_exact).
 #include <vector>
 
 #include "gpu_common.h"
@@ -52,9 +54,9 @@ void broadcast(Comm& comm, GpuWorkspace& ws, void* buf, size_t count, DType dt, 
     sends.push_back(comm.isend(wire.wire(), len, tree.rank_of(child), tag));
     cs.s.bytes_sent += len;
   }
-  if (tree.v != 0) {
+  if (tree.v != 0 || !cfg.owner_exact) {
     detail::decode(call.w, wire, 0, len, buf, dt, count, cfg.chunk_len, call.s, "broadcast",
-                   tree.rank_of(tree.parent()));
+                   tree.v != 0 ? tree.rank_of(tree.parent()) : r);
   }
   comm.wait_all(sends);
   cs.done(rt.algorithm);

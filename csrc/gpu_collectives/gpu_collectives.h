@@ -19,7 +19,8 @@
 //   warm-up. One workspace per (device, worker thread); not thread-safe.
 // * The same output bounds as the CPU algorithms (coll::output_error_bound stays valid):
 //   ring SUM p*eb, RD SUM (p+p'-2)*eb, AVG those / p, MIN/MAX eb; data movement eb per value.
-//   Every rank ends an allreduce with bit-identical values (owners decode their own streams).
+//   Every rank ends an allreduce, broadcast or allgather with bit-identical values (owners decode
+//   their own streams; cfg.owner_exact keeps a broadcast root's and an allgather owner's exact).
 // * First-step simplifications (see each .cu): the ring moves whole blocks per step (store and
 //   forward) instead of the CPU's cut-through segments; broadcast is a binomial tree of one
 //   whole-buffer stream instead of the CPU's pipelined chain.
@@ -83,11 +84,13 @@ inline Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
 void allreduce(Comm& comm, GpuWorkspace& ws, void* buf, size_t count, DType dt, ReduceOp op,
                const Config& cfg, GpuStream stream, Stats* stats = nullptr);
 
-// recv holds size()*count values: rank r's block at r*count; the own block is copied exactly.
+// recv holds size()*count values: rank r's block at r*count, decoded from r's stream on every
+// rank (the own block too, unless cfg.owner_exact copies it exactly).
 void allgather(Comm& comm, GpuWorkspace& ws, const void* send, void* recv, size_t count, DType dt,
                const Config& cfg, GpuStream stream, Stats* stats = nullptr);
 
-// The root's buffer is left untouched, the others get its decompressed values.
+// Every rank, the root included, ends with the root's decompressed values (cfg.owner_exact: the
+// root's buffer is left untouched).
 void broadcast(Comm& comm, GpuWorkspace& ws, void* buf, size_t count, DType dt, int root,
                const Config& cfg, GpuStream stream, Stats* stats = nullptr);
 

@@ -160,10 +160,18 @@ def all_gather_list_and_into_tensor() -> None:
             for r in range(p):
                 want = data(r, n, dtype) if dtype.is_floating_point else torch.arange(n) * r
                 for got in (outs[r], flat[r * n : (r + 1) * n]):
-                    if r == rank() or not dtype.is_floating_point:
-                        assert torch.equal(got.cpu(), want), f"all_gather {dtype} n={n} block {r}"
+                    label = f"all_gather {dtype} n={n} block {r}"
+                    # The own block is decoded from its stream too (p > 1), as on the CPU.
+                    if not dtype.is_floating_point or (r == rank() and p == 1):
+                        assert torch.equal(got.cpu(), want), label
                     else:
-                        assert_within(f"all_gather {dtype} n={n} block {r}", got, want, EB)
+                        assert_within(label, got, want, EB)
+            assert_identical_replicas(f"all_gather {dtype} n={n}", flat)
+            # owner_exact: the own block is copied exactly instead.
+            with zccl_torch.config(owner_exact=True):
+                dist.all_gather_into_tensor(flat, t)
+            own = flat[rank() * n : (rank() + 1) * n].cpu()
+            assert torch.equal(own, mine), f"all_gather owner_exact {dtype} n={n}"
 
 
 @check
@@ -180,11 +188,19 @@ def broadcast_every_root() -> None:
                 t = (want if rank() == root else torch.zeros(n, dtype=dtype)).to(dev())
                 dist.broadcast(t, src=root)
                 label = f"broadcast root={root} {dtype} n={n}"
-                if rank() == root or not dtype.is_floating_point:
+                if not dtype.is_floating_point or p == 1:
                     assert torch.equal(t.cpu(), want), label
                 else:
                     assert_within(label, t, want, EB)
-                assert_identical_replicas_except(label, t, root)  # a collective: every rank
+                # The root decodes its own stream too: every rank the same bits (as on the CPU).
+                assert_identical_replicas(label, t)
+                # owner_exact: the root keeps its values, the others still agree.
+                t = (want if rank() == root else torch.zeros(n, dtype=dtype)).to(dev())
+                with zccl_torch.config(owner_exact=True):
+                    dist.broadcast(t, src=root)
+                if rank() == root:
+                    assert torch.equal(t.cpu(), want), f"{label} owner_exact"
+                assert_identical_replicas_except(f"{label} owner_exact", t, root)
 
 
 def assert_identical_replicas_except(name: str, t: torch.Tensor, skip: int) -> None:
@@ -317,14 +333,179 @@ def quantize_on_cuda_matches_cpu() -> None:
 
 
 @check
-def unsupported_op_error_is_clear() -> None:
+def send_recv_error_is_clear() -> None:
+    """send/recv of CUDA tensors is not supported: a clear error naming the op and the device."""
     t = torch.ones(8, device=dev())
     try:
-        dist.reduce(t, dst=0)
+        dist.send(t, dst=(rank() + 1) % world())
     except Exception as exc:
-        assert "CUDA" in str(exc) and "reduce" in str(exc), str(exc)
+        assert "send" in str(exc) and "cuda" in str(exc) and "CPU" in str(exc), str(exc)
     else:
-        raise AssertionError("reduce on a CUDA tensor should raise (not supported on CUDA yet)")
+        raise AssertionError("send of a CUDA tensor should raise")
+
+
+# ------------------------------------------------------------------------------------------
+# reduce, reduce_scatter, gather, all_to_all and the coalesced ops: no GPU algorithm yet, so the
+# CUDA device runs the CPU's compressed collectives on host copies. The same call on CPU copies
+# of the inputs runs the same code on the same bytes: the results must be the same bits.
+
+
+def cuda_and_cpu(
+    call: Callable[[Callable[[torch.Tensor], torch.Tensor]], list[torch.Tensor]], label: str
+) -> None:
+    """Runs ``call(place)`` with ``place`` moving tensors to the GPU and then to the CPU, and
+    compares the tensors each run returns, bit for bit."""
+    on_gpu = call(lambda x: x.to(dev()))
+    on_cpu = call(lambda x: x.clone())
+    for i, (g, c) in enumerate(zip(on_gpu, on_cpu, strict=True)):
+        assert g.device == dev(), f"{label}: result {i} left {dev()}"
+        if not torch.equal(g.cpu().view(torch.uint8), c.view(torch.uint8)):
+            diff = (g.cpu().double() - c.double()).abs().max()
+            raise AssertionError(f"{label}: result {i} differs from the CPU's (max |diff| {diff})")
+
+
+def values(r: int, n: int, dtype: torch.dtype, salt: int = 0) -> torch.Tensor:
+    return (
+        data(r, n, dtype, salt)
+        if dtype.is_floating_point
+        else (torch.arange(n) * (r + 1) + salt).to(dtype)
+    )
+
+
+HOST_DTYPES = (torch.float32, torch.float64, torch.int32)
+
+
+@check
+def reduce_every_root_matches_cpu() -> None:
+    p = world()
+    for root in range(p):
+        for op_name, op in OPS.items():
+            for dtype in HOST_DTYPES:
+                if op_name == "avg" and not dtype.is_floating_point:
+                    continue
+                for n in counts():
+
+                    def call(place, root=root, op=op, dtype=dtype, n=n):
+                        t = place(values(rank(), n, dtype))
+                        dist.reduce(t, dst=root, op=op)
+                        return [t]
+
+                    cuda_and_cpu(call, f"reduce root={root} {op_name} {dtype} n={n}")
+    # An independent bound at the root: SUM within p * eb of the exact float64 sum (+ rounding).
+    n = 262_147
+    t = data(rank(), n).to(dev())
+    dist.reduce(t, dst=0)
+    if rank() == 0:
+        terms = [data(r, n).double() for r in range(p)]
+        assert_within("reduce sum bound", t, sum(terms), p * EB + rounding(terms, EB))
+
+
+@check
+def reduce_scatter_matches_cpu() -> None:
+    p = world()
+    for op_name, op in OPS.items():
+        for dtype in HOST_DTYPES:
+            if op_name == "avg" and not dtype.is_floating_point:
+                continue
+            for n in counts():
+
+                def call(place, op=op, dtype=dtype, n=n):
+                    ins = [place(values(rank(), n, dtype, salt=q)) for q in range(p)]
+                    out = place(torch.zeros(n, dtype=dtype))
+                    dist.reduce_scatter(out, ins, op=op)
+                    flat = place(torch.cat([values(rank(), n, dtype, salt=q) for q in range(p)]))
+                    out2 = place(torch.zeros(n, dtype=dtype))
+                    dist.reduce_scatter_tensor(out2, flat, op=op)
+                    return [out, out2]
+
+                cuda_and_cpu(call, f"reduce_scatter {op_name} {dtype} n={n}")
+
+
+@check
+def gather_every_root_matches_cpu() -> None:
+    p = world()
+    for root in range(p):
+        for dtype in HOST_DTYPES:
+            for n in counts():
+
+                def call(place, root=root, dtype=dtype, n=n):
+                    t = place(values(rank(), n, dtype))
+                    outs = [place(torch.zeros(n, dtype=dtype)) for _ in range(p)]
+                    dist.gather(t, outs if rank() == root else None, dst=root)
+                    return outs if rank() == root else [t]
+
+                cuda_and_cpu(call, f"gather root={root} {dtype} n={n}")
+
+
+@check
+def all_to_all_matches_cpu() -> None:
+    p = world()
+
+    def split(src: int, dst: int) -> int:  # rows rank src sends to rank dst (uneven)
+        return (src + 2 * dst) % 3 + (1 if src != dst else 0)
+
+    for dtype in HOST_DTYPES:
+        for row in (1, 4099):
+
+            def call(place, dtype=dtype, row=row):
+                send = [split(rank(), q) for q in range(p)]
+                recv = [split(q, rank()) for q in range(p)]
+                inp = place(values(rank(), sum(send) * row, dtype).view(-1, row))
+                out = place(torch.zeros(sum(recv), row, dtype=dtype))
+                dist.all_to_all_single(out, inp, recv, send)
+                ins = [place(values(rank(), row * (q + 1), dtype, salt=q)) for q in range(p)]
+                outs = [place(torch.zeros(row * (rank() + 1), dtype=dtype)) for _ in range(p)]
+                dist.all_to_all(outs, ins)
+                return [out, *outs]
+
+            cuda_and_cpu(call, f"all_to_all {dtype} row={row}")
+
+
+@check
+def coalesced_ops_match_cpu() -> None:
+    p = world()
+    for dtype in HOST_DTYPES:
+
+        def call(place, dtype=dtype):
+            ins = [place(values(rank(), n, dtype, salt=n)) for n in (5, 16_411)]
+            gathered = [place(torch.zeros(p * x.numel(), dtype=dtype)) for x in ins]
+            scattered = [place(torch.zeros(x.numel(), dtype=dtype)) for x in ins]
+            flats = [
+                place(torch.cat([values(rank(), x.numel(), dtype, q) for q in range(p)]))
+                for x in ins
+            ]
+            with dist._coalescing_manager():
+                for g, x in zip(gathered, ins, strict=True):
+                    dist.all_gather_into_tensor(g, x)
+            with dist._coalescing_manager():
+                for o, f in zip(scattered, flats, strict=True):
+                    dist.reduce_scatter_tensor(o, f)
+            lists = [[place(torch.zeros_like(x.cpu())) for x in ins] for _ in range(p)]
+            dist.all_gather_coalesced(lists, ins)
+            return [*gathered, *scattered, *(t for lst in lists for t in lst)]
+
+        cuda_and_cpu(call, f"coalesced {dtype}")
+
+
+@check
+def host_staged_stream_semantics() -> None:
+    """A host-staged op (reduce_scatter_tensor) issued on a side stream right after a long
+    kernel and a fill: it must see the fill, and a consumer on that stream after wait() must see
+    its result."""
+    p = world()
+    n = 262_147
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        flat = torch.zeros(p * n, device=dev())
+        torch.cuda._sleep(50_000_000)
+        flat.fill_(rank() + 1.0)
+        out = torch.zeros(n, device=dev())
+        dist.reduce_scatter_tensor(out, flat, async_op=True).wait()
+        got = (out * 2).cpu()
+    want = p * (p + 1) / 2
+    assert_within(
+        "host-staged stream semantics", got, torch.full((n,), 2 * want), 2 * p * EB + 1e-4 * want
+    )
 
 
 # ------------------------------------------------------------------------------------------
