@@ -4,8 +4,11 @@ The checks live in tests/mpi/gpu_backend_checks.py (one mpirun per world size ru
 all_reduce SUM/AVG/MIN/MAX by ring and recursive doubling against float64 references within the
 documented bounds with bit-identical replicas, all_gather, broadcast and scatter from every root,
 counts 0, 1, p-1, p+1 and primes, exact non-float dtypes, NaN/Inf, stream semantics (the caller's
-stream before the op, ``work.wait()`` and futures after it) and the DDP comm hook on CUDA.
+stream before the op, ``work.wait()`` and futures after it) and the DDP comm hook on CUDA;
+reduce, reduce_scatter, gather, all_to_all and the coalesced ops (run on host copies by the
+CPU's collectives) bit-identical to the same calls on CPU tensors.
 
+``test_gpu_checks_dry_run_on_cpu`` runs the same checks on CPU tensors (no GPU needed).
 ``test_gpu_collectives_program`` runs the torch-free layer alone
 (tests/cuda/test_gpu_collectives.cu, built with nvcc) under mpirun. Skipped with "no CUDA
 device" when there is no GPU, and the backend tests with "extension built without CUDA" when
@@ -68,6 +71,19 @@ def test_gpu_backend_staged_and_cuda_aware(
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-8000:]
     assert_every_check_passed(report, 3)
+
+
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_gpu_checks_dry_run_on_cpu(nprocs: int) -> None:
+    """The GPU checks themselves, on CPU tensors (``--cpu-dry-run``; runs without a GPU): every
+    check that needs no CUDA stream must pass, so that a bug in a check is found here and not in
+    the rare, short GPU sessions. The CPU path's semantics are the ones the GPU path promises
+    (same bounds, replicas, layouts)."""
+    done = mpirun(nprocs, python_argv(SCRIPT, "--cpu-dry-run"), timeout=600)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-8000:]
+    assert_every_check_passed(report, nprocs)
+    assert "reduce_every_root_matches_cpu" in report, report[-2000:]
 
 
 @pytest.mark.skipif(not HAVE_GPU, reason="no CUDA device")
