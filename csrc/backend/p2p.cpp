@@ -6,6 +6,11 @@
 // of max_compressed_size); both sides decide identically from (dtype, numel, configuration), so
 // sender and receiver must use the same configuration. The stream's header names its dtype and
 // count, which the receiver checks.
+//
+// CUDA tensors go through host memory (compressed by the CPU's codec, the same streams): a send
+// copies its tensor to the host at the call, in the order of the caller's stream; a receive
+// writes its result into the tensor on the device's backend stream, ordered after the caller's
+// stream at the call, and its Work's wait() / future order the consumer's stream after that.
 #include "zccl_backend.h"  // first: wraps torch's headers in the warning pragmas
 
 #include <algorithm>
@@ -39,10 +44,11 @@ std::string peer_desc(const char* what, size_t bytes, int peer, int tag) {
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensors, int dst, int tag) {
   check_single(tensors, "send");
-  check_cpu_dense(tensors[0], "send");
+  Device& dev = device_for(tensors[0], tensors, "send");
   check_root(dst, getSize(), "send");
   check_tag(tag, "send");
-  const at::Tensor t = tensors[0].contiguous();
+  // A CUDA tensor: a synchronous copy on the caller's current stream (the values as of the call).
+  const at::Tensor t = dev.host_view(tensors[0].contiguous(), /*read=*/true, /*host_memory=*/true);
   const CallConfig cfg = resolve_for_call(defaults_);
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const std::string to = "the receive of rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
@@ -65,7 +71,6 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensor
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
   check_single(tensors, "recv");
-  check_cpu_dense(tensors[0], "recv");
   check_root(src, getSize(), "recv");
   check_tag(tag, "recv");
   return post_recv(tensors, src, tag, "recv");
@@ -73,14 +78,16 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::recv(std::vector<at::Tensor>& tensor
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::recvAnysource(std::vector<at::Tensor>& tensors, int tag) {
   check_single(tensors, "recv (any source)");
-  check_cpu_dense(tensors[0], "recv (any source)");
   check_tag(tag, "recv (any source)");
   return post_recv(tensors, -1, tag, "recv (any source)");
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& tensors, int src, int tag,
                                                       const char* name) {
+  Device* dev = &device_for(tensors[0], tensors, name);
   at::Tensor out = tensors[0];
+  // The stream the result is written on (CUDA: ordered after the caller's stream now).
+  const std::optional<c10::Stream> on = dev->prepare(tensors);
   const CallConfig cfg = resolve_for_call(defaults_);
   const uint64_t n = static_cast<uint64_t>(out.numel());
   auto post = [&](void* buf, size_t capacity) {
@@ -93,7 +100,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
     auto stream = std::make_shared<std::vector<uint8_t>>(fz::max_compressed_size(dt, n, cfg.chunk_len));
     transport::Request req = post(stream->data(), stream->size());
     work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req),
-                    [stream, out, dt, n](size_t bytes, int source) mutable {
+                    [stream, out, dt, n, dev, on](size_t bytes, int source) mutable {
                       const fz::StreamInfo info = fz::read_info(stream->data(), bytes);
                       if (info.count != n || info.dtype != dt) {
                         throw std::invalid_argument(
@@ -102,26 +109,31 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
                             " values, the receiving tensor holds " + std::to_string(n) + " " +
                             fz::dtype_name(dt) + " values");
                       }
-                      at::Tensor buf = at::empty({static_cast<int64_t>(n)}, out.options());
+                      at::Tensor buf = at::empty({static_cast<int64_t>(n)},
+                                                 out.options().device(at::kCPU));
                       fz::decompress(stream->data(), bytes, buf.data_ptr(), n, 0);
-                      out.copy_(buf.view(out.sizes()));
+                      dev->run(on, [&] { out.copy_(buf.view(out.sizes())); });
                     },
-                    peer_desc("a compressed message", stream->size(), src, tag));
+                    peer_desc("a compressed message", stream->size(), src, tag), on);
   } else {
-    at::Tensor buf = out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
+    at::Tensor dense = out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
+    at::Tensor buf = dev->host_view(dense, /*read=*/false, /*host_memory=*/true);
     const size_t bytes = n * out.element_size();
     transport::Request req = post(buf.data_ptr(), bytes);
     work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req),
-                    [buf, out, bytes](size_t got, int source) mutable {
+                    [buf, dense, out, bytes, dev, on](size_t got, int source) mutable {
                       if (got != bytes) {
                         throw std::invalid_argument("zccl: recv: size mismatch: rank " + std::to_string(source) +
                                                     " sent " + std::to_string(got) +
                                                     " bytes, the receiving tensor holds " +
                                                     std::to_string(bytes));
                       }
-                      if (!buf.is_same(out)) out.copy_(buf);
+                      dev->run(on, [&] {
+                        dev->from_host(dense, buf);
+                        if (!dense.is_same(out)) out.copy_(dense);
+                      });
                     },
-                    peer_desc("a message", bytes, src, tag));
+                    peer_desc("a message", bytes, src, tag), on);
   }
   return work;
 }

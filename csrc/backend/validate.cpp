@@ -13,9 +13,8 @@ void check_cpu_dense(const at::Tensor& t, const char* what) {
   if (!t.device().is_cpu()) {
     if (t.is_cuda() && cuda_device_built()) {
       throw std::invalid_argument(std::string("zccl: ") + what + ": tensor is on " +
-                                  t.device().str() + " where a CPU tensor is expected (send and "
-                                  "recv take CPU tensors only; a collective's tensors must all be "
-                                  "on one device)");
+                                  t.device().str() + " where a CPU tensor is expected (an op's "
+                                  "tensors must all be on one device)");
     }
     throw std::invalid_argument(std::string("zccl: ") + what + ": tensor is on " +
                                 t.device().str() + "; this build of the zccl backend handles CPU "

@@ -111,8 +111,9 @@ void ZcclBackend::worker_loop() {
 c10::intrusive_ptr<c10d::Work> ZcclBackend::post_p2p(const char* name, c10d::OpType type,
                                                      std::vector<at::Tensor> outputs,
                                                      transport::Request request, P2PDone on_done,
-                                                     std::string waiting_for) {
-  auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_, std::nullopt,
+                                                     std::string waiting_for,
+                                                     std::optional<c10::Stream> stream) {
+  auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_, stream,
                                             waiting_for);
   {
     std::lock_guard<std::mutex> lock(p2p_mutex_);

@@ -133,10 +133,13 @@ class ZcclBackend : public c10d::Backend {
                                          const std::vector<at::Tensor>& touched, Job job);
   void worker_loop();
   void p2p_loop();
+  // Posts a send/receive to the progress thread; `stream`: a CUDA receive's backend stream, on
+  // which on_done writes the result and the Work's future records its completion.
   c10::intrusive_ptr<c10d::Work> post_p2p(const char* name, c10d::OpType type,
                                           std::vector<at::Tensor> outputs,
                                           transport::Request request, P2PDone on_done,
-                                          std::string waiting_for);
+                                          std::string waiting_for,
+                                          std::optional<c10::Stream> stream = std::nullopt);
   // The receive side of recv / recvAnysource (src < 0: any source).
   c10::intrusive_ptr<c10d::Work> post_recv(std::vector<at::Tensor>& tensors, int src, int tag,
                                            const char* name);
