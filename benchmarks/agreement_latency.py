@@ -100,17 +100,37 @@ def main() -> None:
     if args.rank:
         rank_main(args.iters, args.out)
         return
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(args.np), sys.executable,
-           __file__, "--rank", "--iters", str(args.iters), "--out", args.out]
+    env = dict(
+        os.environ,
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(ROOT),
+    )
+    cmd = [
+        "mpirun",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+        "-np",
+        str(args.np),
+        sys.executable,
+        __file__,
+        "--rank",
+        "--iters",
+        str(args.iters),
+        "--out",
+        args.out,
+    ]
     subprocess.run(cmd, check=True, env=env, cwd=ROOT, timeout=1800)
     result = json.loads(Path(args.out).read_text())
     print(f"all_reduce latency, {result['ranks']} ranks on loopback (median, slowest rank), us")
     print(f"{'values':>8} {'agreement on':>13} {'off':>8} {'added':>8}")
     for row in result["rows"]:
-        print(f"{row['values']:>8} {row['agreement_on_us']:>13.1f} {row['agreement_off_us']:>8.1f}"
-              f" {row['added_us']:>8.1f}")
+        print(
+            f"{row['values']:>8} {row['agreement_on_us']:>13.1f} {row['agreement_off_us']:>8.1f}"
+            f" {row['added_us']:>8.1f}"
+        )
     raw = result["raw_allreduce_us"]
     print(f"raw MPI_Allreduce (MAX): 4 doubles {raw['4']:.1f} us, 27 doubles {raw['27']:.1f} us")
     print(f"load average {result['load_avg']}; wrote {args.out}")

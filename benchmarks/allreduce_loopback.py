@@ -95,16 +95,22 @@ def main() -> None:
         }
     if rank == 0:
         mpi_time = results["mpi"]["median_s"]
-        print(f"all_reduce SUM, {args.mb:.0f} MB float32 smooth field, REL {args.rel:g}, "
-              f"{p} ranks on one host (loopback), median of {args.reps}:")
+        print(
+            f"all_reduce SUM, {args.mb:.0f} MB float32 smooth field, REL {args.rel:g}, "
+            f"{p} ranks on one host (loopback), median of {args.reps}:"
+        )
         print(f"{'contender':>20} {'time s':>8} {'vs mpi':>7} {'max err':>10} {'bound':>10}")
         for name, r in results.items():
-            print(f"{name:>20} {r['median_s']:>8.3f} {mpi_time / r['median_s']:>6.2f}x "
-                  f"{r['max_abs_error']:>10.3e} {r['documented_bound']:>10.3e}")
+            print(
+                f"{name:>20} {r['median_s']:>8.3f} {mpi_time / r['median_s']:>6.2f}x "
+                f"{r['max_abs_error']:>10.3e} {r['documented_bound']:>10.3e}"
+            )
         args.out.mkdir(parents=True, exist_ok=True)
         path = args.out / "allreduce_loopback.json"
-        path.write_text(json.dumps({"ranks": p, "mb": args.mb, "rel": args.rel,
-                                    "results": results}, indent=1) + "\n")
+        path.write_text(
+            json.dumps({"ranks": p, "mb": args.mb, "rel": args.rel, "results": results}, indent=1)
+            + "\n"
+        )
         print(f"wrote {path}")
     dist.destroy_process_group()
 

@@ -58,4 +58,4 @@ def values(kind: str, seed: int, numel: int) -> torch.Tensor:
     if len(flat) > 1:
         return torch.cat(flat)[:numel].clone()
     start = (base.numel() - numel) // 2
-    return flat[0][start:start + numel].clone()
+    return flat[0][start : start + numel].clone()

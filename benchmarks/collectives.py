@@ -41,19 +41,39 @@ sys.path.insert(0, str(HERE))
 # Forced Open MPI 4.1 coll_tuned algorithms, one mpirun each (names from `ompi_info --param coll
 # tuned --level 9`). Each run forces one algorithm per collective at once.
 FORCED_MPI: list[dict[str, tuple[int, str]]] = [
-    {"allreduce": (4, "ring"), "bcast": (3, "pipeline"), "scatter": (1, "basic_linear"),
-     "allgather": (4, "ring"), "reduce_scatter_block": (3, "recursive_halving"),
-     "reduce": (7, "rabenseifner")},
-    {"allreduce": (6, "rabenseifner"), "bcast": (9, "scatter_allgather_ring"),
-     "scatter": (2, "binomial"), "allgather": (3, "recursive_doubling"),
-     "reduce_scatter_block": (4, "butterfly"), "reduce": (5, "binomial")},
-    {"allreduce": (5, "segmented_ring"), "bcast": (8, "scatter_allgather"),
-     "scatter": (3, "linear_nb"), "allgather": (2, "bruck"),
-     "reduce_scatter_block": (1, "basic_linear"), "reduce": (3, "pipeline")},
+    {
+        "allreduce": (4, "ring"),
+        "bcast": (3, "pipeline"),
+        "scatter": (1, "basic_linear"),
+        "allgather": (4, "ring"),
+        "reduce_scatter_block": (3, "recursive_halving"),
+        "reduce": (7, "rabenseifner"),
+    },
+    {
+        "allreduce": (6, "rabenseifner"),
+        "bcast": (9, "scatter_allgather_ring"),
+        "scatter": (2, "binomial"),
+        "allgather": (3, "recursive_doubling"),
+        "reduce_scatter_block": (4, "butterfly"),
+        "reduce": (5, "binomial"),
+    },
+    {
+        "allreduce": (5, "segmented_ring"),
+        "bcast": (8, "scatter_allgather"),
+        "scatter": (3, "linear_nb"),
+        "allgather": (2, "bruck"),
+        "reduce_scatter_block": (1, "basic_linear"),
+        "reduce": (3, "pipeline"),
+    },
 ]
-MPI_NAME = {"all_reduce": "allreduce", "reduce_scatter": "reduce_scatter_block",
-            "all_gather": "allgather", "broadcast": "bcast", "scatter": "scatter",
-            "reduce": "reduce"}
+MPI_NAME = {
+    "all_reduce": "allreduce",
+    "reduce_scatter": "reduce_scatter_block",
+    "all_gather": "allgather",
+    "broadcast": "bcast",
+    "scatter": "scatter",
+    "reduce": "reduce",
+}
 ZCCL = ("zccl_auto", "zccl_ring", "zccl_ring_int", "zccl_rd", "zccl_cprp2p", "zccl_mt")
 
 
@@ -66,16 +86,18 @@ def sh(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600)
     return proc.stdout
 
 
-def mpirun(np_: int, argv: list[str], env_extra: dict[str, str] | None = None,
-           timeout: float = 3600) -> str:
+def mpirun(
+    np_: int, argv: list[str], env_extra: dict[str, str] | None = None, timeout: float = 3600
+) -> str:
     env = dict(os.environ)
     env.update(env_extra or {})
     return sh([str(MPIRUN), "-np", str(np_), sys.executable, *argv], env=env, timeout=timeout)
 
 
 def calibrate(p: int, data: str, rel: float) -> dict:
-    out = mpirun(p, [str(HERE / "cluster" / "calibrate.py"), "--data", data, "--rel", str(rel)],
-                 timeout=900)
+    out = mpirun(
+        p, [str(HERE / "cluster" / "calibrate.py"), "--data", data, "--rel", str(rel)], timeout=900
+    )
     match = re.search(r"^CALIBRATION (.*)$", out, re.M)
     if match is None:
         raise RuntimeError(f"calibration printed no result:\n{out[-2000:]}")
@@ -98,10 +120,18 @@ def machine() -> dict:
                 break
     except OSError:
         pass
-    ompi = sh(["ompi_info", "--version"]).splitlines()[0] if subprocess.run(
-        ["which", "ompi_info"], capture_output=True).returncode == 0 else "unknown"
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(),
-            "python": platform.python_version(), "mpi": ompi}
+    ompi = (
+        sh(["ompi_info", "--version"]).splitlines()[0]
+        if subprocess.run(["which", "ompi_info"], capture_output=True).returncode == 0
+        else "unknown"
+    )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "mpi": ompi,
+    }
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -117,14 +147,22 @@ def summarize(rows: list[dict]) -> list[dict]:
     for (_p, _coll, _mb, name), rs in sorted(groups.items()):
         med = statistics.median(x["time_max_s"] for x in rs)
         best = min(rs, key=lambda x: abs(x["time_max_s"] - med))
-        summary.append({**best, "contender": name, "time_s": med, "repeats": len(rs),
-                        "times_s": [x["time_max_s"] for x in rs]})
+        summary.append(
+            {
+                **best,
+                "contender": name,
+                "time_s": med,
+                "repeats": len(rs),
+                "times_s": [x["time_max_s"] for x in rs],
+            }
+        )
     by_case: dict[tuple, list[dict]] = {}
     for s in summary:
         by_case.setdefault((s["ranks"], s["collective"], s["size_mb"]), []).append(s)
     for case_rows in by_case.values():
-        mpis = [s for s in case_rows if s["contender"] == "mpi" or
-                s["contender"].startswith("forced:")]
+        mpis = [
+            s for s in case_rows if s["contender"] == "mpi" or s["contender"].startswith("forced:")
+        ]
         if not mpis:
             continue
         best = min(mpis, key=lambda s: s["time_s"])
@@ -136,35 +174,42 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 
 def print_table(summary: list[dict]) -> None:
-    print(f"{'p':>2} {'collective':>14} {'MB':>5} {'contender':>34} {'time s':>8} "
-          f"{'vs MPI':>7} {'ratio':>6} {'err/bound':>9} {'PSNR':>6}")
+    print(
+        f"{'p':>2} {'collective':>14} {'MB':>5} {'contender':>34} {'time s':>8} "
+        f"{'vs MPI':>7} {'ratio':>6} {'err/bound':>9} {'PSNR':>6}"
+    )
     for s in summary:
         ratio = f"{s['wire_ratio']:.1f}" if s.get("wire_ratio") else "-"
         eob = f"{s['err_over_bound']:.3f}" if s.get("err_over_bound") is not None else "-"
         psnr = "inf" if s["psnr_db"] == float("inf") else f"{s['psnr_db']:.1f}"
-        print(f"{s['ranks']:>2} {s['collective']:>14} {s['size_mb']:>5g} "
-              f"{s['contender'][:34]:>34} {s['time_s']:>8.4f} "
-              f"{s.get('speedup_vs_mpi_best', 0):>6.2f}x {ratio:>6} "
-              f"{eob:>9} {psnr:>6}")
+        print(
+            f"{s['ranks']:>2} {s['collective']:>14} {s['size_mb']:>5g} "
+            f"{s['contender'][:34]:>34} {s['time_s']:>8.4f} "
+            f"{s.get('speedup_vs_mpi_best', 0):>6.2f}x {ratio:>6} "
+            f"{eob:>9} {psnr:>6}"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ranks", default="2,4,8")
     parser.add_argument("--sizes-mb", default="1,4,16,64,256")
-    parser.add_argument("--collectives", default="all_reduce,reduce_scatter,all_gather,"
-                        "broadcast,scatter")
+    parser.add_argument(
+        "--collectives", default="all_reduce,reduce_scatter,all_gather,broadcast,scatter"
+    )
     parser.add_argument("--contenders", default=",".join((*ZCCL, "mpi", "gloo", "fp16")))
     parser.add_argument("--rate", default="1gbit", help="per link and direction (tc syntax)")
     parser.add_argument("--rel", type=float, default=1e-4)
     parser.add_argument("--data", default="wavefield")
-    parser.add_argument("--root", type=int, default=0,
-                        help="root of reduce, broadcast and scatter (0 to ranks - 1)")
+    parser.add_argument(
+        "--root", type=int, default=0, help="root of reduce, broadcast and scatter (0 to ranks - 1)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--no-forced-mpi", action="store_true")
-    parser.add_argument("--quick", action="store_true",
-                        help="4 ranks, 16 and 64 MB, one repeat, no forced MPI runs")
+    parser.add_argument(
+        "--quick", action="store_true", help="4 ranks, 16 and 64 MB, one repeat, no forced MPI runs"
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "collectives.json")
     args = parser.parse_args()
     if args.quick:
@@ -180,9 +225,22 @@ def main() -> None:
     jsonl.unlink(missing_ok=True)
     if not 0 <= args.root < min(ranks):
         raise SystemExit(f"--root {args.root} is not a rank of every run (ranks {args.ranks})")
-    common = ["--collectives", args.collectives, "--sizes-mb", args.sizes_mb, "--rel",
-              str(args.rel), "--data", args.data, "--iters", str(args.iters), "--root",
-              str(args.root), "--out", str(jsonl)]
+    common = [
+        "--collectives",
+        args.collectives,
+        "--sizes-mb",
+        args.sizes_mb,
+        "--rel",
+        str(args.rel),
+        "--data",
+        args.data,
+        "--iters",
+        str(args.iters),
+        "--root",
+        str(args.root),
+        "--out",
+        str(jsonl),
+    ]
     calibrations = {}
     started = time.time()
     bar = tqdm(total=len(ranks) * runs_per_p, desc="benchmark runs", unit="run")
@@ -192,20 +250,41 @@ def main() -> None:
             bar.set_postfix_str(f"p={p} calibrating")
             calibrations[p] = calibrate(p, args.data, args.rel)
             cal = calibrations[p]
-            tqdm.write(f"p={p}: link {cal['link_Bps'] * 8 / 1e9:.3f} Gbit/s achieved "
-                       f"(shaped {args.rate}), latency {cal['latency_s'] * 1e6:.0f} us, "
-                       f"compress {cal['compress_Bps'] / 1e9:.2f} GB/s/rank, "
-                       f"ratio {cal['ratio']:.1f}")
+            tqdm.write(
+                f"p={p}: link {cal['link_Bps'] * 8 / 1e9:.3f} Gbit/s achieved "
+                f"(shaped {args.rate}), latency {cal['latency_s'] * 1e6:.0f} us, "
+                f"compress {cal['compress_Bps'] / 1e9:.2f} GB/s/rank, "
+                f"ratio {cal['ratio']:.1f}"
+            )
             for rep in range(args.repeats):
                 bar.set_postfix_str(f"p={p} repeat {rep + 1} all contenders")
-                mpirun(p, [str(HERE / "collectives_rank.py"), *common, "--contenders",
-                           args.contenders, "--label", f"repeat{rep}"])
+                mpirun(
+                    p,
+                    [
+                        str(HERE / "collectives_rank.py"),
+                        *common,
+                        "--contenders",
+                        args.contenders,
+                        "--label",
+                        f"repeat{rep}",
+                    ],
+                )
                 bar.update()
                 for f in forced:
                     names = ",".join(f"{k}={v[1]}" for k, v in f.items())
                     bar.set_postfix_str(f"p={p} repeat {rep + 1} forced MPI")
-                    mpirun(p, [str(HERE / "collectives_rank.py"), *common, "--contenders", "mpi",
-                               "--label", f"forced:{names}"], env_extra=forced_env(f))
+                    mpirun(
+                        p,
+                        [
+                            str(HERE / "collectives_rank.py"),
+                            *common,
+                            "--contenders",
+                            "mpi",
+                            "--label",
+                            f"forced:{names}",
+                        ],
+                        env_extra=forced_env(f),
+                    )
                     bar.update()
     finally:
         bar.close()
@@ -214,24 +293,34 @@ def main() -> None:
     for r in rows:  # a forced run's label names all five; keep the one for this collective
         if r["label"].startswith("forced:"):
             key = MPI_NAME[r["collective"]]
-            r["label"] = "forced:" + next(x for x in r["label"][7:].split(",")
-                                          if x.startswith(key + "="))
+            r["label"] = "forced:" + next(
+                x for x in r["label"][7:].split(",") if x.startswith(key + "=")
+            )
     summary = summarize(rows)
     print_table(summary)
     argv = " ".join(sys.argv[1:])
     result = {
         # zccl settings from the environment reach every rank: part of the command to rerun
-        "command": " ".join([*(f"{k}={v}" for k, v in sorted(os.environ.items())
-                               if k.startswith("ZCCL_")),
-                             f"python benchmarks/collectives.py {argv}".strip()]),
-        "machine": machine(), "rate": args.rate, "rel": args.rel, "data": args.data,
-        "calibration": calibrations, "wall_s": time.time() - started,
-        "summary": summary, "rows": rows,
+        "command": " ".join(
+            [
+                *(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("ZCCL_")),
+                f"python benchmarks/collectives.py {argv}".strip(),
+            ]
+        ),
+        "machine": machine(),
+        "rate": args.rate,
+        "rel": args.rel,
+        "data": args.data,
+        "calibration": calibrations,
+        "wall_s": time.time() - started,
+        "summary": summary,
+        "rows": rows,
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     jsonl.unlink(missing_ok=True)
     print(f"wrote {args.out} ({time.time() - started:.0f} s)")
     from plot_collectives import plot_all
+
     for path in plot_all(result, args.out.parent):
         print(f"wrote {path}")
 

@@ -37,8 +37,11 @@ import zccl_torch
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter", "reduce")
 ZCCL_ALGORITHMS = {  # contender -> zccl algorithm ("" = the collective's only algorithm)
-    "zccl_auto": "auto", "zccl_ring": "ring", "zccl_rd": "recursive_doubling",
-    "zccl_cprp2p": "cprp2p", "zccl_ring_int": "ring",
+    "zccl_auto": "auto",
+    "zccl_ring": "ring",
+    "zccl_rd": "recursive_doubling",
+    "zccl_cprp2p": "cprp2p",
+    "zccl_ring_int": "ring",
 }
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 # Whose output is the whole reduced tensor (reduce: on the root, rank 0), bounded as all_reduce.
@@ -47,22 +50,33 @@ WHOLE_SUM = ("all_reduce", "reduce")
 IN_PLACE = ("all_reduce", "broadcast", "reduce")
 # Where each contender applies (data-movement collectives have one zccl algorithm).
 APPLIES = {
-    "zccl_auto": COLLECTIVES, "zccl_ring": REDUCING, "zccl_rd": ("all_reduce",),
-    "zccl_cprp2p": REDUCING, "zccl_ring_int": ("all_reduce",), "zccl_mt": COLLECTIVES,
-    "mpi": COLLECTIVES, "gloo": COLLECTIVES, "fp16": COLLECTIVES,
+    "zccl_auto": COLLECTIVES,
+    "zccl_ring": REDUCING,
+    "zccl_rd": ("all_reduce",),
+    "zccl_cprp2p": REDUCING,
+    "zccl_ring_int": ("all_reduce",),
+    "zccl_mt": COLLECTIVES,
+    "mpi": COLLECTIVES,
+    "gloo": COLLECTIVES,
+    "fp16": COLLECTIVES,
 }
 CONTENDERS = tuple(APPLIES)
 # busbw = algbw * factor(p): what each rank's link must carry, as nccl-tests define it.
 BUS_FACTOR: dict[str, Callable[[int], float]] = {
-    "all_reduce": lambda p: 2 * (p - 1) / p, "reduce_scatter": lambda p: (p - 1) / p,
-    "all_gather": lambda p: (p - 1) / p, "broadcast": lambda p: 1.0,
-    "scatter": lambda p: (p - 1) / p, "reduce": lambda p: 1.0,
+    "all_reduce": lambda p: 2 * (p - 1) / p,
+    "reduce_scatter": lambda p: (p - 1) / p,
+    "all_gather": lambda p: (p - 1) / p,
+    "broadcast": lambda p: 1.0,
+    "scatter": lambda p: (p - 1) / p,
+    "reduce": lambda p: 1.0,
 }
 # Bytes an uncompressed bandwidth-optimal algorithm puts on the wire, all ranks together, for a
 # collective of size n on p ranks: the reference for the wire compression ratio.
 WIRE_BYTES: dict[str, Callable[[float, int], float]] = {
-    "all_reduce": lambda n, p: 2 * (p - 1) * n, "reduce_scatter": lambda n, p: (p - 1) * n,
-    "all_gather": lambda n, p: (p - 1) * n, "broadcast": lambda n, p: (p - 1) * n,
+    "all_reduce": lambda n, p: 2 * (p - 1) * n,
+    "reduce_scatter": lambda n, p: (p - 1) * n,
+    "all_gather": lambda n, p: (p - 1) * n,
+    "broadcast": lambda n, p: (p - 1) * n,
     "scatter": lambda n, p: (p - 1) * n / p,
     "reduce": lambda n, p: (p - 1) * n + (p - 1) * n / p,  # reduce-scatter + gather (Rabenseifner)
 }
@@ -73,11 +87,11 @@ class Case:
     """Buffers of one (collective, size) on this rank, and the exact expected output."""
 
     collective: str
-    inp: torch.Tensor       # this rank's input (the root's full input for scatter)
-    out: torch.Tensor       # the output buffer
+    inp: torch.Tensor  # this rank's input (the root's full input for scatter)
+    out: torch.Tensor  # the output buffer
     expected: torch.Tensor  # float64 exact output on this rank
-    value_range: float      # of the expected output, over all ranks (for PSNR)
-    root: int = 0           # of reduce, broadcast and scatter
+    value_range: float  # of the expected output, over all ranks (for PSNR)
+    root: int = 0  # of reduce, broadcast and scatter
 
 
 def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm, root: int = 0) -> Case:
@@ -103,7 +117,7 @@ def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm, root: int 
             ref = total
             out = torch.empty_like(x)
         else:
-            ref = total[rank * block:(rank + 1) * block]
+            ref = total[rank * block : (rank + 1) * block]
             out = torch.empty(block, dtype=torch.float32)
     elif collective == "all_gather":
         ref_all = ref = torch.cat(everyone()).double()
@@ -111,7 +125,7 @@ def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm, root: int 
     else:  # broadcast / scatter from `root`
         data = x if rank == root else bench_data.values(kind, seed=root, numel=own)
         ref_all = data.double()
-        ref = ref_all if collective == "broadcast" else ref_all[rank * block:(rank + 1) * block]
+        ref = ref_all if collective == "broadcast" else ref_all[rank * block : (rank + 1) * block]
         out = x.clone() if collective == "broadcast" else torch.empty(block, dtype=torch.float32)
     lo, hi = (float(ref_all.min()), float(ref_all.max())) if ref_all.numel() else (0.0, 0.0)
     return Case(collective, x, out, ref.clone(), hi - lo if hi > lo else 1.0, root)
@@ -198,8 +212,9 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
     return _no_reset, run_half
 
 
-def timed(call: Call, comm: MPI.Comm, warmup: int, iters: int,
-          sync: Callable[[], None] = _no_reset) -> list[float]:
+def timed(
+    call: Call, comm: MPI.Comm, warmup: int, iters: int, sync: Callable[[], None] = _no_reset
+) -> list[float]:
     """This rank's wall-clock seconds of each timed iteration: reset, ``sync`` (a device's queue,
     e.g. torch.cuda.synchronize) and a barrier before, ``sync`` again inside the timing."""
     reset, fn = call
@@ -241,8 +256,9 @@ def documented_bound(collective: str, stats: dict, p: int) -> float:
     return eb
 
 
-def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: dist.ProcessGroup,
-                  args: argparse.Namespace) -> dict | None:
+def run_contender(
+    name: str, case: Case, comm: MPI.Comm, gloo: dist.ProcessGroup, args: argparse.Namespace
+) -> dict | None:
     p = comm.Get_size()
     stats: dict = {}
     if name == "mpi":
@@ -251,8 +267,10 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: dist.ProcessGroup
         call = torch_call(case, gloo, half=name == "fp16")
     else:
         call = zccl_call(case)
-    settings = {"algorithm": ZCCL_ALGORITHMS.get(name, "auto"),
-                "threads": args.mt_threads if name == "zccl_mt" else 1}
+    settings = {
+        "algorithm": ZCCL_ALGORITHMS.get(name, "auto"),
+        "threads": args.mt_threads if name == "zccl_mt" else 1,
+    }
     if name == "zccl_ring_int":  # the ring's integer hop (integer_ring=True)
         settings["integer_ring"] = True
     try:
@@ -275,22 +293,31 @@ def run_contender(name: str, case: Case, comm: MPI.Comm, gloo: dist.ProcessGroup
     largest = case.inp if case.collective in ("reduce_scatter", "scatter") else case.out
     nbytes = largest.numel() * 4
     row = {
-        "contender": name, "time_avg_s": statistics.fmean(per_rank),
-        "time_min_s": min(per_rank), "time_max_s": max(per_rank), "iters": len(times),
+        "contender": name,
+        "time_avg_s": statistics.fmean(per_rank),
+        "time_min_s": min(per_rank),
+        "time_max_s": max(per_rank),
+        "iters": len(times),
         "time_per_rank_s": per_rank,  # rank order: a straggler shows here
-        "bytes": nbytes, "max_abs_error": err, "psnr_db": psnr,
+        "bytes": nbytes,
+        "max_abs_error": err,
+        "psnr_db": psnr,
     }
     row["algbw_GBps"] = nbytes / row["time_max_s"] / 1e9
     row["busbw_GBps"] = row["algbw_GBps"] * BUS_FACTOR[case.collective](p)
     if name.startswith("zccl"):
         bound = documented_bound(case.collective, stats, p)
-        row.update(algorithm_ran=stats.get("algorithm"), integer_hop=stats.get("integer_hop"),
-                   eb=stats.get("error_bound"),
-                   bound=bound, err_over_bound=err / bound if bound else None,
-                   bytes_sent_all_ranks=sent,
-                   wire_ratio=WIRE_BYTES[case.collective](nbytes, p) / sent if sent else None,
-                   compress_s_rank0=stats.get("compress_seconds"),
-                   decompress_s_rank0=stats.get("decompress_seconds"))
+        row.update(
+            algorithm_ran=stats.get("algorithm"),
+            integer_hop=stats.get("integer_hop"),
+            eb=stats.get("error_bound"),
+            bound=bound,
+            err_over_bound=err / bound if bound else None,
+            bytes_sent_all_ranks=sent,
+            wire_ratio=WIRE_BYTES[case.collective](nbytes, p) / sent if sent else None,
+            compress_s_rank0=stats.get("compress_seconds"),
+            decompress_s_rank0=stats.get("decompress_seconds"),
+        )
     return row
 
 
@@ -319,8 +346,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--mt-threads", type=int, default=2)
-    parser.add_argument("--root", type=int, default=0,
-                        help="root of reduce, broadcast and scatter")
+    parser.add_argument("--root", type=int, default=0, help="root of reduce, broadcast and scatter")
     parser.add_argument("--label", default="", help="tag copied into every row")
     parser.add_argument("--out", type=Path, required=True, help="JSON-lines file (appended)")
     args = parser.parse_args()
@@ -347,13 +373,26 @@ def main() -> None:
                 row = run_contender(name, case, comm, gloo, args)
                 if row is None:
                     continue
-                row.update(collective=collective, size_mb=mb, ranks=p, data=args.data,
-                           rel=args.rel, label=args.label, root=args.root)
+                row.update(
+                    collective=collective,
+                    size_mb=mb,
+                    ranks=p,
+                    data=args.data,
+                    rel=args.rel,
+                    label=args.label,
+                    root=args.root,
+                )
                 with args.out.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
-                print(f"  {collective:>14} {mb:>6g} MB {name:>11}: "
-                      + (f"{row['time_max_s']:.4f} s" if "time_max_s" in row
-                         else f"unsupported ({row['unsupported']})"), flush=True)
+                print(
+                    f"  {collective:>14} {mb:>6g} MB {name:>11}: "
+                    + (
+                        f"{row['time_max_s']:.4f} s"
+                        if "time_max_s" in row
+                        else f"unsupported ({row['unsupported']})"
+                    ),
+                    flush=True,
+                )
             del case
     dist.destroy_process_group()
 

@@ -92,7 +92,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--size", type=int, default=None, help="wavefield edge in cells (default 128, --quick 48)"
     )
     parser.add_argument(
-        "--szp", type=Path, default=None, metavar="DIR",
+        "--szp",
+        type=Path,
+        default=None,
+        metavar="DIR",
         help="directory holding SZp's libSZp.so (built with benchmarks/szp_build.sh)",
     )
     args = parser.parse_args(argv)
@@ -358,8 +361,9 @@ def measure_szp(tensor: torch.Tensor, eb: float, szp: Any, reps: int, min_time: 
     nbytes = x.size * x.itemsize
     with torch_threads(1):
         c = time_call(lambda: szp.compress(x, eb, bs, check=False), reps, min_time)
-        d = time_call(lambda: szp.decompress(stream, x.size, x.dtype, eb, bs, check=False),
-                      reps, min_time)
+        d = time_call(
+            lambda: szp.decompress(stream, x.size, x.dtype, eb, bs, check=False), reps, min_time
+        )
     return {
         "block_size": bs,
         "ratio": nbytes / len(stream),
@@ -377,8 +381,9 @@ def measure_lossless(tensor: torch.Tensor, reps: int, min_time: float) -> Row:
     exact = bool(torch.equal(back.view(ints), tensor.view(ints)))
     nbytes = tensor.numel() * tensor.element_size()
     with torch_threads(1):
-        c = time_call(lambda: zccl_torch.compress(tensor, mode="lossless", threads=1), reps,
-                      min_time)
+        c = time_call(
+            lambda: zccl_torch.compress(tensor, mode="lossless", threads=1), reps, min_time
+        )
         d = time_call(lambda: zccl_torch.decompress(stream, threads=1), reps, min_time)
     return {
         "ratio": nbytes / stream.numel(),
@@ -395,9 +400,11 @@ def measure_constants(size: int) -> list[Row]:
     for name, t in constant_fields(size).items():
         nbytes = t.numel() * t.element_size()
         ratios = {}
-        for label, kwargs in (("rel", {"error_bound": 1e-4, "mode": "rel"}),
-                              ("abs", {"error_bound": 1e-4, "mode": "abs"}),
-                              ("lossless", {"mode": "lossless"})):
+        for label, kwargs in (
+            ("rel", {"error_bound": 1e-4, "mode": "rel"}),
+            ("abs", {"error_bound": 1e-4, "mode": "abs"}),
+            ("lossless", {"mode": "lossless"}),
+        ):
             stream = zccl_torch.compress(t, **kwargs)
             assert torch.equal(zccl_torch.decompress(stream), t), name
             ratios[label] = nbytes / stream.numel()
@@ -462,13 +469,19 @@ def szp_table(rows: list[Row]) -> str:
         if z is None:
             continue
         cells = [
-            r["field"], f"{r['rel_bound']:.0e}", _fmt(r["ratio"], ".1f"),
-            f"{z['ratio']:.1f} ({z['block_size']})", _fmt(r["ratio"] / z["ratio"], ".2f"),
-            _fmt(r["compress_abs_gbps"]["1"], ".2f"), _fmt(z["compress_gbps"], ".2f"),
+            r["field"],
+            f"{r['rel_bound']:.0e}",
+            _fmt(r["ratio"], ".1f"),
+            f"{z['ratio']:.1f} ({z['block_size']})",
+            _fmt(r["ratio"] / z["ratio"], ".2f"),
+            _fmt(r["compress_abs_gbps"]["1"], ".2f"),
+            _fmt(z["compress_gbps"], ".2f"),
             _fmt(r["compress_abs_gbps"]["1"] / z["compress_gbps"], ".1f"),
-            _fmt(r["decompress_gbps"]["1"], ".2f"), _fmt(z["decompress_gbps"], ".2f"),
+            _fmt(r["decompress_gbps"]["1"], ".2f"),
+            _fmt(z["decompress_gbps"], ".2f"),
             _fmt(r["decompress_gbps"]["1"] / z["decompress_gbps"], ".1f"),
-            _fmt(r["err_over_eb"], ".6f"), _fmt(z["err_over_eb"], ".6f"),
+            _fmt(r["err_over_eb"], ".6f"),
+            _fmt(z["err_over_eb"], ".6f"),
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) if len(lines) > 2 else "(SZp not measured: pass --szp DIR)"
@@ -481,10 +494,21 @@ def lossless_table(rows: list[Row]) -> str:
         z = r.get("lossless")
         if z is None:
             continue
-        lines.append("| " + " | ".join([
-            r["field"], r["dtype"], _fmt(z["ratio"], ".3f"), str(z["bit_exact"]), z["codec"],
-            _fmt(z["compress_gbps"], ".2f"), _fmt(z["decompress_gbps"], ".2f"),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["field"],
+                    r["dtype"],
+                    _fmt(z["ratio"], ".3f"),
+                    str(z["bit_exact"]),
+                    z["codec"],
+                    _fmt(z["compress_gbps"], ".2f"),
+                    _fmt(z["decompress_gbps"], ".2f"),
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -493,8 +517,10 @@ def constants_table(rows: list[Row]) -> str:
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
         q = r["ratio"]
-        lines.append(f"| {r['field']} | {r['bytes'] / 1e6:.2f} | {q['rel']:.0f} | {q['abs']:.0f} "
-                     f"| {q['lossless']:.0f} |")
+        lines.append(
+            f"| {r['field']} | {r['bytes'] / 1e6:.2f} | {q['rel']:.0f} | {q['abs']:.0f} "
+            f"| {q['lossless']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -510,13 +536,15 @@ def szp_target_line(rows: list[Row], field: str = "wavefield_quiet_f32") -> str:
         comp = r["compress_abs_gbps"]["1"] / z["compress_gbps"]
         dec = r["decompress_gbps"]["1"] / z["decompress_gbps"]
         met &= ratio >= 1.0 and comp >= 1.5 and dec >= 1.0
-        parts.append(f"REL {r['rel_bound']:.0e}: ratio x{ratio:.2f}, comp x{comp:.1f}, "
-                     f"decomp x{dec:.1f}")
+        parts.append(
+            f"REL {r['rel_bound']:.0e}: ratio x{ratio:.2f}, comp x{comp:.1f}, decomp x{dec:.1f}"
+        )
     if not parts:
         return f"{field} vs SZp: not measured (pass --szp DIR)"
     verdict = "met" if met else "NOT met"
     return f"{field} vs SZp (targets ratio >= 1, comp >= 1.5, decomp >= 1; {verdict}): " + (
-        "; ".join(parts))
+        "; ".join(parts)
+    )
 
 
 def target_line(rows: list[Row]) -> str:

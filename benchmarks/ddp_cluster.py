@@ -50,8 +50,17 @@ CONTENDERS = ("mpi", "gloo", "fp16", *ddp_cluster_summary.ZCCL, "compute")
 #: the backward pass wants the cores, 585 against 628 ms per step in trials) and the integer
 #: ring hop (543 ms with both). Not applied under --smoke (one mpirun for every contender).
 TUNED_ENV = {"ZCCL_TRANSPORT": "tcp", "ZCCL_INTEGER_RING": "1"}
-SMOKE = {"dims": ddp_workload.SMOKE_DIMS, "steps": 14, "warmup": 5, "start_iter": 3,
-         "compute_steps": 8, "tail": 4, "train_size": 2048, "eval_size": 512, "link_mb": 1.0}
+SMOKE = {
+    "dims": ddp_workload.SMOKE_DIMS,
+    "steps": 14,
+    "warmup": 5,
+    "start_iter": 3,
+    "compute_steps": 8,
+    "tail": 4,
+    "train_size": 2048,
+    "eval_size": 512,
+    "link_mb": 1.0,
+}
 
 
 def loadavg() -> str:
@@ -64,6 +73,7 @@ def loadavg() -> str:
 
 def git_state() -> dict[str, str | bool]:
     """HEAD commit, and whether the backend sources differ from it (another engineer's edits)."""
+
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
         return done.stdout.strip() if done.returncode == 0 else "unknown"
@@ -74,16 +84,43 @@ def git_state() -> dict[str, str | bool]:
 
 def rank_argv(args: argparse.Namespace, contenders: str, out: Path) -> list[str]:
     """The rank script's command line for ``contenders``."""
-    return [sys.executable, str(RANK_SCRIPT), "--contenders", contenders,
-            "--dims", ",".join(map(str, args.dims)), "--batch", str(args.batch),
-            "--steps", str(args.steps), "--compute-steps", str(args.compute_steps),
-            "--warmup", str(args.warmup), "--start-iter", str(args.start_iter),
-            "--tail", str(args.tail), "--lr", str(args.lr), "--seed", str(args.seed),
-            "--train-size", str(args.train_size), "--eval-size", str(args.eval_size),
-            "--bucket-mb", str(args.bucket_mb), "--link-mb", str(args.link_mb),
-            *(["--zccl-rel", str(args.zccl_rel)] if args.zccl_rel is not None else []),
-            "--tuned-rel", str(args.tuned_rel),
-            "--out", str(out)]
+    return [
+        sys.executable,
+        str(RANK_SCRIPT),
+        "--contenders",
+        contenders,
+        "--dims",
+        ",".join(map(str, args.dims)),
+        "--batch",
+        str(args.batch),
+        "--steps",
+        str(args.steps),
+        "--compute-steps",
+        str(args.compute_steps),
+        "--warmup",
+        str(args.warmup),
+        "--start-iter",
+        str(args.start_iter),
+        "--tail",
+        str(args.tail),
+        "--lr",
+        str(args.lr),
+        "--seed",
+        str(args.seed),
+        "--train-size",
+        str(args.train_size),
+        "--eval-size",
+        str(args.eval_size),
+        "--bucket-mb",
+        str(args.bucket_mb),
+        "--link-mb",
+        str(args.link_mb),
+        *(["--zccl-rel", str(args.zccl_rel)] if args.zccl_rel is not None else []),
+        "--tuned-rel",
+        str(args.tuned_rel),
+        "--out",
+        str(out),
+    ]
 
 
 def launch_env(args: argparse.Namespace) -> dict[str, str]:
@@ -94,16 +131,21 @@ def launch_env(args: argparse.Namespace) -> dict[str, str]:
     env.setdefault("PYTHONPATH", str(ROOT))  # an explicit PYTHONPATH picks another zccl_torch
     env["OMP_NUM_THREADS"] = "1"
     if args.smoke:  # plain mpirun on this host, as tests/mpi_launch.py does
-        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   OMPI_MCA_mpi_yield_when_idle="1", GLOO_SOCKET_IFNAME="lo")
+        env.update(
+            OMPI_ALLOW_RUN_AS_ROOT="1",
+            OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+            OMPI_MCA_mpi_yield_when_idle="1",
+            GLOO_SOCKET_IFNAME="lo",
+        )
     return env
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float) -> str:
     """Runs ``cmd`` from the repository root; returns stdout, raises with the output's tail."""
     try:
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        done = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired as exc:
         raise RuntimeError(f"{' '.join(cmd[:6])} ... timed out after {timeout:.0f} s") from exc
     if done.returncode != 0:
@@ -116,8 +158,15 @@ def run_contenders(args: argparse.Namespace, rows_path: Path) -> dict[str, dict]
     """Every contender's mpirun; returns the load average around each (and failures)."""
     log: dict[str, dict] = {}
     if args.smoke:
-        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(args.ranks),
-               *rank_argv(args, ",".join(args.contenders), rows_path)]
+        cmd = [
+            "mpirun",
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "-np",
+            str(args.ranks),
+            *rank_argv(args, ",".join(args.contenders), rows_path),
+        ]
         before = loadavg()
         out = run(cmd, launch_env(args), args.timeout)
         print("\n".join(line for line in out.splitlines() if line.startswith("  ")), flush=True)
@@ -132,8 +181,7 @@ def run_contenders(args: argparse.Namespace, rows_path: Path) -> dict[str, dict]
         started = time.time()
         try:
             out = run(cmd, env, args.timeout)
-            print("\n".join(line for line in out.splitlines() if line.startswith("  ")),
-                  flush=True)
+            print("\n".join(line for line in out.splitlines() if line.startswith("  ")), flush=True)
         except RuntimeError as exc:  # keep the other contenders' results
             entry["error"] = str(exc)
             print(f"  {name:>8}: FAILED\n{exc}", flush=True)
@@ -150,13 +198,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", default="1gbit", help="per link and direction (tc syntax)")
     parser.add_argument("--steps", type=int, default=None, help="training steps (300)")
     parser.add_argument("--warmup", type=int, default=None, help="untimed first steps (10)")
-    parser.add_argument("--start-iter", type=int, default=None,
-                        help="zccl hook's exact warm-up iterations (10, the hook's default)")
-    parser.add_argument("--compute-steps", type=int, default=None,
-                        help="steps of the no-communication compute baseline (40)")
+    parser.add_argument(
+        "--start-iter",
+        type=int,
+        default=None,
+        help="zccl hook's exact warm-up iterations (10, the hook's default)",
+    )
+    parser.add_argument(
+        "--compute-steps",
+        type=int,
+        default=None,
+        help="steps of the no-communication compute baseline (40)",
+    )
     parser.add_argument("--tail", type=int, default=None, help="steps in the final loss (30)")
-    parser.add_argument("--dims", type=lambda s: tuple(int(v) for v in s.split(",")),
-                        default=None, help="MLP widths (256,4096,4096,2048,10)")
+    parser.add_argument(
+        "--dims",
+        type=lambda s: tuple(int(v) for v in s.split(",")),
+        default=None,
+        help="MLP widths (256,4096,4096,2048,10)",
+    )
     parser.add_argument("--batch", type=int, default=16, help="per-rank batch size")
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--seed", type=int, default=0)
@@ -164,28 +224,51 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--eval-size", type=int, default=None)
     parser.add_argument("--link-mb", type=float, default=None, help="link probe size (32)")
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="DDP bucket_cap_mb")
-    parser.add_argument("--zccl-rel", type=float, default=None,
-                        help="zccl hook policy Rules(NormRelative(REL, 'rms')) (default: the "
-                        "hook's default, REL 1e-3)")
-    parser.add_argument("--tuned-rel", type=float, default=0.1,
-                        help="zccl_tuned's hook policy Rules(NormRelative(REL, 'rms')) (0.1); "
-                        "its run also sets " + " ".join(f"{k}={v}" for k, v in TUNED_ENV.items()))
+    parser.add_argument(
+        "--zccl-rel",
+        type=float,
+        default=None,
+        help="zccl hook policy Rules(NormRelative(REL, 'rms')) (default: the "
+        "hook's default, REL 1e-3)",
+    )
+    parser.add_argument(
+        "--tuned-rel",
+        type=float,
+        default=0.1,
+        help="zccl_tuned's hook policy Rules(NormRelative(REL, 'rms')) (0.1); "
+        "its run also sets " + " ".join(f"{k}={v}" for k, v in TUNED_ENV.items()),
+    )
     parser.add_argument("--timeout", type=float, default=2400, help="seconds per mpirun")
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny sizes, one host, no cluster, no root (tests)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="result JSON (default benchmarks/results/ddp_cluster.json; "
-                             "smoke: under the temp dir)")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny sizes, one host, no cluster, no root (tests)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="result JSON (default benchmarks/results/ddp_cluster.json; smoke: under the temp dir)",
+    )
     args = parser.parse_args(argv)
-    full = {"dims": ddp_workload.DEFAULT_DIMS, "steps": 300, "warmup": 10, "start_iter": 10,
-            "compute_steps": 40, "tail": 30, "train_size": 32768, "eval_size": 4096,
-            "link_mb": 32.0}
+    full = {
+        "dims": ddp_workload.DEFAULT_DIMS,
+        "steps": 300,
+        "warmup": 10,
+        "start_iter": 10,
+        "compute_steps": 40,
+        "tail": 30,
+        "train_size": 32768,
+        "eval_size": 4096,
+        "link_mb": 32.0,
+    }
     for key, value in (SMOKE if args.smoke else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     if args.out is None:
-        args.out = (Path(tempfile.gettempdir()) / "ddp_cluster_smoke" / "ddp_cluster.json"
-                    if args.smoke else HERE / "results" / "ddp_cluster.json")
+        args.out = (
+            Path(tempfile.gettempdir()) / "ddp_cluster_smoke" / "ddp_cluster.json"
+            if args.smoke
+            else HERE / "results" / "ddp_cluster.json"
+        )
     args.contenders = [c for c in args.contenders.split(",") if c]
     for name in args.contenders:
         if name not in CONTENDERS:
@@ -207,10 +290,13 @@ def main(argv: list[str] | None = None) -> int:
     rows_path = args.out.with_suffix(".rows.jsonl")
     rows_path.unlink(missing_ok=True)
     started, load_start = time.time(), loadavg()
-    print(f"ddp_cluster: {args.ranks} ranks, WideMLP {args.dims} "
-          f"({ddp_workload.parameter_count(args.dims) / 1e6:.1f}M parameters), "
-          f"{args.steps} steps ({args.warmup} untimed), contenders {args.contenders}, "
-          f"load {load_start}", flush=True)
+    print(
+        f"ddp_cluster: {args.ranks} ranks, WideMLP {args.dims} "
+        f"({ddp_workload.parameter_count(args.dims) / 1e6:.1f}M parameters), "
+        f"{args.steps} steps ({args.warmup} untimed), contenders {args.contenders}, "
+        f"load {load_start}",
+        flush=True,
+    )
     try:
         if not args.smoke:
             run([str(CLUSTER), "up", str(args.ranks), args.rate], dict(os.environ), 120)
@@ -218,8 +304,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.smoke:
             subprocess.run([str(CLUSTER), "down"], cwd=ROOT, capture_output=True)
-    rows = ([json.loads(line) for line in rows_path.read_text().splitlines()]
-            if rows_path.exists() else [])
+    rows = (
+        [json.loads(line) for line in rows_path.read_text().splitlines()]
+        if rows_path.exists()
+        else []
+    )
     order = {name: i for i, name in enumerate(args.contenders)}
     rows.sort(key=lambda r: order[r["contender"]])
     summary = ddp_cluster_summary.summarize(rows)
@@ -229,16 +318,22 @@ def main(argv: list[str] | None = None) -> int:
     argv_text = " ".join(sys.argv[1:] if argv is None else argv)
     result = {
         "command": f"python benchmarks/ddp_cluster.py {argv_text}".strip(),
-        "machine": machine(), "git": git_state(), "loadavg_start": load_start,
-        "loadavg_end": loadavg(), "wall_s": time.time() - started,
+        "machine": machine(),
+        "git": git_state(),
+        "loadavg_start": load_start,
+        "loadavg_end": loadavg(),
+        "wall_s": time.time() - started,
         "params": ddp_workload.parameter_count(args.dims),
         "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "runs": runs, "summary": summary, "rows": rows,
+        "runs": runs,
+        "summary": summary,
+        "rows": rows,
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     rows_path.unlink(missing_ok=True)
-    print(f"wrote {args.out} ({result['wall_s']:.0f} s, load {load_start} -> "
-          f"{result['loadavg_end']})")
+    print(
+        f"wrote {args.out} ({result['wall_s']:.0f} s, load {load_start} -> {result['loadavg_end']})"
+    )
     if rows:
         from plot_ddp_cluster import plot
 

@@ -87,8 +87,13 @@ def divergence(model: nn.Module, comm: MPI.Comm) -> float:
     return comm.allreduce(float(np.abs(flat.numpy() - ref).max()), op=MPI.MAX)
 
 
-def train(name: str, args: argparse.Namespace, groups: ddp_comm.Groups, comm: MPI.Comm,
-          data: dict[str, torch.Tensor]) -> dict[str, Any] | None:
+def train(
+    name: str,
+    args: argparse.Namespace,
+    groups: ddp_comm.Groups,
+    comm: MPI.Comm,
+    data: dict[str, torch.Tensor],
+) -> dict[str, Any] | None:
     """Trains contender ``name``; returns rank 0's JSON row (None on other ranks)."""
     rank, world = comm.Get_rank(), comm.Get_size()
     dims = tuple(args.dims)
@@ -100,8 +105,9 @@ def train(name: str, args: argparse.Namespace, groups: ddp_comm.Groups, comm: MP
     acct = wrapped.accounting
     opt = torch.optim.SGD(wrapped.model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss()
-    per_step: dict[str, list[float]] = {k: [] for k in ("loss", "step_s", "fwd_s", "bwd_s",
-                                                        "opt_s", "bytes")}
+    per_step: dict[str, list[float]] = {
+        k: [] for k in ("loss", "step_s", "fwd_s", "bwd_s", "opt_s", "bytes")
+    }
     zccl_steps: list[dict[str, float]] = []
     timing = ddp_comm.timed_hook_internals(acct.counters) if acct else contextlib.nullcontext()
     comm.Barrier()
@@ -119,9 +125,14 @@ def train(name: str, args: argparse.Namespace, groups: ddp_comm.Groups, comm: MP
             t2 = time.perf_counter()
             opt.step()
             t3 = time.perf_counter()
-            for key, value in (("loss", loss.item()), ("step_s", t3 - t0), ("fwd_s", t1 - t0),
-                               ("bwd_s", t2 - t1), ("opt_s", t3 - t2),
-                               ("bytes", wrapped.bytes_per_step())):
+            for key, value in (
+                ("loss", loss.item()),
+                ("step_s", t3 - t0),
+                ("fwd_s", t1 - t0),
+                ("bwd_s", t2 - t1),
+                ("opt_s", t3 - t2),
+                ("bytes", wrapped.bytes_per_step()),
+            ):
                 per_step[key].append(value)
             if acct is not None:
                 zccl_steps.append(acct.counters.take())
@@ -135,10 +146,14 @@ def train(name: str, args: argparse.Namespace, groups: ddp_comm.Groups, comm: MP
     if rank != 0:
         return None
     assert row is not None and evals is not None
-    row.update(eval_loss=evals[0][0], eval_acc=evals[0][1],
-               eval_loss_ranks=[e[0] for e in evals], weights_max_divergence=spread,
-               params=ddp_workload.parameter_count(dims),
-               grad_bytes=4 * ddp_workload.parameter_count(dims))
+    row.update(
+        eval_loss=evals[0][0],
+        eval_acc=evals[0][1],
+        eval_loss_ranks=[e[0] for e in evals],
+        weights_max_divergence=spread,
+        params=ddp_workload.parameter_count(dims),
+        grad_bytes=4 * ddp_workload.parameter_count(dims),
+    )
     if acct is not None:
         row["compressed_buckets_all_ranks"] = buckets
     return row
@@ -151,16 +166,20 @@ def reduce_array(comm: MPI.Comm, values: np.ndarray, op: MPI.Op) -> np.ndarray:
     return out
 
 
-def summarize(name: str, args: argparse.Namespace, comm: MPI.Comm,
-              per_step: dict[str, list[float]], zccl_steps: list[dict[str, float]],
-              steps: int) -> dict[str, Any] | None:
+def summarize(
+    name: str,
+    args: argparse.Namespace,
+    comm: MPI.Comm,
+    per_step: dict[str, list[float]],
+    zccl_steps: list[dict[str, float]],
+    steps: int,
+) -> dict[str, Any] | None:
     """Combines every rank's per-step records into rank 0's row (None on other ranks)."""
     world = comm.Get_size()
     local = {k: np.asarray(v, dtype=np.float64) for k, v in per_step.items()}
     loss = reduce_array(comm, local["loss"], MPI.SUM) / world
     step_max = reduce_array(comm, local["step_s"], MPI.MAX)
-    phases = {k: reduce_array(comm, local[k], MPI.SUM) / world for k in ("fwd_s", "bwd_s",
-                                                                         "opt_s")}
+    phases = {k: reduce_array(comm, local[k], MPI.SUM) / world for k in ("fwd_s", "bwd_s", "opt_s")}
     sent = reduce_array(comm, local["bytes"], MPI.SUM) / world  # mean over ranks
     zccl: dict[str, np.ndarray] = {}
     for key in zccl_steps[0] if zccl_steps else ():
@@ -175,9 +194,14 @@ def summarize(name: str, args: argparse.Namespace, comm: MPI.Comm,
         return 1e3 * float(np.median(values[timed]))
 
     row: dict[str, Any] = {
-        "contender": name, "ranks": world, "steps": steps, "warmup": args.warmup,
-        "timed_steps": len(loss[timed]), "tail": tail,
-        "step_ms_median": med_ms(step_max), "step_ms_mean": 1e3 * float(step_max[timed].mean()),
+        "contender": name,
+        "ranks": world,
+        "steps": steps,
+        "warmup": args.warmup,
+        "timed_steps": len(loss[timed]),
+        "tail": tail,
+        "step_ms_median": med_ms(step_max),
+        "step_ms_mean": 1e3 * float(step_max[timed].mean()),
         "step_ms_p10": 1e3 * float(np.percentile(step_max[timed], 10)),
         "step_ms_p90": 1e3 * float(np.percentile(step_max[timed], 90)),
         "forward_ms_median": med_ms(phases["fwd_s"]),
@@ -186,14 +210,17 @@ def summarize(name: str, args: argparse.Namespace, comm: MPI.Comm,
         "bytes_per_step_median": float(np.median(sent[timed])),
         "bytes_per_step_mean_all_steps": float(sent.mean()),
         "final_loss": float(statistics.fmean(loss[-tail:])),
-        "losses": loss.tolist(), "step_ms": (1e3 * step_max).tolist(),
+        "losses": loss.tolist(),
+        "step_ms": (1e3 * step_max).tolist(),
         "bytes_per_step": sent.tolist(),
     }
     if zccl:
-        row["zccl_ms_median"] = {k[:-2] + "_ms": med_ms(v) for k, v in zccl.items()
-                                 if k.endswith("_s")}
-        row["zccl_lossy_payload_bytes_median"] = float(np.median(zccl["lossy_payload_bytes"]
-                                                                 [timed]))
+        row["zccl_ms_median"] = {
+            k[:-2] + "_ms": med_ms(v) for k, v in zccl.items() if k.endswith("_s")
+        }
+        row["zccl_lossy_payload_bytes_median"] = float(
+            np.median(zccl["lossy_payload_bytes"][timed])
+        )
         row["zccl_unmatched_payloads"] = int(zccl["mismatches"].sum() * world)
     return row
 
@@ -202,18 +229,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command line (the driver passes every field explicitly)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--contenders", default=",".join(ddp_comm.CONTENDERS))
-    parser.add_argument("--dims", type=lambda s: [int(v) for v in s.split(",")],
-                        default=list(ddp_workload.DEFAULT_DIMS))
+    parser.add_argument(
+        "--dims",
+        type=lambda s: [int(v) for v in s.split(",")],
+        default=list(ddp_workload.DEFAULT_DIMS),
+    )
     parser.add_argument("--batch", type=int, default=16, help="per-rank batch size")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--compute-steps", type=int, default=40, help="steps of 'compute'")
     parser.add_argument("--warmup", type=int, default=10, help="untimed first steps")
     parser.add_argument("--start-iter", type=int, default=10, help="zccl hook exact warm-up")
-    parser.add_argument("--zccl-rel", type=float, default=None,
-                        help="zccl hook policy Rules(NormRelative(REL, 'rms')); default: the "
-                        "hook's default policy (REL 1e-3)")
-    parser.add_argument("--tuned-rel", type=float, default=0.1,
-                        help="zccl_tuned's hook policy Rules(NormRelative(REL, 'rms'))")
+    parser.add_argument(
+        "--zccl-rel",
+        type=float,
+        default=None,
+        help="zccl hook policy Rules(NormRelative(REL, 'rms')); default: the "
+        "hook's default policy (REL 1e-3)",
+    )
+    parser.add_argument(
+        "--tuned-rel",
+        type=float,
+        default=0.1,
+        help="zccl_tuned's hook policy Rules(NormRelative(REL, 'rms'))",
+    )
     parser.add_argument("--tail", type=int, default=30, help="steps averaged for final loss")
     parser.add_argument("--lr", type=float, default=0.02)
     parser.add_argument("--lr-warmup", type=int, default=20)
@@ -245,14 +283,21 @@ def main() -> None:
         row = train(name, args, groups, comm, data)
         if row is None:
             continue
-        row.update(link_Bps=rate, wall_s=time.time() - started,
-                   omp_threads=torch.get_num_threads(), zccl_torch_path=zccl_torch.__file__)
+        row.update(
+            link_Bps=rate,
+            wall_s=time.time() - started,
+            omp_threads=torch.get_num_threads(),
+            zccl_torch_path=zccl_torch.__file__,
+        )
         with args.out.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        print(f"  {name:>8}: step {row['step_ms_median']:8.1f} ms (median), "
-              f"{row['bytes_per_step_median'] / 1e6:8.2f} MB/step, final loss "
-              f"{row['final_loss']:.4f}, eval loss {row['eval_loss']:.4f}, "
-              f"{row['wall_s']:.0f} s", flush=True)
+        print(
+            f"  {name:>8}: step {row['step_ms_median']:8.1f} ms (median), "
+            f"{row['bytes_per_step_median'] / 1e6:8.2f} MB/step, final loss "
+            f"{row['final_loss']:.4f}, eval loss {row['eval_loss']:.4f}, "
+            f"{row['wall_s']:.0f} s",
+            flush=True,
+        )
     torch.distributed.destroy_process_group()
 
 

@@ -40,11 +40,16 @@ def contender_rows(rows: list[dict]) -> list[dict[str, Any]]:
     for r in rows:
         trains = r["contender"] != "compute"
         line: dict[str, Any] = {
-            "contender": r["contender"], "step_ms": r["step_ms_median"],
-            "step_ms_p10": r["step_ms_p10"], "step_ms_p90": r["step_ms_p90"],
+            "contender": r["contender"],
+            "step_ms": r["step_ms_median"],
+            "step_ms_p10": r["step_ms_p10"],
+            "step_ms_p90": r["step_ms_p90"],
             "mb_per_step": r["bytes_per_step_median"] / 1e6,
-            "wire_reduction_vs_fp32_ring": (_ring_fp32_bytes(r) / r["bytes_per_step_median"]
-                                            if r["bytes_per_step_median"] else None),
+            "wire_reduction_vs_fp32_ring": (
+                _ring_fp32_bytes(r) / r["bytes_per_step_median"]
+                if r["bytes_per_step_median"]
+                else None
+            ),
             "final_loss": r["final_loss"] if trains else None,
             "eval_loss": r["eval_loss"] if trains else None,
             "weights_max_divergence": r.get("weights_max_divergence"),
@@ -75,13 +80,20 @@ def _targets_of(z: dict[str, Any]) -> dict[str, Any]:
     for key in ("speedup_vs_best_uncompressed", "speedup_vs_fp16"):
         if key in z:
             got, want = z[key], TARGETS[key]
-            result[key] = {"target": want, "measured": got, "met": got >= want,
-                           "fraction_of_target": got / want}
+            result[key] = {
+                "target": want,
+                "measured": got,
+                "met": got >= want,
+                "fraction_of_target": got / want,
+            }
     if "final_loss_rel" in z:
         got = abs(z["final_loss_rel"])
-        result["loss_within_2pct"] = {"target": TARGETS["loss_rel_max"], "measured": got,
-                                      "met": got <= TARGETS["loss_rel_max"],
-                                      "eval_loss_rel": z["eval_loss_rel"]}
+        result["loss_within_2pct"] = {
+            "target": TARGETS["loss_rel_max"],
+            "measured": got,
+            "met": got <= TARGETS["loss_rel_max"],
+            "eval_loss_rel": z["eval_loss_rel"],
+        }
     return result
 
 
@@ -90,8 +102,11 @@ def zccl_breakdown(rows: list[dict]) -> dict[str, dict[str, float]]:
     ranks): compute alone, the hook's blocking part and its pieces, the backend codec, and the
     time the measured bytes would take on the measured link."""
     by = {r["contender"]: r for r in rows}
-    return {name: _breakdown_of(by[name], by.get("compute")) for name in ZCCL
-            if name in by and "zccl_ms_median" in by[name]}
+    return {
+        name: _breakdown_of(by[name], by.get("compute"))
+        for name in ZCCL
+        if name in by and "zccl_ms_median" in by[name]
+    }
 
 
 def _breakdown_of(z: dict[str, Any], compute: dict[str, Any] | None) -> dict[str, float]:
@@ -128,17 +143,21 @@ def _fmt(value: Any, spec: str, suffix: str = "") -> str:
 
 def print_table(summary: dict[str, Any]) -> None:
     """The table on stdout (also what the final report quotes)."""
-    print(f"{'contender':>9} {'step ms':>8} {'p10-p90 ms':>13} {'MB/step':>8} {'wire /':>7} "
-          f"{'vs best unc':>11} {'vs fp16':>7} {'final loss':>10} {'vs ref':>7} "
-          f"{'held-out':>8} {'vs ref':>7}")
+    print(
+        f"{'contender':>9} {'step ms':>8} {'p10-p90 ms':>13} {'MB/step':>8} {'wire /':>7} "
+        f"{'vs best unc':>11} {'vs fp16':>7} {'final loss':>10} {'vs ref':>7} "
+        f"{'held-out':>8} {'vs ref':>7}"
+    )
     for s in summary["contenders"]:
         spread = f"{s['step_ms_p10']:.0f}-{s['step_ms_p90']:.0f}"
-        print(f"{s['contender']:>9} {s['step_ms']:8.1f} {spread:>13} {s['mb_per_step']:8.2f} "
-              f"{_fmt(s['wire_reduction_vs_fp32_ring'], '6.2f', 'x')} "
-              f"{_fmt(s.get('speedup_vs_best_uncompressed'), '10.2f', 'x')} "
-              f"{_fmt(s.get('speedup_vs_fp16'), '6.2f', 'x')} {_fmt(s['final_loss'], '10.4f')} "
-              f"{_fmt(s.get('final_loss_rel'), '+7.2%')} {_fmt(s['eval_loss'], '8.4f')} "
-              f"{_fmt(s.get('eval_loss_rel'), '+7.2%')}")
+        print(
+            f"{s['contender']:>9} {s['step_ms']:8.1f} {spread:>13} {s['mb_per_step']:8.2f} "
+            f"{_fmt(s['wire_reduction_vs_fp32_ring'], '6.2f', 'x')} "
+            f"{_fmt(s.get('speedup_vs_best_uncompressed'), '10.2f', 'x')} "
+            f"{_fmt(s.get('speedup_vs_fp16'), '6.2f', 'x')} {_fmt(s['final_loss'], '10.4f')} "
+            f"{_fmt(s.get('final_loss_rel'), '+7.2%')} {_fmt(s['eval_loss'], '8.4f')} "
+            f"{_fmt(s.get('eval_loss_rel'), '+7.2%')}"
+        )
     for name, checks in summary["targets"].items():
         for key, t in checks.items():
             verdict = "MET" if t["met"] else "MISSED"

@@ -180,8 +180,14 @@ class Wrapped:
     accounting: ZcclAccounting | None = None
 
 
-def wrap(name: str, model: nn.Module, groups: Groups, start_iter: int,
-         bucket_mb: float, zccl_rel: float | None = None) -> Wrapped:
+def wrap(
+    name: str,
+    model: nn.Module,
+    groups: Groups,
+    start_iter: int,
+    bucket_mb: float,
+    zccl_rel: float | None = None,
+) -> Wrapped:
     """Wraps ``model`` (same initial weights on every rank) for contender ``name``; ``zccl_rel``:
     the zccl hook's policy ``Rules(NormRelative(zccl_rel, "rms"))`` for the zccl contenders
     (None: the hook's default, the same policy at 1e-3)."""

@@ -49,8 +49,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mb", type=float, default=4.0, help="message size, MB of float32")
     parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).parent / "results" / "exact_allreduce_paths.json")
+    parser.add_argument(
+        "--out", type=Path, default=Path(__file__).parent / "results" / "exact_allreduce_paths.json"
+    )
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     n = int(args.mb * 1e6 / 4)
@@ -73,13 +74,20 @@ def main() -> None:
     }
     results = {name: slowest_median(comm, fn, args.reps) for name, fn in paths.items()}
     if comm.rank == 0:
-        print(f"exact all_reduce SUM of {args.mb:g} MB float32 on {comm.size} ranks, median of "
-              f"{args.reps} (slowest rank):")
+        print(
+            f"exact all_reduce SUM of {args.mb:g} MB float32 on {comm.size} ranks, median of "
+            f"{args.reps} (slowest rank):"
+        )
         for name, ms in results.items():
             print(f"  {name:<32} {ms:8.2f} ms")
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"ranks": comm.size, "mb": args.mb, "reps": args.reps,
-                                        "median_ms": results}, indent=1) + "\n")
+        args.out.write_text(
+            json.dumps(
+                {"ranks": comm.size, "mb": args.mb, "reps": args.reps, "median_ms": results},
+                indent=1,
+            )
+            + "\n"
+        )
         print(f"wrote {args.out}")
     dist.destroy_process_group()
 

@@ -60,8 +60,9 @@ def layout_sizes(x: np.ndarray, eb: float) -> dict[str, float]:
         if np.all(x[c : c + CHUNK] == x[c]):  # constant chunk: v2 stores one value
             blocks = {"v1": 32, "v1 B64": 64, "v1 B128": 128}
             for k in sizes:  # v1 layouts: all blocks zero, one length byte each
-                sizes[k] += CHUNK_FIXED + -(-qc.size // blocks[k]) if k in blocks else (
-                    8 + 1 + x.itemsize)
+                sizes[k] += (
+                    CHUNK_FIXED + -(-qc.size // blocks[k]) if k in blocks else (8 + 1 + x.itemsize)
+                )
             continue
         d = np.diff(qc, prepend=qc[0])
         for key, block in (("v1", 32), ("v1 B64", 64), ("v1 B128", 128)):
@@ -113,14 +114,22 @@ def main() -> None:
             encode_s = time.perf_counter() - t0
             second, second_s = zstd_second_stage(s.numpy().tobytes(), zccl_torch.stream_info(s))
             ratios = {k: raw / v for k, v in layout_sizes(x, eb).items()}
-            row = {"field": name, "rel": rel, "real_v2": raw / s.numel(), **ratios,
-                   "v2_zstd": raw / second, "encode_seconds": encode_s,
-                   "zstd_stage_seconds": second_s}
+            row = {
+                "field": name,
+                "rel": rel,
+                "real_v2": raw / s.numel(),
+                **ratios,
+                "v2_zstd": raw / second,
+                "encode_seconds": encode_s,
+                "zstd_stage_seconds": second_s,
+            }
             rows.append(row)
-            print(f"| {name} | {rel:.0e} | {row['real_v2']:.1f} | {ratios['v1']:.1f} | "
-                  f"{ratios['v1 B64']:.1f} | {ratios['v1 B128']:.1f} | {ratios['bitmap']:.1f} | "
-                  f"{ratios['len5']:.1f} | {row['v2_zstd']:.1f} "
-                  f"(+{100 * second_s / encode_s:.0f} % time) |")
+            print(
+                f"| {name} | {rel:.0e} | {row['real_v2']:.1f} | {ratios['v1']:.1f} | "
+                f"{ratios['v1 B64']:.1f} | {ratios['v1 B128']:.1f} | {ratios['bitmap']:.1f} | "
+                f"{ratios['len5']:.1f} | {row['v2_zstd']:.1f} "
+                f"(+{100 * second_s / encode_s:.0f} % time) |"
+            )
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"chunk": CHUNK, "rows": rows}, indent=1) + "\n")
     print(f"wrote {OUT}")

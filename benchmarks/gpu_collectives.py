@@ -83,8 +83,9 @@ def short_error(exc: BaseException, limit: int = 600) -> str:
     return f"{type(exc).__name__}: {' | '.join(lines)}"[:limit]
 
 
-def make_case(collective: str, numel: int, kind: str, comm: MPI.Comm,
-              device: torch.device) -> collectives_rank.Case:
+def make_case(
+    collective: str, numel: int, kind: str, comm: MPI.Comm, device: torch.device
+) -> collectives_rank.Case:
     """collectives_rank's case (this rank's wavefield, seed = rank; the exact float64 output
     built on the host from every rank's cached field; root 0), its buffers moved to ``device``."""
     import collectives_rank
@@ -132,8 +133,9 @@ def host_call(case: collectives_rank.Case, p: int, rank: int) -> Call:
     return (lambda: None), scatter
 
 
-def run_contender(name: str, case: collectives_rank.Case, comm: MPI.Comm, gloo: Any,
-                  args: argparse.Namespace) -> dict[str, Any] | None:
+def run_contender(
+    name: str, case: collectives_rank.Case, comm: MPI.Comm, gloo: Any, args: argparse.Namespace
+) -> dict[str, Any] | None:
     """Times one contender on one case; the row on rank 0, None elsewhere. An error on any rank
     (e.g. Gloo refusing CUDA tensors for scatter) becomes the row's ``error``."""
     import collectives_rank
@@ -154,8 +156,9 @@ def run_contender(name: str, case: collectives_rank.Case, comm: MPI.Comm, gloo: 
             stats = dict(zccl_torch.last_stats(device=device.type))
         elif name == "zccl_host":
             with zccl_torch.config(threads=args.host_threads):
-                times = collectives_rank.timed(host_call(case, p, rank), comm, args.warmup,
-                                               args.iters, sync)
+                times = collectives_rank.timed(
+                    host_call(case, p, rank), comm, args.warmup, args.iters, sync
+                )
             stats = dict(zccl_torch.last_stats(device="cpu"))
         else:  # gloo
             call = collectives_rank.torch_call(case, gloo, half=False)
@@ -165,34 +168,49 @@ def run_contender(name: str, case: collectives_rank.Case, comm: MPI.Comm, gloo: 
     errors = comm.allgather(error)
     failed = [(r, e) for r, e in enumerate(errors) if e is not None]
     if failed:
-        return {"contender": name, "error": f"rank {failed[0][0]}: {failed[0][1]}"} \
-            if rank == 0 else None
+        return (
+            {"contender": name, "error": f"rank {failed[0][0]}: {failed[0][1]}"}
+            if rank == 0
+            else None
+        )
     per_rank = comm.gather(times, root=0)
     err, psnr = collectives_rank.quality(case, comm)
-    counters = {k: comm.reduce(int(stats.get(k, 0)), op=MPI.SUM, root=0)
-                for k in ("bytes_sent", "bytes_in", "bytes_compressed")}
+    counters = {
+        k: comm.reduce(int(stats.get(k, 0)), op=MPI.SUM, root=0)
+        for k in ("bytes_sent", "bytes_in", "bytes_compressed")
+    }
     if rank != 0:
         return None
     slowest = [max(column) for column in zip(*per_rank, strict=True)]
     median = statistics.median(slowest)
     row: dict[str, Any] = {
-        "contender": name, "median_s": median, "iter_times_s": slowest,
-        "iter_times_per_rank_s": per_rank, "bytes": case_bytes(case),
+        "contender": name,
+        "median_s": median,
+        "iter_times_s": slowest,
+        "iter_times_per_rank_s": per_rank,
+        "bytes": case_bytes(case),
         "algbw_GBps": case_bytes(case) / median / 1e9 if median > 0 else None,
-        "max_abs_error": err, "psnr_db": psnr,
+        "max_abs_error": err,
+        "psnr_db": psnr,
     }
     if name.startswith("zccl"):
         bound = collectives_rank.documented_bound(case.collective, stats, p)
         sent = counters["bytes_sent"]
         row.update(
-            algorithm_ran=stats.get("algorithm"), eb=stats.get("error_bound"), bound=bound,
+            algorithm_ran=stats.get("algorithm"),
+            eb=stats.get("error_bound"),
+            bound=bound,
             err_over_bound=err / bound if bound else None,
             # the backend's counters (last_stats): bytes on the wire, payload bytes the ranks
             # contributed, and uncompressed bytes that went through the compressor
-            bytes_sent_all_ranks=sent, bytes_in_all_ranks=counters["bytes_in"],
+            bytes_sent_all_ranks=sent,
+            bytes_in_all_ranks=counters["bytes_in"],
             bytes_compressed_all_ranks=counters["bytes_compressed"],
-            wire_ratio=(collectives_rank.WIRE_BYTES[case.collective](case_bytes(case), p) / sent
-                        if sent else None),
+            wire_ratio=(
+                collectives_rank.WIRE_BYTES[case.collective](case_bytes(case), p) / sent
+                if sent
+                else None
+            ),
             compress_s_rank0=stats.get("compress_seconds"),
             decompress_s_rank0=stats.get("decompress_seconds"),
         )
@@ -213,8 +231,9 @@ def nccl_child(args: argparse.Namespace) -> None:
     (whose shutdown can hang after an error)."""
     result: dict[str, Any] = {"times": {}}
     try:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))
-                              % max(torch.cuda.device_count(), 1))
+        device = torch.device(
+            "cuda", int(os.environ.get("LOCAL_RANK", "0")) % max(torch.cuda.device_count(), 1)
+        )
         torch.cuda.set_device(device)
         dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=20))
         flag = torch.ones(1, device=device)
@@ -249,18 +268,33 @@ def nccl_rows(comm: MPI.Comm, args: argparse.Namespace) -> list[dict[str, Any]]:
     rank, p = comm.Get_rank(), comm.Get_size()
     port = comm.bcast(free_port() if rank == 0 else None, root=0)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
-    env.update(RANK=str(rank), WORLD_SIZE=str(p), LOCAL_RANK=os.environ.get(
-        "OMPI_COMM_WORLD_LOCAL_RANK", str(rank)), MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(port), NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--nccl-child",
-           "--sizes-mb", args.sizes_mb, "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    env.update(
+        RANK=str(rank),
+        WORLD_SIZE=str(p),
+        LOCAL_RANK=os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", str(rank)),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        NCCL_DEBUG=env.get("NCCL_DEBUG", "WARN"),
+    )
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--nccl-child",
+        "--sizes-mb",
+        args.sizes_mb,
+        "--iters",
+        str(args.iters),
+        "--warmup",
+        str(args.warmup),
+    ]
     result: dict[str, Any]
     try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True,
-                              timeout=args.nccl_timeout_s)
+        done = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=args.nccl_timeout_s
+        )
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith(NCCL_MARK)]
         if lines:
-            result = json.loads(lines[-1][len(NCCL_MARK):])
+            result = json.loads(lines[-1][len(NCCL_MARK) :])
         else:
             tail = " | ".join(done.stderr.strip().splitlines()[-3:])
             result = {"error": f"child exited {done.returncode} without a result: {tail}"[:1000]}
@@ -286,8 +320,13 @@ def nccl_rows(comm: MPI.Comm, args: argparse.Namespace) -> list[dict[str, Any]]:
             slowest = [max(column) for column in zip(*per_rank, strict=True)]
             nbytes = int(mb * (1 << 20) / 4) * 4
             median = statistics.median(slowest)
-            row.update(median_s=median, iter_times_s=slowest, iter_times_per_rank_s=per_rank,
-                       bytes=nbytes, algbw_GBps=nbytes / median / 1e9 if median > 0 else None)
+            row.update(
+                median_s=median,
+                iter_times_s=slowest,
+                iter_times_per_rank_s=per_rank,
+                bytes=nbytes,
+                algbw_GBps=nbytes / median / 1e9 if median > 0 else None,
+            )
         rows.append(row)
     return rows
 
@@ -300,21 +339,27 @@ def sizes(args: argparse.Namespace) -> list[float]:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    print(f"\n{'collective':>10} {'MB':>6} {'contender':>10} {'median ms':>10} {'vs gloo':>8} "
-          f"{'err/bound':>9} {'wire x':>7}  note")
+    print(
+        f"\n{'collective':>10} {'MB':>6} {'contender':>10} {'median ms':>10} {'vs gloo':>8} "
+        f"{'err/bound':>9} {'wire x':>7}  note"
+    )
     for row in rows:
         if "median_s" in row:
             speed = row.get("speedup_vs_gloo")
             ratio = row.get("err_over_bound")
             wire = row.get("wire_ratio")
-            print(f"{row['collective']:>10} {row['size_mb']:>6g} {row['contender']:>10} "
-                  f"{row['median_s'] * 1e3:>10.2f} "
-                  f"{f'{speed:.2f}x' if speed else '-':>8} "
-                  f"{f'{ratio:.3f}' if ratio is not None else '-':>9} "
-                  f"{f'{wire:.1f}' if wire else '-':>7}  {row.get('algorithm_ran') or ''}")
+            print(
+                f"{row['collective']:>10} {row['size_mb']:>6g} {row['contender']:>10} "
+                f"{row['median_s'] * 1e3:>10.2f} "
+                f"{f'{speed:.2f}x' if speed else '-':>8} "
+                f"{f'{ratio:.3f}' if ratio is not None else '-':>9} "
+                f"{f'{wire:.1f}' if wire else '-':>7}  {row.get('algorithm_ran') or ''}"
+            )
         else:
-            print(f"{row['collective']:>10} {row['size_mb']:>6g} {row['contender']:>10} "
-                  f"{'-':>10} {'-':>8} {'-':>9} {'-':>7}  {row.get('error', '')[:160]}")
+            print(
+                f"{row['collective']:>10} {row['size_mb']:>6g} {row['contender']:>10} "
+                f"{'-':>10} {'-':>8} {'-':>9} {'-':>7}  {row.get('error', '')[:160]}"
+            )
     sys.stdout.flush()
 
 
@@ -329,14 +374,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", default="wavefield", choices=("wavefield", "smooth"))
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--iters", type=int, default=5)
-    parser.add_argument("--host-threads", type=int, default=0,
-                        help="zccl compression threads per rank on the host path (0: this "
-                             "host's cores divided by the ranks)")
-    parser.add_argument("--timeout-s", type=float, default=60,
-                        help="timeout of the zccl and Gloo groups (a hung op fails after it)")
+    parser.add_argument(
+        "--host-threads",
+        type=int,
+        default=0,
+        help="zccl compression threads per rank on the host path (0: this "
+        "host's cores divided by the ranks)",
+    )
+    parser.add_argument(
+        "--timeout-s",
+        type=float,
+        default=60,
+        help="timeout of the zccl and Gloo groups (a hung op fails after it)",
+    )
     parser.add_argument("--no-nccl", action="store_true", help="skip the NCCL attempt")
-    parser.add_argument("--nccl-timeout-s", type=float, default=45,
-                        help="hard limit of the NCCL child processes")
+    parser.add_argument(
+        "--nccl-timeout-s", type=float, default=45, help="hard limit of the NCCL child processes"
+    )
     parser.add_argument("--nccl-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not args.nccl_child and args.out is None:
@@ -398,8 +452,9 @@ def main() -> None:
                     continue
                 row.update(collective=collective, size_mb=mb)
                 rows.append(row)
-                note = (f"{row['median_s'] * 1e3:.2f} ms" if "median_s" in row
-                        else row["error"][:120])
+                note = (
+                    f"{row['median_s'] * 1e3:.2f} ms" if "median_s" in row else row["error"][:120]
+                )
                 print(f"  {collective:>10} {mb:>6g} MB {name:>10}: {note}", flush=True)
             del case
     if device.type == "cuda":
@@ -407,11 +462,25 @@ def main() -> None:
         torch.cuda.empty_cache()
     if "nccl" in contenders and "all_reduce" in collectives:
         if device.type != "cuda":
-            nccl = [{"collective": "all_reduce", "contender": "nccl", "size_mb": mb,
-                     "error": "skipped: --device cpu (NCCL needs CUDA)"} for mb in sizes(args)]
+            nccl = [
+                {
+                    "collective": "all_reduce",
+                    "contender": "nccl",
+                    "size_mb": mb,
+                    "error": "skipped: --device cpu (NCCL needs CUDA)",
+                }
+                for mb in sizes(args)
+            ]
         elif args.no_nccl:
-            nccl = [{"collective": "all_reduce", "contender": "nccl", "size_mb": mb,
-                     "error": "skipped: --no-nccl"} for mb in sizes(args)]
+            nccl = [
+                {
+                    "collective": "all_reduce",
+                    "contender": "nccl",
+                    "size_mb": mb,
+                    "error": "skipped: --no-nccl",
+                }
+                for mb in sizes(args)
+            ]
         else:
             comm.Barrier()
             nccl = nccl_rows(comm, args)
@@ -421,25 +490,44 @@ def main() -> None:
     if rank != 0:
         return
 
-    gloo_time = {(r["collective"], r["size_mb"]): r["median_s"] for r in rows
-                 if r["contender"] == "gloo" and "median_s" in r}
+    gloo_time = {
+        (r["collective"], r["size_mb"]): r["median_s"]
+        for r in rows
+        if r["contender"] == "gloo" and "median_s" in r
+    }
     for row in rows:
         base = gloo_time.get((row["collective"], row["size_mb"]))
         if "median_s" in row and base and row["median_s"] > 0:
             row["speedup_vs_gloo"] = base / row["median_s"]
-    rows.sort(key=lambda r: (COLLECTIVES.index(r["collective"]), r["size_mb"],
-                             CONTENDERS.index(r["contender"])))
+    rows.sort(
+        key=lambda r: (
+            COLLECTIVES.index(r["collective"]),
+            r["size_mb"],
+            CONTENDERS.index(r["contender"]),
+        )
+    )
     doc = {
-        "benchmark": "gpu_collectives", "device": args.device, "device_name": device_name,
-        "torch": torch.__version__, "cuda": torch.version.cuda, "ranks": p,
-        "host": platform.node(), "cpu_count": os.cpu_count(), "rel": args.rel,
-        "data": args.data, "warmup": args.warmup, "iters": args.iters,
-        "host_threads": args.host_threads, "rows": rows,
+        "benchmark": "gpu_collectives",
+        "device": args.device,
+        "device_name": device_name,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "ranks": p,
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "rel": args.rel,
+        "data": args.data,
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "host_threads": args.host_threads,
+        "rows": rows,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
-    print(f"\n{p} ranks on {device_name} ({args.device}), torch {torch.__version__}, "
-          f"REL {args.rel:g}, median of {args.iters} (slowest rank per iteration)")
+    print(
+        f"\n{p} ranks on {device_name} ({args.device}), torch {torch.__version__}, "
+        f"REL {args.rel:g}, median of {args.iters} (slowest rank per iteration)"
+    )
     print_table(rows)
     print(f"wrote {args.out}", flush=True)
 

@@ -171,15 +171,17 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def wrap(name: str, model: nn.Module, setup: Setup, args: argparse.Namespace
-         ) -> tuple[nn.Module, Callable[[], float], ZcclBytes | None]:
+def wrap(
+    name: str, model: nn.Module, setup: Setup, args: argparse.Namespace
+) -> tuple[nn.Module, Callable[[], float], ZcclBytes | None]:
     """DDP of ``model`` for contender ``name``: (ddp, bytes of the last step, zccl counter)."""
     world = setup.comm.Get_size()
     device_ids = [setup.device.index] if setup.device.type == "cuda" else None
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     if name in ("uncompressed", "fp16"):
-        ddp = DistributedDataParallel(model, device_ids=device_ids, process_group=setup.gloo,
-                                      bucket_cap_mb=args.bucket_mb)
+        ddp = DistributedDataParallel(
+            model, device_ids=device_ids, process_group=setup.gloo, bucket_cap_mb=args.bucket_mb
+        )
         if name == "fp16":
             ddp.register_comm_hook(setup.gloo, default_hooks.fp16_compress_hook)
         payload = grad_bytes / 2 if name == "fp16" else grad_bytes
@@ -190,8 +192,9 @@ def wrap(name: str, model: nn.Module, setup: Setup, args: argparse.Namespace
     # be compressed (lossy), so it runs exactly (MPI).
     with zccl_torch.config(algorithm="mpi"):
         ddp = DistributedDataParallel(model, device_ids=device_ids, bucket_cap_mb=args.bucket_mb)
-    state = hooks.ZcclHookState(model=ddp, start_iter=args.start_iter,
-                                error_feedback=name == "zccl_ef")
+    state = hooks.ZcclHookState(
+        model=ddp, start_iter=args.start_iter, error_feedback=name == "zccl_ef"
+    )
     counter = ZcclBytes(world)
     ddp.register_comm_hook(state, counter.hook)
     return ddp, counter.take, counter
@@ -261,26 +264,37 @@ def train(name: str, args: argparse.Namespace, setup: Setup) -> dict[str, Any] |
     timed = slice(min(args.warmup, args.steps - 1), args.steps)
     tail = min(args.tail, args.steps)
     row: dict[str, Any] = {
-        "contender": name, "device": str(device), "ranks": world, "steps": args.steps,
-        "warmup": args.warmup, "tail": tail, "batch_per_rank": args.batch,
+        "contender": name,
+        "device": str(device),
+        "ranks": world,
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "tail": tail,
+        "batch_per_rank": args.batch,
         "params": parameter_count(tuple(args.dims)),
         "final_loss": float(statistics.fmean(loss_mean[-tail:])),
         "losses_finite": finite,
-        "eval_loss": evals[0][0], "eval_acc": evals[0][1],
+        "eval_loss": evals[0][0],
+        "eval_acc": evals[0][1],
         "step_ms_median": 1e3 * float(np.median(step_max[timed])),
         "step_ms_p10": 1e3 * float(np.percentile(step_max[timed], 10)),
         "step_ms_p90": 1e3 * float(np.percentile(step_max[timed], 90)),
         "bytes_per_step_median": float(np.median(sent_mean[timed])),
         "bytes_per_step_mean_all_steps": float(sent_mean.mean()),
         "grad_bytes": 4 * parameter_count(tuple(args.dims)),
-        "max_param_diff_across_ranks": spread, "wall_s": wall,
-        "losses": loss_mean.tolist(), "step_ms": (1e3 * step_max).tolist(),
+        "max_param_diff_across_ranks": spread,
+        "wall_s": wall,
+        "losses": loss_mean.tolist(),
+        "step_ms": (1e3 * step_max).tolist(),
         "bytes_per_step": sent_mean.tolist(),
     }
     if zccl_info is not None:
-        row.update(start_iter=args.start_iter, zccl_unmatched_payloads=zccl_info["mismatches"],
-                   zccl_lossy_payloads_all_ranks=zccl_info["lossy_payloads"],
-                   lossy_payload_devices=zccl_info["devices"])
+        row.update(
+            start_iter=args.start_iter,
+            zccl_unmatched_payloads=zccl_info["mismatches"],
+            zccl_lossy_payloads_all_ranks=zccl_info["lossy_payloads"],
+            lossy_payload_devices=zccl_info["devices"],
+        )
     return row
 
 
@@ -293,8 +307,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--contenders", default=",".join(CONTENDERS))
-    parser.add_argument("--dims", type=lambda s: [int(v) for v in s.split(",")],
-                        default=list(DEFAULT_DIMS), help="MLP widths, comma-separated")
+    parser.add_argument(
+        "--dims",
+        type=lambda s: [int(v) for v in s.split(",")],
+        default=list(DEFAULT_DIMS),
+        help="MLP widths, comma-separated",
+    )
     parser.add_argument("--batch", type=int, default=256, help="per-rank batch size")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=10, help="untimed first steps")
@@ -334,8 +352,13 @@ def make_setup(args: argparse.Namespace, comm: MPI.Comm) -> Setup:
     x, y = task.samples(args.train_size, split=0)
     x_eval, y_eval = task.samples(args.eval_size, split=1)
     order = torch.randperm(args.train_size, generator=torch.Generator().manual_seed(args.seed))
-    data = {"x": x.to(device), "y": y.to(device), "x_eval": x_eval.to(device),
-            "y_eval": y_eval.to(device), "order": order}
+    data = {
+        "x": x.to(device),
+        "y": y.to(device),
+        "x_eval": x_eval.to(device),
+        "y_eval": y_eval.to(device),
+        "order": order,
+    }
     # Connect every transport before the first timed step (all connect lazily).
     probe = torch.randn(1 << 16, device=device)
     dist.all_reduce(probe.clone())
@@ -349,36 +372,52 @@ def make_setup(args: argparse.Namespace, comm: MPI.Comm) -> Setup:
 def print_table(rows: list[dict[str, Any]]) -> None:
     """Rank 0's summary table (relative loss against ``uncompressed`` when it ran)."""
     ref = next((r["final_loss"] for r in rows if r["contender"] == REFERENCE), None)
-    print(f"{'contender':>12} {'final loss':>10} {'vs uncomp':>9} {'eval acc':>8} "
-          f"{'step ms':>8} {'MB/step':>8} {'max |dw|':>9} {'wall s':>7}")
+    print(
+        f"{'contender':>12} {'final loss':>10} {'vs uncomp':>9} {'eval acc':>8} "
+        f"{'step ms':>8} {'MB/step':>8} {'max |dw|':>9} {'wall s':>7}"
+    )
     for r in rows:
         rel = r.get("loss_vs_uncompressed")
         rel_s = f"{100 * rel:+8.2f}%" if rel is not None else f"{'-':>9}"
-        print(f"{r['contender']:>12} {r['final_loss']:10.4f} {rel_s} {r['eval_acc']:8.4f} "
-              f"{r['step_ms_median']:8.1f} {r['bytes_per_step_median'] / 1e6:8.2f} "
-              f"{r['max_param_diff_across_ranks']:9.2e} {r['wall_s']:7.1f}", flush=True)
+        print(
+            f"{r['contender']:>12} {r['final_loss']:10.4f} {rel_s} {r['eval_acc']:8.4f} "
+            f"{r['step_ms_median']:8.1f} {r['bytes_per_step_median'] / 1e6:8.2f} "
+            f"{r['max_param_diff_across_ranks']:9.2e} {r['wall_s']:7.1f}",
+            flush=True,
+        )
     if ref is not None:
-        within = all(r["loss_vs_uncompressed"] is not None
-                     and abs(r["loss_vs_uncompressed"]) <= 0.02 for r in rows)
+        within = all(
+            r["loss_vs_uncompressed"] is not None and abs(r["loss_vs_uncompressed"]) <= 0.02
+            for r in rows
+        )
         print(f"final losses within 2% of uncompressed: {'yes' if within else 'NO'}", flush=True)
 
 
-def write_doc(args: argparse.Namespace, setup: Setup, rows: list[dict[str, Any]],
-              elapsed: float, complete: bool) -> dict[str, Any]:
+def write_doc(
+    args: argparse.Namespace,
+    setup: Setup,
+    rows: list[dict[str, Any]],
+    elapsed: float,
+    complete: bool,
+) -> dict[str, Any]:
     """Rank 0: sets each row's loss relative to ``uncompressed`` and (re)writes ``--out``;
     called after every contender, so a run stopped by a time limit keeps what finished."""
     ref = next((r["final_loss"] for r in rows if r["contender"] == REFERENCE), None)
     for r in rows:
         r["loss_vs_uncompressed"] = (
-            r["final_loss"] / ref - 1.0 if ref is not None and math.isfinite(ref) and ref
-            else None
+            r["final_loss"] / ref - 1.0 if ref is not None and math.isfinite(ref) and ref else None
         )
-    doc = {"argv": sys.argv[1:], "args": {k: str(v) if isinstance(v, Path) else v
-                                          for k, v in vars(args).items()},
-           "torch": torch.__version__, "world": setup.comm.Get_size(),
-           "gpu": torch.cuda.get_device_name(0) if setup.device.type == "cuda" else None,
-           "omp_threads": torch.get_num_threads(), "total_s": elapsed, "complete": complete,
-           "rows": rows}
+    doc = {
+        "argv": sys.argv[1:],
+        "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "torch": torch.__version__,
+        "world": setup.comm.Get_size(),
+        "gpu": torch.cuda.get_device_name(0) if setup.device.type == "cuda" else None,
+        "omp_threads": torch.get_num_threads(),
+        "total_s": elapsed,
+        "complete": complete,
+        "rows": rows,
+    }
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(args.out)
@@ -398,8 +437,11 @@ def main(argv: list[str] | None = None) -> None:
         if row is not None:
             rows.append(row)
             write_doc(args, setup, rows, time.perf_counter() - started, complete=False)
-            print(f"  {name:>12}: final loss {row['final_loss']:.4f}, step "
-                  f"{row['step_ms_median']:.1f} ms, {row['wall_s']:.1f} s", flush=True)
+            print(
+                f"  {name:>12}: final loss {row['final_loss']:.4f}, step "
+                f"{row['step_ms_median']:.1f} ms, {row['wall_s']:.1f} s",
+                flush=True,
+            )
     if comm.Get_rank() == 0:
         doc = write_doc(args, setup, rows, time.perf_counter() - started, complete=True)
         print_table(rows)

@@ -43,8 +43,7 @@ def measure(kind: str, rel: float, n: int, threads: int, repeats: int) -> dict[s
     # Integer hop: the incoming segments hold the other rank's codes; outputs into buffers
     # allocated once (the ring's workspace).
     seg_in = [_C.codes_combine(None, incoming_x[a:b], eb, RANKS) for a, b in bounds]
-    seg_out = [torch.empty(_C.codes_max_segment_bytes(b - a), dtype=torch.uint8)
-               for a, b in bounds]
+    seg_out = [torch.empty(_C.codes_max_segment_bytes(b - a), dtype=torch.uint8) for a, b in bounds]
 
     def combine(j: int) -> None:
         a, b = bounds[j]
@@ -53,10 +52,12 @@ def measure(kind: str, rel: float, n: int, threads: int, repeats: int) -> dict[s
     # As run_lanes does: the calling thread takes the window's first segment, the pool's
     # threads - 1 workers the others (no hand-off at all with one thread).
     with ThreadPoolExecutor(max_workers=max(1, threads - 1)) as pool:
+
         def integer_hop() -> None:
             for j0 in range(0, len(bounds), threads):
-                rest = [pool.submit(combine, j)
-                        for j in range(j0 + 1, min(len(bounds), j0 + threads))]
+                rest = [
+                    pool.submit(combine, j) for j in range(j0 + 1, min(len(bounds), j0 + threads))
+                ]
                 combine(j0)
                 for future in rest:
                     future.result()
@@ -75,8 +76,12 @@ def measure(kind: str, rel: float, n: int, threads: int, repeats: int) -> dict[s
 
     float_s = median_seconds(float_hop, repeats)
     mb = n * 4 / 1e6
-    return {"integer_hop_mb_s": mb / integer_s, "float_hop_mb_s": mb / float_s,
-            "integer_hop_s": integer_s, "float_hop_s": float_s}
+    return {
+        "integer_hop_mb_s": mb / integer_s,
+        "float_hop_mb_s": mb / float_s,
+        "integer_hop_s": integer_s,
+        "float_hop_s": float_s,
+    }
 
 
 def main() -> None:
@@ -85,16 +90,20 @@ def main() -> None:
     parser.add_argument("--mvalues", type=float, default=4.0, help="values per hop, millions")
     parser.add_argument("--rels", default="1e-2,1e-4")
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).resolve().parent / "results"
-                        / "integer_hop_threads.json")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent / "results" / "integer_hop_threads.json",
+    )
     args = parser.parse_args()
     n = int(args.mvalues * 1e6)
     counts = [int(t) for t in args.threads.split(",")]
     cores = len(os.sched_getaffinity(0))
     print(f"{n * 4 / 1e6:.0f} MB per hop in {-(-n // SEGMENT_VALUES)} segments; {cores} cores")
-    print(f"{'data':>9} {'REL':>6} {'thr':>3} {'integer MB/s':>12} {'x1':>5} "
-          f"{'float MB/s':>10} {'x1':>5}")
+    print(
+        f"{'data':>9} {'REL':>6} {'thr':>3} {'integer MB/s':>12} {'x1':>5} "
+        f"{'float MB/s':>10} {'x1':>5}"
+    )
     rows = []
     for kind in ("wavefield", "noise"):
         for rel in (float(r) for r in args.rels.split(",")):
@@ -102,13 +111,21 @@ def main() -> None:
             for threads in counts:
                 m = measure(kind, rel, n, threads, args.repeats)
                 base = base or m
-                row = {"data": kind, "rel": rel, "threads": threads, **m,
-                       "integer_speedup": m["integer_hop_mb_s"] / base["integer_hop_mb_s"],
-                       "float_speedup": m["float_hop_mb_s"] / base["float_hop_mb_s"]}
+                row = {
+                    "data": kind,
+                    "rel": rel,
+                    "threads": threads,
+                    **m,
+                    "integer_speedup": m["integer_hop_mb_s"] / base["integer_hop_mb_s"],
+                    "float_speedup": m["float_hop_mb_s"] / base["float_hop_mb_s"],
+                }
                 rows.append(row)
-                print(f"{kind:>9} {rel:>6g} {threads:>3} {m['integer_hop_mb_s']:>12.0f} "
-                      f"{row['integer_speedup']:>5.2f} {m['float_hop_mb_s']:>10.0f} "
-                      f"{row['float_speedup']:>5.2f}", flush=True)
+                print(
+                    f"{kind:>9} {rel:>6g} {threads:>3} {m['integer_hop_mb_s']:>12.0f} "
+                    f"{row['integer_speedup']:>5.2f} {m['float_hop_mb_s']:>10.0f} "
+                    f"{row['float_speedup']:>5.2f}",
+                    flush=True,
+                )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"cores": cores, "values": n, "rows": rows}, indent=1))
     print(f"wrote {args.out}")

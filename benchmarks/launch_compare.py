@@ -45,26 +45,51 @@ def main() -> None:
     parser.add_argument("--rate", default="1gbit")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iters", type=int, default=3)
-    parser.add_argument("--collectives", default="all_reduce,broadcast,all_gather,"
-                        "reduce_scatter,scatter")
-    parser.add_argument("--autogroup", choices=("off", "keep"), default="off",
-                        help="kernel autogroup scheduling during the run (see the module doc)")
+    parser.add_argument(
+        "--collectives", default="all_reduce,broadcast,all_gather,reduce_scatter,scatter"
+    )
+    parser.add_argument(
+        "--autogroup",
+        choices=("off", "keep"),
+        default="off",
+        help="kernel autogroup scheduling during the run (see the module doc)",
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "launch_compare.json")
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("launch_compare.py builds network namespaces: run it as root")
-    rank_args = ["--sizes-mb", args.sizes_mb, "--iters", str(args.iters),
-                 "--collectives", args.collectives]
+    rank_args = [
+        "--sizes-mb",
+        args.sizes_mb,
+        "--iters",
+        str(args.iters),
+        "--collectives",
+        args.collectives,
+    ]
     launchers = {
-        "mpirun": [str(CLUSTER / "mpirun_cluster.sh"), "-np", str(args.ranks), "python3",
-                   str(HERE / "launch_rank.py"), *rank_args],
-        "torchrun": [str(CLUSTER / "torchrun_cluster.sh"), "-np", str(args.ranks),
-                     str(HERE / "launch_rank.py"), *rank_args],
+        "mpirun": [
+            str(CLUSTER / "mpirun_cluster.sh"),
+            "-np",
+            str(args.ranks),
+            "python3",
+            str(HERE / "launch_rank.py"),
+            *rank_args,
+        ],
+        "torchrun": [
+            str(CLUSTER / "torchrun_cluster.sh"),
+            "-np",
+            str(args.ranks),
+            str(HERE / "launch_rank.py"),
+            *rank_args,
+        ],
     }
     rows: list[dict] = []
     autogroup_before = AUTOGROUP.read_text().strip() if AUTOGROUP.exists() else None
-    subprocess.run([str(CLUSTER / "cluster.sh"), "up", str(args.ranks), args.rate], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [str(CLUSTER / "cluster.sh"), "up", str(args.ranks), args.rate],
+        check=True,
+        capture_output=True,
+    )
     try:
         if args.autogroup == "off" and autogroup_before is not None:
             AUTOGROUP.write_text("0\n")
@@ -84,20 +109,38 @@ def main() -> None:
     for collective, mb in keys:
         med = {
             name: statistics.median(
-                r["median_s"] for r in rows
+                r["median_s"]
+                for r in rows
                 if r["launcher"] == name and r["collective"] == collective and r["size_mb"] == mb
             )
             for name in launchers
         }
         ratio = med["torchrun"] / med["mpirun"]
-        summary.append({"collective": collective, "size_mb": mb, "mpirun_s": med["mpirun"],
-                        "torchrun_s": med["torchrun"], "torchrun_over_mpirun": ratio})
-        print(f"{collective:>15} {mb:>5g} {med['mpirun']:>9.4f} {med['torchrun']:>10.4f} "
-              f"{ratio:>15.2f}x")
+        summary.append(
+            {
+                "collective": collective,
+                "size_mb": mb,
+                "mpirun_s": med["mpirun"],
+                "torchrun_s": med["torchrun"],
+                "torchrun_over_mpirun": ratio,
+            }
+        )
+        print(
+            f"{collective:>15} {mb:>5g} {med['mpirun']:>9.4f} {med['torchrun']:>10.4f} "
+            f"{ratio:>15.2f}x"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                    "autogroup_before": autogroup_before,
-                                    "summary": summary, "rows": rows}, indent=1))
+    args.out.write_text(
+        json.dumps(
+            {
+                "args": {k: str(v) for k, v in vars(args).items()},
+                "autogroup_before": autogroup_before,
+                "summary": summary,
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     print(f"wrote {args.out}")
 
 

@@ -60,8 +60,9 @@ def call(collective: str, numel: int) -> tuple[torch.Tensor, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--collectives", default="all_reduce,broadcast,all_gather,"
-                        "reduce_scatter,scatter")
+    parser.add_argument(
+        "--collectives", default="all_reduce,broadcast,all_gather,reduce_scatter,scatter"
+    )
     parser.add_argument("--sizes-mb", default="16")
     parser.add_argument("--rel", type=float, default=1e-4)
     parser.add_argument("--iters", type=int, default=5)
@@ -83,11 +84,20 @@ def main() -> None:
                     if i > 0:
                         times.append(elapsed)
             if dist.get_rank() == 0:
-                print(json.dumps({"label": args.label, "transport": transport,
-                                  "collective": collective, "size_mb": mb,
-                                  "ranks": dist.get_world_size(),
-                                  "median_s": statistics.median(times), "times_s": times}),
-                      flush=True)
+                print(
+                    json.dumps(
+                        {
+                            "label": args.label,
+                            "transport": transport,
+                            "collective": collective,
+                            "size_mb": mb,
+                            "ranks": dist.get_world_size(),
+                            "median_s": statistics.median(times),
+                            "times_s": times,
+                        }
+                    ),
+                    flush=True,
+                )
     dist.destroy_process_group()
 
 

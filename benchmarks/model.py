@@ -58,8 +58,13 @@ class Params:
 
     @classmethod
     def from_calibration(cls, cal: dict) -> Params:
-        return cls(a=cal["latency_s"], B=cal["link_Bps"], C=cal["compress_Bps"],
-                   D=cal["decompress_Bps"], R=cal["ratio"])
+        return cls(
+            a=cal["latency_s"],
+            B=cal["link_Bps"],
+            C=cal["compress_Bps"],
+            D=cal["decompress_Bps"],
+            R=cal["ratio"],
+        )
 
 
 def mpi_time(coll: str, n: float, p: int, m: Params) -> float:
@@ -87,8 +92,9 @@ def zccl_time(coll: str, algorithm: str, n: float, p: int, m: Params) -> float:
         if algorithm == "recursive_doubling":
             return lg * (m.a + n / wire + n / m.C + 2 * n / m.D + n / m.G)
         if algorithm == "cprp2p":
-            store_forward = (2 * (p - 1) * m.a + 2 * f * n / wire + n / m.C + 2 * f * n / m.D
-                             + f * n / m.G)
+            store_forward = (
+                2 * (p - 1) * m.a + 2 * f * n / wire + n / m.C + 2 * f * n / m.D + f * n / m.G
+            )
             return store_forward + f * n * (1 / m.C + 1 / m.D) - n / (p * m.C)
         codec = n / (p * m.C) + n / (p * m.D) + f * n * (1 / m.C + 2 / m.D + 1 / m.G)
         return max(2 * f * n / wire, codec) + 2 * (p - 1) * (m.a + seg / wire) + fill
@@ -118,12 +124,21 @@ def compare(result: dict) -> list[dict]:
         n, p = s["bytes"], s["ranks"]
         alg = s.get("algorithm_ran") or "ring"
         t_z, t_m = zccl_time(s["collective"], alg, n, p, m), mpi_time(s["collective"], n, p, m)
-        out.append({"ranks": p, "collective": s["collective"], "size_mb": s["size_mb"],
-                    "contender": s["contender"], "algorithm": alg,
-                    "measured_s": s["time_s"], "predicted_s": t_z,
-                    "mpi_measured_s": s["mpi_best_s"], "mpi_predicted_s": t_m,
-                    "measured_speedup": s["speedup_vs_mpi_best"],
-                    "predicted_speedup": t_m / t_z})
+        out.append(
+            {
+                "ranks": p,
+                "collective": s["collective"],
+                "size_mb": s["size_mb"],
+                "contender": s["contender"],
+                "algorithm": alg,
+                "measured_s": s["time_s"],
+                "predicted_s": t_z,
+                "mpi_measured_s": s["mpi_best_s"],
+                "mpi_predicted_s": t_m,
+                "measured_speedup": s["speedup_vs_mpi_best"],
+                "predicted_speedup": t_m / t_z,
+            }
+        )
     return out
 
 
@@ -138,33 +153,45 @@ def crossover(coll: str, p: int, m: Params, algorithm: str = "ring") -> float | 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("result", type=Path, nargs="?",
-                        default=HERE / "results" / "collectives.json")
+    parser.add_argument(
+        "result", type=Path, nargs="?", default=HERE / "results" / "collectives.json"
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON (default: next to input)")
     args = parser.parse_args()
     result = json.loads(args.result.read_text())
     rows = compare(result)
-    print(f"{'p':>2} {'collective':>14} {'MB':>5} {'contender':>12} {'meas s':>8} {'model s':>8} "
-          f"{'MPI meas':>8} {'MPI model':>9} {'speedup meas':>12} {'model':>6}")
+    print(
+        f"{'p':>2} {'collective':>14} {'MB':>5} {'contender':>12} {'meas s':>8} {'model s':>8} "
+        f"{'MPI meas':>8} {'MPI model':>9} {'speedup meas':>12} {'model':>6}"
+    )
     for r in rows:
-        print(f"{r['ranks']:>2} {r['collective']:>14} {r['size_mb']:>5g} {r['contender']:>12} "
-              f"{r['measured_s']:>8.4f} {r['predicted_s']:>8.4f} {r['mpi_measured_s']:>8.4f} "
-              f"{r['mpi_predicted_s']:>9.4f} {r['measured_speedup']:>11.2f}x "
-              f"{r['predicted_speedup']:>5.2f}x")
+        print(
+            f"{r['ranks']:>2} {r['collective']:>14} {r['size_mb']:>5g} {r['contender']:>12} "
+            f"{r['measured_s']:>8.4f} {r['predicted_s']:>8.4f} {r['mpi_measured_s']:>8.4f} "
+            f"{r['mpi_predicted_s']:>9.4f} {r['measured_speedup']:>11.2f}x "
+            f"{r['predicted_speedup']:>5.2f}x"
+        )
     thresholds = {}
     for p_key, cal in result["calibration"].items():
         if "link_Bps" not in cal:
             continue
         m = Params.from_calibration(cal)
         p = int(p_key)
-        thresholds[p] = {c: crossover(c, p, m) for c in
-                         ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter")}
-        pretty = ", ".join(f"{c} {v / 1024:.0f} KiB" if v else f"{c} never"
-                           for c, v in thresholds[p].items())
+        thresholds[p] = {
+            c: crossover(c, p, m)
+            for c in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter")
+        }
+        pretty = ", ".join(
+            f"{c} {v / 1024:.0f} KiB" if v else f"{c} never" for c, v in thresholds[p].items()
+        )
         print(f"p={p}: compression predicted to pay from: {pretty}")
     out = args.out or args.result.with_name(args.result.stem + "_model.json")
-    out.write_text(json.dumps({"source": str(args.result), "rows": rows,
-                               "crossover_bytes": thresholds}, indent=1) + "\n")
+    out.write_text(
+        json.dumps(
+            {"source": str(args.result), "rows": rows, "crossover_bytes": thresholds}, indent=1
+        )
+        + "\n"
+    )
     print(f"wrote {out}")
 
 

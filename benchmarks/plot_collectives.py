@@ -18,14 +18,23 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 SHOWN = ("zccl_auto", "zccl_ring", "zccl_rd", "zccl_cprp2p", "gloo", "fp16")
-STYLE = {"zccl_auto": "o-", "zccl_ring": "s--", "zccl_rd": "^--", "zccl_cprp2p": "v:",
-         "gloo": "x-", "fp16": "d-"}
+STYLE = {
+    "zccl_auto": "o-",
+    "zccl_ring": "s--",
+    "zccl_rd": "^--",
+    "zccl_cprp2p": "v:",
+    "gloo": "x-",
+    "fp16": "d-",
+}
 COLOR = {name: f"C{i}" for i, name in enumerate(SHOWN)}  # same colour in every panel
 
 
 def _rows(result: dict, **match: object) -> list[dict]:
-    return [s for s in result["summary"]
-            if all(s.get(k) == v for k, v in match.items()) and "speedup_vs_mpi_best" in s]
+    return [
+        s
+        for s in result["summary"]
+        if all(s.get(k) == v for k, v in match.items()) and "speedup_vs_mpi_best" in s
+    ]
 
 
 def _collectives(result: dict) -> list[str]:
@@ -64,19 +73,27 @@ def plot_vs_size(result: dict, out_dir: Path, ranks: int) -> Path:
     fig, axes = _axes(len(colls))
     for ax, coll in zip(axes, colls, strict=True):
         for name in SHOWN:
-            rows = sorted(_rows(result, ranks=ranks, collective=coll, contender=name),
-                          key=lambda s: s["size_mb"])
+            rows = sorted(
+                _rows(result, ranks=ranks, collective=coll, contender=name),
+                key=lambda s: s["size_mb"],
+            )
             if rows:
-                ax.plot([s["size_mb"] for s in rows], [s["speedup_vs_mpi_best"] for s in rows],
-                        STYLE[name], color=COLOR[name], label=name, ms=4)
+                ax.plot(
+                    [s["size_mb"] for s in rows],
+                    [s["speedup_vs_mpi_best"] for s in rows],
+                    STYLE[name],
+                    color=COLOR[name],
+                    label=name,
+                    ms=4,
+                )
         ax.set_xscale("log", base=2)
         ax.set_xlabel("size (MB)")
         ax.set_title(coll)
-    title = (f"{ranks} ranks, {result['rate']} links (emulated), {result['data']}, "
-             f"REL {result['rel']:g}")
+    title = (
+        f"{ranks} ranks, {result['rate']} links (emulated), {result['data']}, REL {result['rel']:g}"
+    )
     suffix = "" if result["rate"] == "1gbit" else f"_{result['rate']}"  # other rates: own files
-    return _finish(fig, axes, title,
-                   out_dir / f"collectives_speedup_vs_size_p{ranks}{suffix}.png")
+    return _finish(fig, axes, title, out_dir / f"collectives_speedup_vs_size_p{ranks}{suffix}.png")
 
 
 def plot_vs_ranks(result: dict, out_dir: Path, size_mb: float) -> Path:
@@ -84,17 +101,26 @@ def plot_vs_ranks(result: dict, out_dir: Path, size_mb: float) -> Path:
     fig, axes = _axes(len(colls))
     for ax, coll in zip(axes, colls, strict=True):
         for name in SHOWN:
-            rows = sorted(_rows(result, size_mb=size_mb, collective=coll, contender=name),
-                          key=lambda s: s["ranks"])
+            rows = sorted(
+                _rows(result, size_mb=size_mb, collective=coll, contender=name),
+                key=lambda s: s["ranks"],
+            )
             if rows:
-                ax.plot([s["ranks"] for s in rows], [s["speedup_vs_mpi_best"] for s in rows],
-                        STYLE[name], color=COLOR[name], label=name, ms=4)
+                ax.plot(
+                    [s["ranks"] for s in rows],
+                    [s["speedup_vs_mpi_best"] for s in rows],
+                    STYLE[name],
+                    color=COLOR[name],
+                    label=name,
+                    ms=4,
+                )
         ax.set_xlabel("ranks (one per emulated host)")
         ax.set_title(coll)
     title = f"{size_mb:g} MB, {result['rate']} links (emulated), REL {result['rel']:g}"
     suffix = "" if result["rate"] == "1gbit" else f"_{result['rate']}"
-    return _finish(fig, axes, title,
-                   out_dir / f"collectives_speedup_vs_ranks_{size_mb:g}MB{suffix}.png")
+    return _finish(
+        fig, axes, title, out_dir / f"collectives_speedup_vs_ranks_{size_mb:g}MB{suffix}.png"
+    )
 
 
 def _rate_gbit(rate: str) -> float:
@@ -106,22 +132,29 @@ def _rate_gbit(rate: str) -> float:
 
 
 def plot_vs_rate(results: list[dict], out_dir: Path, ranks: int, size_mb: float) -> Path:
-    colls = sorted({c for r in results for c in _collectives(r)},
-                   key=("all_reduce", "reduce_scatter", "all_gather", "broadcast",
-                        "scatter").index)
+    colls = sorted(
+        {c for r in results for c in _collectives(r)},
+        key=("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter").index,
+    )
     fig, axes = _axes(len(colls))
     for ax, coll in zip(axes, colls, strict=True):
         for name in SHOWN:
-            pts = sorted((_rate_gbit(r["rate"]), s["speedup_vs_mpi_best"]) for r in results
-                         for s in _rows(r, ranks=ranks, size_mb=size_mb, collective=coll,
-                                        contender=name))
+            pts = sorted(
+                (_rate_gbit(r["rate"]), s["speedup_vs_mpi_best"])
+                for r in results
+                for s in _rows(r, ranks=ranks, size_mb=size_mb, collective=coll, contender=name)
+            )
             if pts:
                 ax.plot(*zip(*pts, strict=True), STYLE[name], color=COLOR[name], label=name, ms=4)
         ax.set_xscale("log")
         ax.set_xlabel("link rate (Gbit/s, tbf)")
         ax.set_title(coll)
-    return _finish(fig, axes, f"{ranks} ranks, {size_mb:g} MB, emulated links",
-                   out_dir / f"collectives_speedup_vs_rate_p{ranks}_{size_mb:g}MB.png")
+    return _finish(
+        fig,
+        axes,
+        f"{ranks} ranks, {size_mb:g} MB, emulated links",
+        out_dir / f"collectives_speedup_vs_rate_p{ranks}_{size_mb:g}MB.png",
+    )
 
 
 def _merge_by_rate(results: list[dict]) -> list[dict]:
@@ -152,8 +185,9 @@ def plot_all(result: dict, out_dir: Path, others: list[dict] | None = None) -> l
         size = 64.0 if 64.0 in sizes else sizes[-1]
         paths.append(plot_vs_ranks(main, out_dir, size))
     if len(by_rate) > 1:
-        common = set.intersection(*({(s["ranks"], s["size_mb"]) for s in r["summary"]}
-                                    for r in by_rate))
+        common = set.intersection(
+            *({(s["ranks"], s["size_mb"]) for s in r["summary"]} for r in by_rate)
+        )
         if common:
             p, size = max(common, key=lambda x: (x[1] == 64.0, x[0] == 4, x[1]))
             paths.append(plot_vs_rate(by_rate, out_dir, p, size))

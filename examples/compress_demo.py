@@ -40,10 +40,14 @@ def main() -> int:
     start = time.perf_counter()
     field = sample_fields.acoustic_wavefield_3d((args.size,) * 3)
     megabytes = field.numel() * field.element_size() / 1e6
-    print(f"wavefield {tuple(field.shape)} float32 ({megabytes:.1f} MB) simulated in "
-          f"{time.perf_counter() - start:.1f} s")
-    print(f"{'REL bound':>9} {'abs eb':>10} {'ratio':>7} {'PSNR dB':>8} {'max err/eb':>10} "
-          f"{'comp GB/s':>9} {'decomp GB/s':>11}")
+    print(
+        f"wavefield {tuple(field.shape)} float32 ({megabytes:.1f} MB) simulated in "
+        f"{time.perf_counter() - start:.1f} s"
+    )
+    print(
+        f"{'REL bound':>9} {'abs eb':>10} {'ratio':>7} {'PSNR dB':>8} {'max err/eb':>10} "
+        f"{'comp GB/s':>9} {'decomp GB/s':>11}"
+    )
     failures = 0
     for rel in (1e-2, 1e-3, 1e-4, 1e-5):
         eb = zccl_torch.resolve_error_bound(field, rel, "rel")
@@ -51,11 +55,15 @@ def main() -> int:
         t_dec, restored = best_time(lambda s=stream: zccl_torch.decompress(s), args.reps)
         err = metrics.max_abs_error(field, restored)
         failures += err > eb
-        print(f"{rel:>9.0e} {eb:>10.3e} {metrics.compression_ratio(field, stream):>7.1f} "
-              f"{metrics.psnr(field, restored):>8.1f} {err / eb:>10.4f} "
-              f"{megabytes / 1e3 / t_comp:>9.2f} {megabytes / 1e3 / t_dec:>11.2f}")
-    print(f"threads: {zccl_torch._C.default_threads()} (OMP_NUM_THREADS); "
-          "every value checked against its bound in float64")
+        print(
+            f"{rel:>9.0e} {eb:>10.3e} {metrics.compression_ratio(field, stream):>7.1f} "
+            f"{metrics.psnr(field, restored):>8.1f} {err / eb:>10.4f} "
+            f"{megabytes / 1e3 / t_comp:>9.2f} {megabytes / 1e3 / t_dec:>11.2f}"
+        )
+    print(
+        f"threads: {zccl_torch._C.default_threads()} (OMP_NUM_THREADS); "
+        "every value checked against its bound in float64"
+    )
     if failures:
         print(f"ERROR: {failures} bound(s) violated")
         return 1

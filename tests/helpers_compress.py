@@ -32,22 +32,40 @@ _HALF_MANTISSA_BITS = {torch.float16: 10, torch.bfloat16: 7}
 
 # Sizes around the block (32) and default chunk (5120) edges, plus primes.
 SPECIAL_SIZES = (
-    0, 1, 2, 3, 31, 32, 33, 63, 64, 65, 97, 127, 1021,
-    5119, 5120, 5121, 7919, 10007, 10240, 10241,
+    0,
+    1,
+    2,
+    3,
+    31,
+    32,
+    33,
+    63,
+    64,
+    65,
+    97,
+    127,
+    1021,
+    5119,
+    5120,
+    5121,
+    7919,
+    10007,
+    10240,
+    10241,
 )
 
 DATA_KINDS = (
-    "sin",          # smooth
-    "cumsum",       # smooth random walk
-    "noise",        # white noise
-    "uniform",      # wide uniform
+    "sin",  # smooth
+    "cumsum",  # smooth random walk
+    "noise",  # white noise
+    "uniform",  # wide uniform
     "constant",
     "zeros",
     "alternating",  # +a, -a, +a, ...
-    "steps",        # piecewise constant with large jumps
-    "denormal",     # subnormals of the dtype (and zeros, -0.0)
-    "huge",         # 1e30 scale
-    "mixed",        # huge / tiny / denormal / zero / extreme values interleaved
+    "steps",  # piecewise constant with large jumps
+    "denormal",  # subnormals of the dtype (and zeros, -0.0)
+    "huge",  # 1e30 scale
+    "mixed",  # huge / tiny / denormal / zero / extreme values interleaved
     "random_bits",  # arbitrary bit patterns: NaN payloads, Inf, subnormals, finfo.max, ...
 )
 
@@ -57,6 +75,7 @@ SCALES = (1e-30, 1e-6, 1.0, 1e3, 1e6, 1e30)
 # --------------------------------------------------------------------------------------------
 # Hypothesis settings
 # --------------------------------------------------------------------------------------------
+
 
 def examples(n_dev: int) -> settings:
     """Settings with ``n_dev`` examples in the dev profile, scaled down in the CI profile.
@@ -72,6 +91,7 @@ def examples(n_dev: int) -> settings:
 # --------------------------------------------------------------------------------------------
 # Data generators
 # --------------------------------------------------------------------------------------------
+
 
 def _random_bits(rng: np.random.Generator, n: int, dtype: torch.dtype) -> np.ndarray:
     if dtype == torch.float32:
@@ -137,8 +157,21 @@ def make_data(
             x = 1e30 * rng.standard_normal(n)
         elif kind == "mixed":
             choices = np.array(
-                [1e30, -1e30, 3e-30, -7e-31, 0.0, -0.0, 1.0, -2.5, float(fi.max), -float(fi.max),
-                 float(fi.tiny), 1e20, -1e-20],
+                [
+                    1e30,
+                    -1e30,
+                    3e-30,
+                    -7e-31,
+                    0.0,
+                    -0.0,
+                    1.0,
+                    -2.5,
+                    float(fi.max),
+                    -float(fi.max),
+                    float(fi.tiny),
+                    1e20,
+                    -1e-20,
+                ],
                 dtype=np.float64,
             )
             x = choices[rng.integers(0, len(choices), size=n)] * rng.uniform(0.5, 1.0, size=n)
@@ -165,12 +198,13 @@ def _make_half(kind, n, dtype, seed, scale, nonfinite) -> torch.Tensor:
     elif kind == "denormal":
         mant_bits = _HALF_MANTISSA_BITS[dtype]
         u = rng.integers(0, 2**mant_bits, size=n, dtype=np.uint32).astype(np.uint16)
-        u |= (rng.integers(0, 2, size=n, dtype=np.uint32).astype(np.uint16) << np.uint16(15))
+        u |= rng.integers(0, 2, size=n, dtype=np.uint32).astype(np.uint16) << np.uint16(15)
         u[rng.random(n) < 0.1] = 0
         u[rng.random(n) < 0.05] = 0x8000
     else:
-        return make_data(kind, n, torch.float32, seed=seed, scale=scale,
-                         nonfinite=nonfinite).to(dtype)
+        return make_data(kind, n, torch.float32, seed=seed, scale=scale, nonfinite=nonfinite).to(
+            dtype
+        )
     t = torch.from_numpy(u.view(np.int16).copy()).view(dtype)
     if nonfinite > 0 and n:
         r = torch.from_numpy(rng.random(n))
@@ -204,8 +238,10 @@ class Data:
     def __init__(self, kind, n, dtype, seed, scale, nonfinite):
         self.args = (kind, n, dtype, seed, scale, nonfinite)
         self.x = make_data(kind, n, dtype, seed=seed, scale=scale, nonfinite=nonfinite)
-        self.desc = (f"make_data({kind!r}, {n}, {dtype}, seed={seed}, scale={scale!r}, "
-                     f"nonfinite={nonfinite!r})")
+        self.desc = (
+            f"make_data({kind!r}, {n}, {dtype}, seed={seed}, scale={scale!r}, "
+            f"nonfinite={nonfinite!r})"
+        )
 
     def __iter__(self):
         return iter((self.x, self.desc))
@@ -229,6 +265,7 @@ def datasets(draw, size_strategy=sizes, kinds=DATA_KINDS, dtypes=DTYPES):
 # --------------------------------------------------------------------------------------------
 # Assertions
 # --------------------------------------------------------------------------------------------
+
 
 def independent_abs_bound(x: torch.Tensor, error_bound: float, mode: str) -> float:
     """The absolute bound computed independently of zccl_torch (numpy, float64)."""
@@ -302,8 +339,9 @@ def assert_within_bound(orig: torch.Tensor, recon: torch.Tensor, eb: float, what
     fin = torch.isfinite(o)
     if not bool(torch.isfinite(r[fin]).all()):
         i = int((fin & ~torch.isfinite(r)).nonzero()[0])
-        raise AssertionError(f"{what}: finite value at {i} decoded as non-finite: "
-                             f"{o[i].item()!r} -> {r[i].item()!r}")
+        raise AssertionError(
+            f"{what}: finite value at {i} decoded as non-finite: {o[i].item()!r} -> {r[i].item()!r}"
+        )
     err = (o[fin].double() - r[fin].double()).abs()
     ok = err <= eb  # NaN / Inf errors compare False, so a finite x decoding to non-finite fails
     if not bool(ok.all()):
@@ -317,8 +355,9 @@ def assert_within_bound(orig: torch.Tensor, recon: torch.Tensor, eb: float, what
         )
 
 
-def check_stream_size(stream: torch.Tensor, dtype: torch.dtype, numel: int, chunk_size: int,
-                      ndim: int, what: str = "") -> None:
+def check_stream_size(
+    stream: torch.Tensor, dtype: torch.dtype, numel: int, chunk_size: int, ndim: int, what: str = ""
+) -> None:
     from zccl_torch import max_compressed_size
 
     assert isinstance(stream, torch.Tensor), f"{what}: compress returned {type(stream)}"
@@ -342,8 +381,12 @@ def num_chunks(numel: int, chunk_size: int) -> int:
 
 ELEM_BYTES = {1: 4, 2: 8, 3: 2, 4: 2}  # dtype code -> bytes per stored value
 MODE_ENCODED, MODE_RAW, MODE_CONSTANT, MODE_LOSSLESS = 0, 1, 2, 3
-_MODE_NAMES = {MODE_ENCODED: "encoded", MODE_RAW: "raw", MODE_CONSTANT: "constant",
-               MODE_LOSSLESS: "lossless"}
+_MODE_NAMES = {
+    MODE_ENCODED: "encoded",
+    MODE_RAW: "raw",
+    MODE_CONSTANT: "constant",
+    MODE_LOSSLESS: "lossless",
+}
 
 
 def _crc32c_table():
@@ -371,16 +414,16 @@ def crc32c(data: bytes) -> int:
 class EncodedChunk(NamedTuple):
     """Where the fields of an encoded (mode 0) chunk are, as absolute offsets in the stream."""
 
-    off: int            # the mode byte
+    off: int  # the mode byte
     size: int
-    m: int              # values in the chunk
+    m: int  # values in the chunk
     nblocks: int
-    lens: list          # code length of every block (0 for a zero block)
-    len_pos: dict       # block -> offset of its code-length byte (v1: every block; v2: L > 0)
+    lens: list  # code length of every block (0 for a zero block)
+    len_pos: dict  # block -> offset of its code-length byte (v1: every block; v2: L > 0)
     bitmap: int | None  # offset of the block bitmap (version 2), else None
     bitmap_bytes: int
-    planes: int         # offset of the first plane
-    outliers: int       # offset of the outlier index array
+    planes: int  # offset of the first plane
+    outliers: int  # offset of the outlier index array
     n_out: int
 
 
@@ -408,23 +451,23 @@ class Stream:
 
     def u16(self, off, v=None):
         if v is None:
-            return int.from_bytes(self.b[off:off + 2], "little")
-        self.b[off:off + 2] = (v & 0xFFFF).to_bytes(2, "little")
+            return int.from_bytes(self.b[off : off + 2], "little")
+        self.b[off : off + 2] = (v & 0xFFFF).to_bytes(2, "little")
 
     def u32(self, off, v=None):
         if v is None:
-            return int.from_bytes(self.b[off:off + 4], "little")
-        self.b[off:off + 4] = (v & 0xFFFFFFFF).to_bytes(4, "little")
+            return int.from_bytes(self.b[off : off + 4], "little")
+        self.b[off : off + 4] = (v & 0xFFFFFFFF).to_bytes(4, "little")
 
     def u64(self, off, v=None):
         if v is None:
-            return int.from_bytes(self.b[off:off + 8], "little")
-        self.b[off:off + 8] = (v & (2**64 - 1)).to_bytes(8, "little")
+            return int.from_bytes(self.b[off : off + 8], "little")
+        self.b[off : off + 8] = (v & (2**64 - 1)).to_bytes(8, "little")
 
     def f64(self, off, v=None):
         if v is None:
-            return np.frombuffer(bytes(self.b[off:off + 8]), dtype=np.float64)[0]
-        self.b[off:off + 8] = np.float64(v).tobytes()
+            return np.frombuffer(bytes(self.b[off : off + 8]), dtype=np.float64)[0]
+        self.b[off : off + 8] = np.float64(v).tobytes()
 
     # header
     @property
@@ -495,7 +538,7 @@ class Stream:
 
     def chunk_bytes(self, c) -> bytes:
         off, size = self.chunk_span(c)
-        return bytes(self.b[off:off + size])
+        return bytes(self.b[off : off + size])
 
     def kind(self, c) -> str:
         if self.chunk_size(c) == 0:
@@ -514,7 +557,7 @@ class Stream:
         nblocks = -(-m // 32)
         at = off + 9
         if self.version == 1:
-            lens = list(self.b[at:at + nblocks])
+            lens = list(self.b[at : at + nblocks])
             len_pos = {blk: at + blk for blk in range(nblocks)}
             bitmap, bm_bytes = None, 0
             at += nblocks
@@ -531,8 +574,19 @@ class Stream:
                     lens.append(0)
         planes = at
         payload = sum(0 if n == 0 else 4 * (n + 1) for n in lens)
-        return EncodedChunk(off, size, m, nblocks, lens, len_pos, bitmap, bm_bytes, planes,
-                            planes + payload, self.u32(off + 5))
+        return EncodedChunk(
+            off,
+            size,
+            m,
+            nblocks,
+            lens,
+            len_pos,
+            bitmap,
+            bm_bytes,
+            planes,
+            planes + payload,
+            self.u32(off + 5),
+        )
 
     # editing
     def seal(self, chunks=True, total=True) -> Stream:
@@ -542,11 +596,11 @@ class Stream:
             for c in range(self.nchunks):
                 off, size = self.chunk_span(c)
                 if off >= 0 and off + size <= len(self.b):
-                    self.chunk_crc(c, crc32c(bytes(self.b[off:off + size])))
+                    self.chunk_crc(c, crc32c(bytes(self.b[off : off + size])))
         if total:
             self.u64(40, len(self.b))
         hb = self.header_bytes
-        self.u32(hb - 4, crc32c(bytes(self.b[:hb - 4])))
+        self.u32(hb - 4, crc32c(bytes(self.b[: hb - 4])))
         return self
 
     def with_chunks(self, bodies, crcs=None) -> Stream:
@@ -569,10 +623,12 @@ class Stream:
 
     def replace_chunk(self, c, body) -> Stream:
         """This stream with chunk c's own bytes replaced by ``body`` (None: a repeat), sealed."""
-        bodies = [None if self.chunk_size(i) == 0 else bytes(self.b[self.chunk_offset(i):
-                                                                 self.chunk_offset(i)
-                                                                 + self.chunk_size(i)])
-                  for i in range(self.nchunks)]
+        bodies = [
+            None
+            if self.chunk_size(i) == 0
+            else bytes(self.b[self.chunk_offset(i) : self.chunk_offset(i) + self.chunk_size(i)])
+            for i in range(self.nchunks)
+        ]
         bodies[c] = body
         return self.with_chunks(bodies)
 
@@ -635,8 +691,8 @@ def zstd_blocks(data: bytes, min_run: int = 8) -> list:
         else:
             lit += data[i:j]
             if len(lit) >= 128 * 1024:
-                blocks.append(bytes(lit[:128 * 1024]))
-                lit = lit[128 * 1024:]
+                blocks.append(bytes(lit[: 128 * 1024]))
+                lit = lit[128 * 1024 :]
         i = j
     if lit:
         blocks.append(bytes(lit))

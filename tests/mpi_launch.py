@@ -47,8 +47,15 @@ def torchrun_env() -> dict[str, str]:
 
 def torchrun(nprocs: int, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
     """``torchrun --standalone --nproc-per-node nprocs`` of a script (argv[0]) and its args."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc-per-node", str(nprocs), *argv]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nprocs),
+        *argv,
+    ]
     return run_bounded(cmd, torchrun_env(), timeout)
 
 
@@ -57,13 +64,12 @@ def run_bounded(
 ) -> subprocess.CompletedProcess[str]:
     """Runs a launcher; one that runs past ``timeout`` seconds is killed and fails the test."""
     try:
-        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"").decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-        raise AssertionError(
-            f"{' '.join(cmd)} timed out after {timeout} s\n{out[-4000:]}"
-        ) from exc
+        raise AssertionError(f"{' '.join(cmd)} timed out after {timeout} s\n{out[-4000:]}") from exc
 
 
 def python_argv(script: str, *args: str) -> list[str]:

@@ -57,8 +57,9 @@ def test_uncaught_exception_ends_the_job() -> None:
     """A rank dying of an uncaught exception ends the whole mpirun job at once (MPI_Abort at
     exit), with its traceback shown, instead of waiting in MPI_Finalize for ranks that wait for
     it until their 300 s group timeout (past this test's 120 s limit)."""
-    done = mpirun(3, python_argv("tests/mpi/lifecycle_checks.py", "uncaught_exception"),
-                  timeout=120)
+    done = mpirun(
+        3, python_argv("tests/mpi/lifecycle_checks.py", "uncaught_exception"), timeout=120
+    )
     report = done.stdout + done.stderr
     assert done.returncode != 0, report[-6000:]
     assert report.count("FIRST ALL_REDUCE DONE") == 3, report[-6000:]
@@ -70,8 +71,12 @@ def test_uncaught_exception_ends_the_job() -> None:
 def test_oversubscribed_threads_warn(policy: str) -> None:
     """threads x ranks on the host > cores: one warning per rank naming the cure, unless the
     OpenMP threads already sleep while waiting (OMP_WAIT_POLICY=passive)."""
-    done = mpirun(3, python_argv("tests/mpi/lifecycle_checks.py", "oversubscribed_threads"),
-                  timeout=180, extra_env={"OMP_WAIT_POLICY": policy})
+    done = mpirun(
+        3,
+        python_argv("tests/mpi/lifecycle_checks.py", "oversubscribed_threads"),
+        timeout=180,
+        extra_env={"OMP_WAIT_POLICY": policy},
+    )
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-6000:]
     assert report.count("OVERSUBSCRIBED DONE") == 3, report[-6000:]

@@ -13,15 +13,30 @@ from tests.mpi_launch import mpirun, python_argv
 
 def test_rooted_collectives_use_the_root(tmp_path: Path) -> None:
     out = tmp_path / "rows.jsonl"
-    argv = python_argv("benchmarks/collectives_rank.py", "--sizes-mb", "1", "--collectives",
-                       "reduce,broadcast,scatter", "--contenders", "zccl_auto,mpi,gloo",
-                       "--iters", "1", "--warmup", "0", "--root", "2", "--out", str(out))
+    argv = python_argv(
+        "benchmarks/collectives_rank.py",
+        "--sizes-mb",
+        "1",
+        "--collectives",
+        "reduce,broadcast,scatter",
+        "--contenders",
+        "zccl_auto,mpi,gloo",
+        "--iters",
+        "1",
+        "--warmup",
+        "0",
+        "--root",
+        "2",
+        "--out",
+        str(out),
+    )
     done = mpirun(3, argv, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     seen = {(r["collective"], r["contender"]) for r in rows}
-    assert seen == {(c, n) for c in ("reduce", "broadcast", "scatter")
-                    for n in ("zccl_auto", "mpi", "gloo")}, seen
+    assert seen == {
+        (c, n) for c in ("reduce", "broadcast", "scatter") for n in ("zccl_auto", "mpi", "gloo")
+    }, seen
     for r in rows:
         assert r["root"] == 2, r
         if r["contender"] == "zccl_auto":

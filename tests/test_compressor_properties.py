@@ -71,13 +71,23 @@ def roundtrip(x, error_bound, mode="abs", *, chunk_size=5120, threads=None, what
 # The bound, over data kinds x sizes x bounds x dtypes x chunk sizes x modes
 # --------------------------------------------------------------------------------------------
 
+
 @examples(300)
-@given(data=datasets(), error_bound=bounds, mode=st.sampled_from(("abs", "rel")),
-       chunk_size=st.sampled_from(CHUNK_SIZES))
+@given(
+    data=datasets(),
+    error_bound=bounds,
+    mode=st.sampled_from(("abs", "rel")),
+    chunk_size=st.sampled_from(CHUNK_SIZES),
+)
 def test_roundtrip_within_bound(data, error_bound, mode, chunk_size):
     x, desc = data
-    roundtrip(x, error_bound, mode, chunk_size=chunk_size,
-              what=f"{desc} eb={error_bound!r} mode={mode} chunk_size={chunk_size}")
+    roundtrip(
+        x,
+        error_bound,
+        mode,
+        chunk_size=chunk_size,
+        what=f"{desc} eb={error_bound!r} mode={mode} chunk_size={chunk_size}",
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -139,8 +149,21 @@ def test_extreme_magnitudes(dtype, eb):
     """Values whose quantisation code would overflow, and values near finfo.max where the
     reconstruction itself could overflow, must come back exactly or within the bound."""
     fi = torch.finfo(dtype)
-    vals = [fi.max, -fi.max, fi.max * 0.999, fi.tiny, -fi.tiny, fi.tiny / 4, 1e30, -1e30, 0.0,
-            -0.0, 1.0, fi.max / 2, -fi.max / 3]
+    vals = [
+        fi.max,
+        -fi.max,
+        fi.max * 0.999,
+        fi.tiny,
+        -fi.tiny,
+        fi.tiny / 4,
+        1e30,
+        -1e30,
+        0.0,
+        -0.0,
+        1.0,
+        fi.max / 2,
+        -fi.max / 3,
+    ]
     x = torch.tensor(vals * 40, dtype=dtype)
     roundtrip(x, eb, chunk_size=32, what=f"{dtype} eb={eb}")
     # the same values in a smooth neighbourhood (prediction from a huge neighbour)
@@ -185,8 +208,16 @@ def test_codes_near_the_integer_limit(dtype, eb):
 def test_tiny_bounds_at_the_normal_limit(dtype):
     """Bounds around the smallest normal number of the dtype, with data on the same scale."""
     tiny = torch.finfo(dtype).tiny
-    bounds_ = (tiny * 0.5, tiny * (1 - 2**-20), tiny, tiny * 1.5, tiny * 1e3, 2 * tiny,
-               5e-324, 1e-300)
+    bounds_ = (
+        tiny * 0.5,
+        tiny * (1 - 2**-20),
+        tiny,
+        tiny * 1.5,
+        tiny * 1e3,
+        2 * tiny,
+        5e-324,
+        1e-300,
+    )
     for eb in bounds_:
         for kind in ("denormal", "noise", "sin"):
             x = make_data(kind, 999, dtype, seed=3, scale=tiny * 100)
@@ -222,8 +253,10 @@ def test_flush_denormal_mode(dtype):
         out = {}
         for eb in (tiny, 1e-3):
             s = zccl_torch.compress(x, eb, chunk_size=64, threads=1)
-            out[eb] = (zccl_torch.decompress(s, threads=1),
-                       zccl_torch.decompress(plain[eb], threads=1))
+            out[eb] = (
+                zccl_torch.decompress(s, threads=1),
+                zccl_torch.decompress(plain[eb], threads=1),
+            )
     finally:
         torch.set_flush_denormal(False)
     for eb, (y, y_plain) in out.items():
@@ -235,8 +268,10 @@ def test_concurrent_calls_from_python_threads():
     """compress/decompress release the GIL; concurrent calls must not share state."""
     from concurrent.futures import ThreadPoolExecutor
 
-    inputs = [make_data(k, 20_000 + i, DTYPES[i % 2], seed=i, nonfinite=0.01)
-              for i, k in enumerate(("sin", "noise", "mixed", "cumsum", "random_bits", "steps"))]
+    inputs = [
+        make_data(k, 20_000 + i, DTYPES[i % 2], seed=i, nonfinite=0.01)
+        for i, k in enumerate(("sin", "noise", "mixed", "cumsum", "random_bits", "steps"))
+    ]
     serial = [zccl_torch.compress(x, 1e-3, chunk_size=1024) for x in inputs]
 
     def work(i):
@@ -259,8 +294,9 @@ def test_progress_callback_may_reenter():
 
     def progress(done, total):
         assert isinstance(done, int) and isinstance(total, int)
-        y = zccl_torch.decompress(zccl_torch.compress(inner, 1e-6, chunk_size=32,
-                                                      progress=lambda d, t: None))
+        y = zccl_torch.decompress(
+            zccl_torch.compress(inner, 1e-6, chunk_size=32, progress=lambda d, t: None)
+        )
         assert_within_bound(inner, y, 1e-6, "nested")
         seen.append(done)
 
@@ -273,9 +309,13 @@ def test_progress_callback_may_reenter():
 # Threads: deterministic format, any thread count decodes any stream
 # --------------------------------------------------------------------------------------------
 
+
 @examples(40)
-@given(data=datasets(size_strategy=small_multi_chunk_sizes), error_bound=bounds,
-       chunk_size=st.sampled_from((32, 64, 5120)))
+@given(
+    data=datasets(size_strategy=small_multi_chunk_sizes),
+    error_bound=bounds,
+    chunk_size=st.sampled_from((32, 64, 5120)),
+)
 def test_thread_counts_deterministic_and_interchangeable(data, error_bound, chunk_size):
     x, desc = data
     what = f"{desc} eb={error_bound!r} chunk_size={chunk_size}"
@@ -313,6 +353,7 @@ def test_threads_many_chunks():
 # Pipelined mode (progress callback)
 # --------------------------------------------------------------------------------------------
 
+
 def _check_progress_calls(calls, expected_chunks, what):
     if expected_chunks == 0:
         assert all(total == 0 for _, total in calls), f"{what}: {calls}"
@@ -326,15 +367,19 @@ def _check_progress_calls(calls, expected_chunks, what):
 
 
 @examples(40)
-@given(data=datasets(size_strategy=small_multi_chunk_sizes), error_bound=bounds,
-       chunk_size=st.sampled_from((32, 64, 5120)))
+@given(
+    data=datasets(size_strategy=small_multi_chunk_sizes),
+    error_bound=bounds,
+    chunk_size=st.sampled_from((32, 64, 5120)),
+)
 def test_progress_pipeline_matches_plain(data, error_bound, chunk_size):
     x, desc = data
     what = f"{desc} eb={error_bound!r} chunk_size={chunk_size}"
     plain = zccl_torch.compress(x, error_bound, chunk_size=chunk_size)
     calls = []
-    piped = zccl_torch.compress(x, error_bound, chunk_size=chunk_size,
-                                progress=lambda d, t: calls.append((d, t)))
+    piped = zccl_torch.compress(
+        x, error_bound, chunk_size=chunk_size, progress=lambda d, t: calls.append((d, t))
+    )
     nch = num_chunks(x.numel(), chunk_size)
     _check_progress_calls(calls, nch, what + " (compress)")
     assert torch.equal(plain, piped), f"{what}: pipelined stream differs from the plain one"
@@ -367,8 +412,7 @@ def test_threaded_pipeline_matches_plain_and_polls_from_the_caller(threads, n):
             calls.append((done, total, threading.get_ident()))
 
         if direction == "compress":
-            got = zccl_torch.compress(x, 1e-3, chunk_size=chunk, threads=threads,
-                                      progress=progress)
+            got = zccl_torch.compress(x, 1e-3, chunk_size=chunk, threads=threads, progress=progress)
             assert torch.equal(got, plain), f"threads={threads}: stream differs"
         else:
             y = zccl_torch.decompress(plain, threads=threads, progress=progress)
@@ -400,8 +444,6 @@ def test_threaded_pipeline_exception_propagates(direction):
     assert torch.equal(zccl_torch.compress(x, 1e-4, chunk_size=32, threads=2), stream)
 
 
-
-
 @pytest.mark.parametrize("fail_at", (1, 2, 5))
 @pytest.mark.parametrize("direction", ("compress", "decompress"))
 def test_progress_exception_propagates(fail_at, direction):
@@ -428,6 +470,7 @@ def test_progress_exception_propagates(fail_at, direction):
 def test_progress_exception_types_preserved():
     x = make_data("noise", 200, torch.float32, seed=2)
     for exc in (KeyError("k"), ZeroDivisionError("z"), RuntimeError("r"), ValueError("v")):
+
         def progress(done, total, exc=exc):
             raise exc
 
@@ -440,9 +483,13 @@ def test_progress_exception_types_preserved():
 # Random access: decompress_chunk
 # --------------------------------------------------------------------------------------------
 
+
 @examples(40)
-@given(data=datasets(size_strategy=small_multi_chunk_sizes), error_bound=bounds,
-       chunk_size=st.sampled_from((32, 64, 5120)))
+@given(
+    data=datasets(size_strategy=small_multi_chunk_sizes),
+    error_bound=bounds,
+    chunk_size=st.sampled_from((32, 64, 5120)),
+)
 def test_decompress_chunk_matches_full(data, error_bound, chunk_size):
     x, desc = data
     what = f"{desc} eb={error_bound!r} chunk_size={chunk_size}"
@@ -454,7 +501,7 @@ def test_decompress_chunk_matches_full(data, error_bound, chunk_size):
     for i in range(nch):
         c = zccl_torch.decompress_chunk(stream, i)
         assert c.dim() == 1, what
-        assert_bitwise_equal(full[i * chunk_size:(i + 1) * chunk_size], c, f"{what}: chunk {i}")
+        assert_bitwise_equal(full[i * chunk_size : (i + 1) * chunk_size], c, f"{what}: chunk {i}")
         pieces.append(c)
     if pieces:
         assert_bitwise_equal(full, torch.cat(pieces), what)
@@ -469,7 +516,7 @@ def test_decompress_chunk_out_of_range(n, offset):
         zccl_torch.decompress_chunk(stream, nch + offset)
 
 
-@pytest.mark.parametrize("bad", (-1, -2**63, 2**40, 2**63, 2**64, 2**70))
+@pytest.mark.parametrize("bad", (-1, -(2**63), 2**40, 2**63, 2**64, 2**70))
 def test_decompress_chunk_extreme_index(bad):
     stream = zccl_torch.compress(make_data("noise", 200, torch.float32), 1e-3, chunk_size=64)
     with pytest.raises((IndexError, ValueError)):
@@ -479,6 +526,7 @@ def test_decompress_chunk_extreme_index(bad):
 # --------------------------------------------------------------------------------------------
 # Shapes and layouts
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_zero_dim_scalar(dtype):
@@ -496,8 +544,18 @@ def test_zero_dim_scalar(dtype):
 
 @pytest.mark.parametrize(
     "shape",
-    [(0,), (5, 0), (0, 3, 4), (2, 3), (3, 1, 7), (1, 1, 1, 1), (33, 31), (2, 3, 4, 5, 6),
-     (70, 80), (1,) * 64],
+    [
+        (0,),
+        (5, 0),
+        (0, 3, 4),
+        (2, 3),
+        (3, 1, 7),
+        (1, 1, 1, 1),
+        (33, 31),
+        (2, 3, 4, 5, 6),
+        (70, 80),
+        (1,) * 64,
+    ],
     ids=str,
 )
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -571,8 +629,8 @@ def test_stream_accepted_as_view():
     x = make_data("sin", 3000, torch.float32, seed=1)
     s = zccl_torch.compress(x, 1e-4, chunk_size=64)
     buf = torch.zeros(s.numel() + 10, dtype=torch.uint8)
-    buf[5:5 + s.numel()] = s
-    view = buf[5:5 + s.numel()]
+    buf[5 : 5 + s.numel()] = s
+    view = buf[5 : 5 + s.numel()]
     assert_bitwise_equal(zccl_torch.decompress(s), zccl_torch.decompress(view))
     strided = torch.zeros(2 * s.numel(), dtype=torch.uint8)
     strided[::2] = s
@@ -582,6 +640,7 @@ def test_stream_accepted_as_view():
 # --------------------------------------------------------------------------------------------
 # The stream actually compresses (the product's purpose; loose sanity floors)
 # --------------------------------------------------------------------------------------------
+
 
 def test_compresses_compressible_data():
     n = 100_000
@@ -605,6 +664,7 @@ def test_incompressible_within_max_size():
 # One large case (10**7 + 3 float32), once
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_large_float32():
     n = 10**7 + 3
@@ -622,14 +682,15 @@ def test_large_float32():
     assert x.numel() * 4 / stream.numel() > 2
     last = zccl_torch.decompress_chunk(stream, num_chunks(n, 5120) - 1)
     assert last.numel() == n - (num_chunks(n, 5120) - 1) * 5120
-    assert_bitwise_equal(y[-last.numel():], last)
+    assert_bitwise_equal(y[-last.numel() :], last)
 
 
 # Hypothesis generates floats itself here (not from a seed), so it can shrink to a minimal value.
 @examples(100)
 @given(
-    values=st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1,
-                    max_size=80),
+    values=st.lists(
+        st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1, max_size=80
+    ),
     error_bound=bounds,
     mode=st.sampled_from(("abs", "rel")),
 )
@@ -667,13 +728,22 @@ ALL_DTYPES = (*DTYPES, *HALF_DTYPES)
 
 
 @examples(200)
-@given(data=datasets(dtypes=HALF_DTYPES), error_bound=bounds,
-       mode=st.sampled_from(("abs", "rel")), chunk_size=st.sampled_from(CHUNK_SIZES))
+@given(
+    data=datasets(dtypes=HALF_DTYPES),
+    error_bound=bounds,
+    mode=st.sampled_from(("abs", "rel")),
+    chunk_size=st.sampled_from(CHUNK_SIZES),
+)
 def test_half_roundtrip_within_bound(data, error_bound, mode, chunk_size):
     """The bound holds in float64 against the half input, for the half values decoded."""
     x, desc = data
-    roundtrip(x, error_bound, mode, chunk_size=chunk_size,
-              what=f"{desc} eb={error_bound!r} mode={mode} chunk_size={chunk_size}")
+    roundtrip(
+        x,
+        error_bound,
+        mode,
+        chunk_size=chunk_size,
+        what=f"{desc} eb={error_bound!r} mode={mode} chunk_size={chunk_size}",
+    )
 
 
 @pytest.mark.parametrize("dtype", HALF_DTYPES, ids=str)
@@ -706,8 +776,11 @@ def test_constant_tensors_compress_past_1000x(dtype, value):
     at least 1000x in every mode, decoded bit for bit."""
     t = torch.full((1 << 20,), value, dtype=dtype)
     nbytes = t.numel() * t.element_size()
-    for kwargs in ({"error_bound": 1e-3}, {"error_bound": 1e-3, "mode": "rel"},
-                   {"mode": "lossless"}):
+    for kwargs in (
+        {"error_bound": 1e-3},
+        {"error_bound": 1e-3, "mode": "rel"},
+        {"mode": "lossless"},
+    ):
         s = zccl_torch.compress(t, **kwargs)
         assert_bitwise_equal(t, zccl_torch.decompress(s), f"constant {value} {kwargs}")
         assert nbytes / s.numel() >= 1000, (dtype, value, kwargs, nbytes / s.numel())
@@ -719,9 +792,14 @@ def test_constant_runs_byte_identical_for_any_thread_count(dtype):
     OpenMP threads at any point gives the same bytes as one thread, and decodes exactly."""
     cs = 64
     smooth = make_data("sin", 5 * cs, dtype, seed=3)
-    parts = [smooth, torch.zeros(7 * cs, dtype=dtype), smooth[:cs],
-             torch.full((3 * cs,), 2.5, dtype=dtype), torch.full((2 * cs,), 2.5, dtype=dtype),
-             torch.zeros(cs // 2, dtype=dtype)]
+    parts = [
+        smooth,
+        torch.zeros(7 * cs, dtype=dtype),
+        smooth[:cs],
+        torch.full((3 * cs,), 2.5, dtype=dtype),
+        torch.full((2 * cs,), 2.5, dtype=dtype),
+        torch.zeros(cs // 2, dtype=dtype),
+    ]
     x = torch.cat(parts)
     ref = zccl_torch.compress(x, 1e-3, chunk_size=cs, threads=1)
     for threads in (2, 3, 5, 8, 19):
@@ -730,8 +808,9 @@ def test_constant_runs_byte_identical_for_any_thread_count(dtype):
     y = zccl_torch.decompress(ref, threads=3)
     assert_within_bound(x, y, 1e-3, "constant runs")
     for c in range(zccl_torch.stream_info(ref).num_chunks):
-        assert_bitwise_equal(y[c * cs:(c + 1) * cs], zccl_torch.decompress_chunk(ref, c),
-                             f"chunk {c}")
+        assert_bitwise_equal(
+            y[c * cs : (c + 1) * cs], zccl_torch.decompress_chunk(ref, c), f"chunk {c}"
+        )
     # The zero run (7 chunks) costs its first chunk plus 8 table bytes per repeat.
     all_zero = zccl_torch.compress(torch.zeros(7 * cs, dtype=dtype), 1e-3, chunk_size=cs)
     info = zccl_torch.stream_info(all_zero)

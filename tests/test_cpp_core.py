@@ -56,7 +56,6 @@ CORE_DIR = CSRC / "compress"
 pytestmark = needs_cxx
 
 
-
 def _zstd_flags() -> tuple[list[str], list[str]]:
     """Compile and link flags for the lossless codec 1 (libzstd), as setup.py builds the
     extension: with it when zstd.h is installed, unless ZCCL_WITH_ZSTD=0."""
@@ -179,8 +178,11 @@ def test_fuzz_decoder_under_sanitizers(variant):
     # Both format versions: version-2 streams synthesized (well-formed ones decoded to the
     # format's values, defective ones refused: the fuzzer fails otherwise), version-1 and
     # version-2 corpus streams mutated.
-    v2 = re.search(r"synthesized version-2 streams: well-formed (\d+) \(decoded to the model's "
-                   r"values: (\d+)\), with a defect (\d+)", proc.stdout)
+    v2 = re.search(
+        r"synthesized version-2 streams: well-formed (\d+) \(decoded to the model's "
+        r"values: (\d+)\), with a defect (\d+)",
+        proc.stdout,
+    )
     corpus = re.search(r"corpus: (\d+) version-2 and (\d+) version-1 streams", proc.stdout)
     assert v2 and corpus, proc.stdout
     assert int(v2.group(1)) == int(v2.group(2)) >= iters // 40, proc.stdout

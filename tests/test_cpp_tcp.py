@@ -40,8 +40,14 @@ SOURCES = [
 ]
 COMMON = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-pthread"]
 VARIANTS = {
-    "san": ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined",
-            "-fno-sanitize-recover=all", "-D_GLIBCXX_ASSERTIONS"],
+    "san": [
+        "-O1",
+        "-g",
+        "-fno-omit-frame-pointer",
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=all",
+        "-D_GLIBCXX_ASSERTIONS",
+    ],
     "o2": ["-O2"],
 }
 RUN_ENV = {"ASAN_OPTIONS": "halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}

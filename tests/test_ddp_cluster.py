@@ -19,8 +19,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CONTENDERS = ["mpi", "gloo", "fp16", "zccl", "zccl_tuned", "compute"]
 
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None,
-                                reason="mpirun not found (scripts/setup.sh installs openmpi-bin)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("mpirun") is None,
+    reason="mpirun not found (scripts/setup.sh installs openmpi-bin)",
+)
 
 
 def test_ddp_cluster_smoke(tmp_path: Path) -> None:
@@ -28,7 +30,11 @@ def test_ddp_cluster_smoke(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(ROOT)}
     done = subprocess.run(
         [sys.executable, "benchmarks/ddp_cluster.py", "--smoke", "--out", str(out)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert done.returncode == 0, (done.stdout + done.stderr)[-6000:]
     assert "target zccl loss_within_2pct" in done.stdout
@@ -59,8 +65,11 @@ def test_ddp_cluster_smoke(tmp_path: Path) -> None:
     targets = result["summary"]["targets"]
     assert set(targets) == {"zccl", "zccl_tuned"}
     for checks in targets.values():
-        assert set(checks) == {"speedup_vs_best_uncompressed", "speedup_vs_fp16",
-                               "loss_within_2pct"}
+        assert set(checks) == {
+            "speedup_vs_best_uncompressed",
+            "speedup_vs_fp16",
+            "loss_within_2pct",
+        }
         assert checks["loss_within_2pct"]["met"]  # tiny run: the losses barely move apart
     assert set(result["summary"]["zccl_breakdown"]) == {"zccl", "zccl_tuned"}
     assert out.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -138,7 +138,7 @@ def test_v1_decodes_like_the_v1_decoder(name):
     flat, cs = ref.reshape(-1), f["chunk_size"]
     for c in range(info.num_chunks):
         got = zccl_torch.decompress_chunk(_t(buf), c)
-        assert_bitwise_equal(flat[c * cs:(c + 1) * cs], got, f"{name}: decompress_chunk({c})")
+        assert_bitwise_equal(flat[c * cs : (c + 1) * cs], got, f"{name}: decompress_chunk({c})")
     with pytest.raises(IndexError):
         zccl_torch.decompress_chunk(_t(buf), info.num_chunks)
     # and the old decoder's output kept the bound against the input
@@ -188,7 +188,7 @@ def test_v1_every_single_byte_mutation_rejected(name):
                     got = zccl_torch.decompress_chunk(_t(mut), c)
                 except CorruptStreamError:
                     continue
-                assert_bitwise_equal(flat[c * cs:(c + 1) * cs], got, f"{what}: chunk {c}")
+                assert_bitwise_equal(flat[c * cs : (c + 1) * cs], got, f"{what}: chunk {c}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def test_v1_crafted_header_fields_rejected(name, edit):
     V1_HEADER_EDITS[edit](st_)
     hb = st_.header_bytes
     if 52 <= hb <= len(st_.b):
-        st_.u32(hb - 4, crc32c(bytes(st_.b[:hb - 4])))
+        st_.u32(hb - 4, crc32c(bytes(st_.b[: hb - 4])))
     _rejected(st_.array(), f"v1 {name}: {edit}")
 
 
@@ -246,8 +246,9 @@ def test_v1_crafted_code_lengths_rejected():
                 st_ = st0.copy()
                 st_.u8(pos, new)
                 st_.seal()
-                _rejected(st_.array(), f"v1 chunk {c} block {blk} length {old} -> {new}",
-                          chunks=[c])
+                _rejected(
+                    st_.array(), f"v1 chunk {c} block {blk} length {old} -> {new}", chunks=[c]
+                )
 
 
 def test_v1_crafted_outlier_fields_rejected():
@@ -263,9 +264,12 @@ def test_v1_crafted_outlier_fields_rejected():
         "index == m": lambda s: s.u16(at_idx + 2 * (n_out - 1), m),
         "index 65535": lambda s: s.u16(at_idx, 65535),
         "indices swapped": lambda s: s.b.__setitem__(
-            slice(at_idx, at_idx + 4), bytes(s.b[at_idx + 2:at_idx + 4] + s.b[at_idx:at_idx + 2])),
+            slice(at_idx, at_idx + 4),
+            bytes(s.b[at_idx + 2 : at_idx + 4] + s.b[at_idx : at_idx + 2]),
+        ),
         "duplicate index": lambda s: s.b.__setitem__(
-            slice(at_idx + 2, at_idx + 4), bytes(s.b[at_idx:at_idx + 2])),
+            slice(at_idx + 2, at_idx + 4), bytes(s.b[at_idx : at_idx + 2])
+        ),
     }
     for what, fn in cases.items():
         st_ = st0.copy()
@@ -286,7 +290,7 @@ def test_v1_crafted_constant_chunk_and_repeat_rejected():
     _rejected(st_.array(), "v1 with a constant chunk", chunks=[2])
     for c in (0, 1, 3, 4):
         got = zccl_torch.decompress_chunk(st_.tensor(), c)
-        assert_bitwise_equal(flat[c * cs:(c + 1) * cs], got, f"chunk {c}")
+        assert_bitwise_equal(flat[c * cs : (c + 1) * cs], got, f"chunk {c}")
     # chunk 3 a repeat of that constant chunk: the table is refused (a v1 chunk is never empty)
     st_ = st0.replace_chunk(2, const).replace_chunk(3, None)
     assert st_.chunk_crc(3) == crc32c(const)
@@ -298,7 +302,7 @@ def test_v1_crafted_constant_chunk_and_repeat_rejected():
     st_.u8(4, 2)
     st_.seal()
     twos = torch.full((256,), 2.5)
-    for c, want in ((1, flat[cs:2 * cs]), (2, twos), (3, twos)):
+    for c, want in ((1, flat[cs : 2 * cs]), (2, twos), (3, twos)):
         assert_bitwise_equal(want, zccl_torch.decompress_chunk(st_.tensor(), c), f"v2 chunk {c}")
 
 
@@ -359,5 +363,6 @@ def test_v2_stream_relabelled_v1_with_zero_block_chunk():
     assert st2.kinds() == ["encoded"] and st2.encoded(0).lens == [0]
     st2.u8(4, 1)
     st2.seal(chunks=False)
-    assert_bitwise_equal(zccl_torch.decompress(s2), zccl_torch.decompress(st2.tensor()),
-                         "one zero block as v1")
+    assert_bitwise_equal(
+        zccl_torch.decompress(s2), zccl_torch.decompress(st2.tensor()), "one zero block as v1"
+    )

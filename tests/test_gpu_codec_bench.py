@@ -15,8 +15,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_gpu_codec_dry_run_writes_inputs(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "gpu_codec.py"), "--exe", "/nonexistent",
-           "--out", str(tmp_path / "out.json"), "--mb", "1", "--dry-run", "--data-dir", str(data)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "gpu_codec.py"),
+        "--exe",
+        "/nonexistent",
+        "--out",
+        str(tmp_path / "out.json"),
+        "--mb",
+        "1",
+        "--dry-run",
+        "--data-dir",
+        str(data),
+    ]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     n = (1 << 20) // 4

@@ -19,9 +19,21 @@ TIMED = ("zccl_gpu", "zccl_host", "gloo")
 
 def test_gpu_collectives_cpu_mode(tmp_path: Path) -> None:
     out = tmp_path / "gpu_collectives.json"
-    done = mpirun(2, python_argv("benchmarks/gpu_collectives.py", "--device", "cpu",
-                                 "--sizes-mb", "1", "--iters", "2", "--out", str(out)),
-                  timeout=300)
+    done = mpirun(
+        2,
+        python_argv(
+            "benchmarks/gpu_collectives.py",
+            "--device",
+            "cpu",
+            "--sizes-mb",
+            "1",
+            "--iters",
+            "2",
+            "--out",
+            str(out),
+        ),
+        timeout=300,
+    )
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-8000:]
     doc = json.loads(out.read_text())

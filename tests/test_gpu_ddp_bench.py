@@ -19,15 +19,29 @@ from tests.mpi_launch import mpirun, python_argv
 CONTENDERS = ["uncompressed", "fp16", "zccl", "zccl_ef"]
 STEPS = 20
 
-pytestmark = pytest.mark.skipif(shutil.which("mpirun") is None,
-                                reason="mpirun not found (scripts/setup.sh installs openmpi-bin)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("mpirun") is None,
+    reason="mpirun not found (scripts/setup.sh installs openmpi-bin)",
+)
 
 
 def test_gpu_ddp_cpu_mode(tmp_path: Path) -> None:
     out = tmp_path / "gpu_ddp.json"
-    done = mpirun(2, python_argv("benchmarks/gpu_ddp.py", "--device", "cpu", "--dims",
-                                 "64,256,256,10", "--steps", str(STEPS), "--out", str(out)),
-                  timeout=300)
+    done = mpirun(
+        2,
+        python_argv(
+            "benchmarks/gpu_ddp.py",
+            "--device",
+            "cpu",
+            "--dims",
+            "64,256,256,10",
+            "--steps",
+            str(STEPS),
+            "--out",
+            str(out),
+        ),
+        timeout=300,
+    )
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-6000:]
     assert "final losses within 2% of uncompressed" in done.stdout, report[-4000:]

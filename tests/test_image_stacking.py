@@ -37,21 +37,33 @@ def test_demo_pieces_partials_summary_and_forced_mpi(tmp_path: Path) -> None:
     """What scripts/demo.sh chains: a run that migrates and caches the partial images, a run with
     Open MPI's allreduce forced to ring that reuses them, and the summary of both."""
     common = ("--quick", "--out", str(tmp_path), "--partials", str(tmp_path / "partials"))
-    first = mpirun(2, python_argv(SCRIPT, *common, "--summary", str(tmp_path / "default.json")),
-                   120)
+    first = mpirun(
+        2, python_argv(SCRIPT, *common, "--summary", str(tmp_path / "default.json")), 120
+    )
     assert first.returncode == 0, (first.stdout + first.stderr)[-4000:]
     assert "migration done" in first.stdout
     # The baseline is Open MPI's own blocking MPI_Allreduce (forced coll_tuned settings reach it).
     assert "exact MPI_Allreduce" in first.stdout, first.stdout
     assert json.loads((tmp_path / "default.json").read_text())["exact_mpi_is_direct"] is True
-    forced = {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
-              "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"}
-    second = mpirun(2, python_argv(SCRIPT, *common, "--summary",
-                                   str(tmp_path / "forced_ring.json")), 120, forced)
+    forced = {
+        "OMPI_MCA_coll_tuned_use_dynamic_rules": "1",
+        "OMPI_MCA_coll_tuned_allreduce_algorithm": "4",
+    }
+    second = mpirun(
+        2,
+        python_argv(SCRIPT, *common, "--summary", str(tmp_path / "forced_ring.json")),
+        120,
+        forced,
+    )
     assert second.returncode == 0, (second.stdout + second.stderr)[-4000:]
     assert "partial images loaded" in second.stdout and "migration done" not in second.stdout
-    summary = subprocess.run([sys.executable, "examples/demo_summary.py", str(tmp_path)],
-                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+    summary = subprocess.run(
+        [sys.executable, "examples/demo_summary.py", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert summary.returncode == 0, summary.stdout + summary.stderr
     assert "exact MPI forced ring" in summary.stdout, summary.stdout
     assert "exact MPI Iallreduce (zccl exact)" in summary.stdout, summary.stdout

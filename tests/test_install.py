@@ -34,17 +34,33 @@ dist.destroy_process_group()
 def test_wheel_installs_and_runs_outside_the_checkout(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-q",
-         "-w", str(wheels), str(ROOT)],
-        check=True, cwd=ROOT, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-build-isolation",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(wheels),
+            str(ROOT),
+        ],
+        check=True,
+        cwd=ROOT,
+        timeout=900,
     )
     (wheel,) = wheels.glob("zccl_torch-*.whl")
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300
+    )
     python = venv / "bin" / "python"
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    str(wheel)], check=True, timeout=300)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        timeout=300,
+    )
     script = tmp_path / "smoke.py"
     script.write_text(SMOKE)
     env_python = [str(python), str(script)]
@@ -61,8 +77,14 @@ def test_import_without_the_mpi_library_says_what_to_install(tmp_path: Path) -> 
     # picks it before the system's and fails (the same ImportError path as "not found").
     (tmp_path / "libmpi.so.40").write_bytes(b"")
     env = {**os.environ, "LD_LIBRARY_PATH": str(tmp_path), "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", "import zccl_torch"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", "import zccl_torch"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0
     assert "ImportError: zccl_torch needs Open MPI's shared library" in done.stderr, done.stderr
     assert "apt-get install libopenmpi3" in done.stderr

@@ -134,8 +134,9 @@ def test_known_values():
     o = torch.tensor([0.0, 1.0, 2.0, 3.0, 4.0], dtype=torch.float64)
     r = o + torch.tensor([0.1, -0.1, 0.1, -0.1, 0.0], dtype=torch.float64)
     mse = 4 * 0.01 / 5
-    assert math.isclose(float(metrics.psnr(o, r)), 20 * math.log10(4.0) - 10 * math.log10(mse),
-                        rel_tol=1e-12)
+    assert math.isclose(
+        float(metrics.psnr(o, r)), 20 * math.log10(4.0) - 10 * math.log10(mse), rel_tol=1e-12
+    )
     assert math.isclose(float(metrics.nrmse(o, r)), math.sqrt(mse) / 4.0, rel_tol=1e-12)
     assert math.isclose(float(metrics.max_abs_error(o, r)), 0.1, rel_tol=1e-12)
 
@@ -211,11 +212,11 @@ def test_nonfinite_reproduced_exactly_is_ignored(dtype):
 @pytest.mark.parametrize(
     "orig, recon",
     [
-        ([1.0, float("nan"), 3.0], [1.0, 2.0, 3.0]),          # NaN lost
+        ([1.0, float("nan"), 3.0], [1.0, 2.0, 3.0]),  # NaN lost
         ([1.0, float("inf"), 3.0], [1.0, -float("inf"), 3.0]),  # Inf sign flipped
-        ([1.0, float("inf"), 3.0], [1.0, 1e300, 3.0]),        # Inf became finite
-        ([1.0, 2.0, 3.0], [1.0, float("nan"), 3.0]),          # finite decoded as NaN
-        ([1.0, 2.0, 3.0], [1.0, float("inf"), 3.0]),          # finite decoded as Inf
+        ([1.0, float("inf"), 3.0], [1.0, 1e300, 3.0]),  # Inf became finite
+        ([1.0, 2.0, 3.0], [1.0, float("nan"), 3.0]),  # finite decoded as NaN
+        ([1.0, 2.0, 3.0], [1.0, float("inf"), 3.0]),  # finite decoded as Inf
     ],
     ids=["nan-lost", "inf-sign", "inf-finite", "finite-to-nan", "finite-to-inf"],
 )

@@ -21,6 +21,7 @@ def x32():
 # Exports
 # --------------------------------------------------------------------------------------------
 
+
 def test_public_names():
     for name in zccl_torch.__all__:
         assert hasattr(zccl_torch, name), name
@@ -51,8 +52,17 @@ def test_stream_is_flat_contiguous_uint8(x32):
 # dtype, device, layout, type of the input
 # --------------------------------------------------------------------------------------------
 
-BAD_DTYPES = [torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool,
-              torch.complex64, torch.complex128, torch.float8_e4m3fn]
+BAD_DTYPES = [
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+    torch.float8_e4m3fn,
+]
 
 
 @pytest.mark.parametrize("dtype", BAD_DTYPES, ids=str)
@@ -85,6 +95,7 @@ def test_sparse_is_type_error():
 # --------------------------------------------------------------------------------------------
 # error_bound and mode
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("eb", [-1e-3, -0.0 - 1e-300, float("nan"), float("inf"), -float("inf")])
 @pytest.mark.parametrize("mode", ["abs", "rel"])
@@ -130,8 +141,14 @@ def test_resolve_error_bound_matches_numpy():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 @pytest.mark.parametrize(
     "values",
-    [[2.5] * 100, [float("nan")] * 50, [float("inf"), -float("inf"), float("nan")] * 20,
-     [7.0, float("nan"), float("inf"), 7.0], [-0.0, 0.0] * 40, [1e30] * 33],
+    [
+        [2.5] * 100,
+        [float("nan")] * 50,
+        [float("inf"), -float("inf"), float("nan")] * 20,
+        [7.0, float("nan"), float("inf"), 7.0],
+        [-0.0, 0.0] * 40,
+        [1e30] * 33,
+    ],
     ids=["constant", "all-nan", "all-nonfinite", "one-finite-value", "signed-zeros", "huge-const"],
 )
 def test_rel_mode_zero_range_is_lossless(dtype, values):
@@ -169,8 +186,29 @@ def test_rel_mode_bound_holds(x32):
 # chunk_size and threads
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cs", [0, -32, 1, 16, 31, 33, 100, 5121, 65537, 65568, 2**20, 2**40,
-                                5120.0, "5120", None, True, 32.5])
+
+@pytest.mark.parametrize(
+    "cs",
+    [
+        0,
+        -32,
+        1,
+        16,
+        31,
+        33,
+        100,
+        5121,
+        65537,
+        65568,
+        2**20,
+        2**40,
+        5120.0,
+        "5120",
+        None,
+        True,
+        32.5,
+    ],
+)
 def test_bad_chunk_size_is_value_error(x32, cs):
     with pytest.raises(ValueError):
         zccl_torch.compress(x32, 1e-3, chunk_size=cs)
@@ -225,6 +263,7 @@ def test_decompress_chunk_index_type(x32):
 # max_compressed_size
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("numel", [-1, 1.5, "10", None, True, 10.0])
 def test_max_compressed_size_bad_numel(numel):
     with pytest.raises(ValueError):
@@ -257,8 +296,9 @@ def test_max_compressed_size_values(dtype):
         assert m >= prev, "max_compressed_size should not shrink as numel grows"
         prev = m
     # more dims carry more shape metadata, never less room
-    assert zccl_torch.max_compressed_size(dtype, 10, ndim=64) >= \
-        zccl_torch.max_compressed_size(dtype, 10, ndim=0)
+    assert zccl_torch.max_compressed_size(dtype, 10, ndim=64) >= zccl_torch.max_compressed_size(
+        dtype, 10, ndim=0
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -282,13 +322,15 @@ def test_max_compressed_size_beyond_uint64_is_value_error(numel):
 
 
 def test_max_compressed_size_default_chunk_keyword():
-    assert zccl_torch.max_compressed_size(torch.float32, 1000) == \
-        zccl_torch.max_compressed_size(torch.float32, 1000, chunk_size=5120, ndim=1)
+    assert zccl_torch.max_compressed_size(torch.float32, 1000) == zccl_torch.max_compressed_size(
+        torch.float32, 1000, chunk_size=5120, ndim=1
+    )
 
 
 # --------------------------------------------------------------------------------------------
 # Output properties
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_decompress_output(dtype):
@@ -338,6 +380,7 @@ def test_decompress_bad_out(out, exc, words):
 # --------------------------------------------------------------------------------------------
 # Half precision, lossless mode, format version
 # --------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_half_streams_are_native(dtype):

@@ -197,8 +197,24 @@ def test_elementwise_quantiser_edge_values(dtype, monkeypatch):
 
     info = torch.finfo(dtype)
     compute_tiny = torch.finfo(torch.float64 if dtype == torch.float64 else torch.float32).tiny
-    special = [0.0, -0.0, 1e-3, -1e-3, 0.5, -0.5, 1.5, -2.5, info.tiny, -info.tiny,
-               info.tiny / 4, info.max, -info.max, float("inf"), float("-inf"), float("nan")]
+    special = [
+        0.0,
+        -0.0,
+        1e-3,
+        -1e-3,
+        0.5,
+        -0.5,
+        1.5,
+        -2.5,
+        info.tiny,
+        -info.tiny,
+        info.tiny / 4,
+        info.max,
+        -info.max,
+        float("inf"),
+        float("-inf"),
+        float("nan"),
+    ]
     x = torch.tensor(special, dtype=torch.float64).to(dtype)
     x = torch.cat([x, torch.randn(997, dtype=torch.float64).to(dtype) * 3])
     monkeypatch.setattr(qe, "PIECE", 64)  # several pieces, the last one partial

@@ -53,9 +53,9 @@ def test_table_is_well_formed() -> None:
         if row["type"] == "choice":
             assert row["default"] in row["choices"], row
             for choice in row["choices"]:  # the documentation names every allowed value
-                assert choice is None or f"`{choice}`" in row["doc"] or f'`"{choice}"`' in row[
-                    "doc"
-                ], (row["name"], choice)
+                assert (
+                    choice is None or f"`{choice}`" in row["doc"] or f'`"{choice}"`' in row["doc"]
+                ), (row["name"], choice)
         else:
             assert row["choices"] == (), row
 
@@ -164,11 +164,23 @@ def test_readme_configuration_table_is_the_table() -> None:
 def test_automatic_threads_never_oversubscribe(env: dict[str, str], expected: Any) -> None:
     """threads = 0: OMP_NUM_THREADS when set, else this process's cores per rank of its host
     (fixed per process, so each case runs in a fresh interpreter)."""
-    clean = {k: v for k, v in os.environ.items()
-             if k not in ("OMP_NUM_THREADS", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE",
-                          "MPI_LOCALNRANKS")}
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k
+        not in (
+            "OMP_NUM_THREADS",
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+            "LOCAL_WORLD_SIZE",
+            "MPI_LOCALNRANKS",
+        )
+    }
     done = subprocess.run(
         [sys.executable, "-c", "import zccl_torch; print(zccl_torch._C.automatic_threads())"],
-        env={**clean, **env}, capture_output=True, text=True, timeout=120, check=True,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     assert int(done.stdout.strip()) == expected(len(os.sched_getaffinity(0)))

@@ -89,10 +89,14 @@ def _small_lossless_f32():
 
 def _small_lossless_mixed_f64():
     """A codec-1 stream of every lossless chunk kind: zstd | raw | constant | repeat | zstd."""
-    x = torch.cat([torch.arange(64, dtype=torch.float64) * 0.25,
-                   make_data("random_bits", 64, torch.float64, seed=32),
-                   torch.zeros(128, dtype=torch.float64),
-                   torch.arange(40, dtype=torch.float64) * -0.5])
+    x = torch.cat(
+        [
+            torch.arange(64, dtype=torch.float64) * 0.25,
+            make_data("random_bits", 64, torch.float64, seed=32),
+            torch.zeros(128, dtype=torch.float64),
+            torch.arange(40, dtype=torch.float64) * -0.5,
+        ]
+    )
     return x, None, 64
 
 
@@ -101,8 +105,14 @@ def _small_f16():
     a denormal and -0.0."""
     x = (2 * torch.sin(torch.linspace(0, 3, 100))).to(torch.float16)
     x[64:96] = make_data("random_bits", 32, torch.float16, seed=33)
-    x[2], x[20], x[21], x[60], x[61], x[70] = (float("nan"), float("inf"), -float("inf"), 2**-24,
-                                               -0.0, 65504.0)
+    x[2], x[20], x[21], x[60], x[61], x[70] = (
+        float("nan"),
+        float("inf"),
+        -float("inf"),
+        2**-24,
+        -0.0,
+        65504.0,
+    )
     x.view(torch.int16)[40] = -0x0201  # 0xFDFF: a negative NaN with a payload
     return x, 1e-2, 32
 
@@ -117,8 +127,14 @@ def _small_bf16_2d():
 def _small_const_runs():
     """Runs of constant chunks: constant | repeat | repeat | encoded | constant (7.0) | repeat |
     constant (-0.0, other bits than 0.0) | repeat (a partial chunk of 10 values)."""
-    x = torch.cat([torch.zeros(96), make_data("sin", 32, torch.float32, seed=35),
-                   torch.full((64,), 7.0), torch.full((42,), -0.0)])
+    x = torch.cat(
+        [
+            torch.zeros(96),
+            make_data("sin", 32, torch.float32, seed=35),
+            torch.full((64,), 7.0),
+            torch.full((42,), -0.0),
+        ]
+    )
     return x, 1e-2, 32
 
 
@@ -130,13 +146,15 @@ def _big_f32():
 
 
 def _big_f64_mixed():
-    x = torch.cat([
-        make_data("sin", 3000, torch.float64, seed=7),
-        make_data("random_bits", 2000, torch.float64, seed=8),
-        make_data("huge", 2200, torch.float64, seed=10),  # all outliers: raw chunks
-        make_data("mixed", 3000, torch.float64, seed=9),
-        torch.zeros(2000, dtype=torch.float64),  # a constant chunk and a repeat
-    ])
+    x = torch.cat(
+        [
+            make_data("sin", 3000, torch.float64, seed=7),
+            make_data("random_bits", 2000, torch.float64, seed=8),
+            make_data("huge", 2200, torch.float64, seed=10),  # all outliers: raw chunks
+            make_data("mixed", 3000, torch.float64, seed=9),
+            torch.zeros(2000, dtype=torch.float64),  # a constant chunk and a repeat
+        ]
+    )
     return x, 1e-4, 1024
 
 
@@ -212,13 +230,12 @@ def assert_rejected(buf: np.ndarray, what: str, threads: int | None = None) -> N
         raise AssertionError(
             f"{what}: raised {type(exc).__name__}: {exc} (not CorruptStreamError)"
         ) from exc
-    raise AssertionError(
-        f"{what}: decoded silently to {y.dtype} tensor of shape {tuple(y.shape)}"
-    )
+    raise AssertionError(f"{what}: decoded silently to {y.dtype} tensor of shape {tuple(y.shape)}")
 
 
-def assert_chunk_rejected_or_exact(buf: np.ndarray, ref: torch.Tensor, chunk_size: int,
-                                   nchunks: int, what: str) -> None:
+def assert_chunk_rejected_or_exact(
+    buf: np.ndarray, ref: torch.Tensor, chunk_size: int, nchunks: int, what: str
+) -> None:
     """Random access on a mutated stream: a chunk is either refused or exactly the original."""
     flat = ref.reshape(-1)
     for i in range(nchunks):
@@ -230,8 +247,11 @@ def assert_chunk_rejected_or_exact(buf: np.ndarray, ref: torch.Tensor, chunk_siz
             raise AssertionError(
                 f"{what}: decompress_chunk({i}) raised {type(exc).__name__}: {exc}"
             ) from exc
-        assert_bitwise_equal(flat[i * chunk_size:(i + 1) * chunk_size], c,
-                             f"{what}: decompress_chunk({i}) silently wrong")
+        assert_bitwise_equal(
+            flat[i * chunk_size : (i + 1) * chunk_size],
+            c,
+            f"{what}: decompress_chunk({i}) silently wrong",
+        )
 
 
 def assert_info_rejected_or_same(buf: np.ndarray, info, what: str) -> None:
@@ -305,6 +325,7 @@ def test_fixture_streams_are_valid(name):
 # Truncation and extension
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", list(SMALL))
 def test_every_truncation_small(name):
     _, buf, _ = valid(name)
@@ -338,12 +359,15 @@ def test_truncation_sample_big(name):
 @pytest.mark.parametrize("extra", [b"\x00", b"\x00" * 7, b"\xff" * 3, bytes(range(100))])
 def test_trailing_bytes_rejected(name, extra):
     _, buf, _ = valid(name)
-    assert_rejected(np.concatenate([buf, np.frombuffer(extra, dtype=np.uint8)]),
-                    f"{name} + {len(extra)} trailing bytes")
+    assert_rejected(
+        np.concatenate([buf, np.frombuffer(extra, dtype=np.uint8)]),
+        f"{name} + {len(extra)} trailing bytes",
+    )
 
 
-@pytest.mark.parametrize("name", ["small_f32", "empty", "big_f32", "small_const_runs",
-                                  "small_lossless_f32"])
+@pytest.mark.parametrize(
+    "name", ["small_f32", "empty", "big_f32", "small_const_runs", "small_lossless_f32"]
+)
 def test_concatenated_streams_rejected(name):
     _, buf, _ = valid(name)
     assert_rejected(np.concatenate([buf, buf]), f"{name} twice")
@@ -381,8 +405,11 @@ def test_single_byte_mutation_sample_big(name):
     for pos in sorted(positions):
         mut = buf.copy()
         mut[pos] ^= rng.randrange(1, 256)
-        assert_rejected(mut, f"{name}: byte {pos}/{buf.size} ^= {int(mut[pos] ^ buf[pos]):#04x}",
-                        threads=rng.choice((None, 1, 2, 3)))
+        assert_rejected(
+            mut,
+            f"{name}: byte {pos}/{buf.size} ^= {int(mut[pos] ^ buf[pos]):#04x}",
+            threads=rng.choice((None, 1, 2, 3)),
+        )
 
 
 @pytest.mark.parametrize("name", list(BIG))
@@ -404,8 +431,9 @@ def test_mutated_chunk_random_access(name):
 @examples(100)
 @given(
     name=st.sampled_from([*SMALL, *BIG]),
-    edits=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)),
-                   min_size=1, max_size=8),
+    edits=st.lists(
+        st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=8
+    ),
 )
 def test_multi_byte_mutations(name, edits):
     _, buf, _ = valid(name)
@@ -439,9 +467,15 @@ def test_chunk_reordering_and_splicing(name, data):
     assert_rejected(mut, f"{name}: {op} [{a}, {b})")
 
 
-@pytest.mark.parametrize("pair", [("small_f32", "small_raw_f32"), ("small_f16", "small_bf16_2d"),
-                                  ("small_const_runs", "small_constant"),
-                                  ("small_lossless_f32", "small_lossless_mixed_f64")])
+@pytest.mark.parametrize(
+    "pair",
+    [
+        ("small_f32", "small_raw_f32"),
+        ("small_f16", "small_bf16_2d"),
+        ("small_const_runs", "small_constant"),
+        ("small_lossless_f32", "small_lossless_mixed_f64"),
+    ],
+)
 def test_streams_of_other_fixtures_cross_spliced(pair):
     """A header from one stream with the body of another is rejected."""
     na, nb = pair
@@ -457,6 +491,7 @@ def test_streams_of_other_fixtures_cross_spliced(pair):
 # --------------------------------------------------------------------------------------------
 # Random byte strings
 # --------------------------------------------------------------------------------------------
+
 
 def test_random_byte_strings_many_lengths():
     rng = np.random.default_rng(123)
@@ -495,8 +530,10 @@ def test_valid_prefix_random_tail(name, keep, tail):
 # Not a stream at all
 # --------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int8, torch.int32,
-                                   torch.bool, torch.float16])
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float64, torch.int8, torch.int32, torch.bool, torch.float16]
+)
 def test_wrong_dtype_stream_is_type_error(dtype):
     _, buf, _ = valid("small_f32")
     bad = _t(buf).to(dtype)
@@ -577,7 +614,7 @@ def _others_exact(st_: Stream, ref: torch.Tensor, bad: set, what: str) -> None:
     for c in range(st_.nchunks):
         if c not in bad:
             got = zccl_torch.decompress_chunk(st_.tensor(), c)
-            assert_bitwise_equal(flat[c * cl:(c + 1) * cl], got, f"{what}: chunk {c}")
+            assert_bitwise_equal(flat[c * cl : (c + 1) * cl], got, f"{what}: chunk {c}")
 
 
 def _v2_features(st_: Stream) -> bool:
@@ -601,8 +638,9 @@ def test_resealing_unchanged_stream_still_decodes():
         resealed = Stream(buf).seal().array()
         assert np.array_equal(resealed, buf), f"{name}: re-sealing changed the stream"
         # rebuilding the stream from its chunk bodies (repeats as None) gives it back
-        bodies = [None if st_.kind(c) == "repeat" else st_.chunk_bytes(c)
-                  for c in range(st_.nchunks)]
+        bodies = [
+            None if st_.kind(c) == "repeat" else st_.chunk_bytes(c) for c in range(st_.nchunks)
+        ]
         assert np.array_equal(st_.with_chunks(bodies).array(), buf), name
         for c, k in enumerate(st_.kinds()):
             if k == "encoded":  # the layout adds up exactly as the test reads it
@@ -618,7 +656,7 @@ def test_resealing_unchanged_stream_still_decodes():
 
 # Header edits that must be rejected (header CRC re-sealed). `only`: "lossy" / "lossless" limits
 # an edit to the fixtures where it changes the meaning of the stream.
-_DTYPE_WIDTH_SWAP = {1: 2, 2: 1, 3: 1, 4: 2}   # changes the value size of every dtype
+_DTYPE_WIDTH_SWAP = {1: 2, 2: 1, 3: 1, 4: 2}  # changes the value size of every dtype
 _DTYPE_HALF_SWAP = {1: 3, 3: 1, 2: 4, 4: 2}
 HEADER_EDITS = {
     "version 3": (lambda s: s.u8(4, 3), None),
@@ -656,14 +694,26 @@ HEADER_EDITS = {
     "shape[0] + 1": (lambda s: s.u64(48, s.u64(48) + 1), None),
     "shape[0] 2**63": (lambda s: s.u64(48, 2**63), None),
 }
-HEADER_FIXTURES = {"small_f32": "lossy", "small_f64_2d": "lossy", "small_raw_f64": "lossy",
-                   "small_f16": "lossy", "small_bf16_2d": "lossy", "small_const_runs": "lossy",
-                   "small_lossless_f32": "lossless"}
+HEADER_FIXTURES = {
+    "small_f32": "lossy",
+    "small_f64_2d": "lossy",
+    "small_raw_f64": "lossy",
+    "small_f16": "lossy",
+    "small_bf16_2d": "lossy",
+    "small_const_runs": "lossy",
+    "small_lossless_f32": "lossless",
+}
 
 
-@pytest.mark.parametrize(("name", "edit"), [
-    (name, edit) for name, kind in HEADER_FIXTURES.items()
-    for edit, (_, only) in HEADER_EDITS.items() if only in (None, kind)])
+@pytest.mark.parametrize(
+    ("name", "edit"),
+    [
+        (name, edit)
+        for name, kind in HEADER_FIXTURES.items()
+        for edit, (_, only) in HEADER_EDITS.items()
+        if only in (None, kind)
+    ],
+)
 def test_crafted_header_fields_rejected(name, edit):
     _, buf, _ = valid(name)
     if HEADER_FIXTURES[name] == "lossless" and not HAVE_ZSTD:
@@ -676,7 +726,7 @@ def test_crafted_header_fields_rejected(name, edit):
     if hb > len(st_.b) or hb < 52:
         assert_rejected(st_.array(), f"{name}: {edit} (unsealed)")
         return
-    st_.u32(hb - 4, crc32c(bytes(st_.b[:hb - 4])))
+    st_.u32(hb - 4, crc32c(bytes(st_.b[: hb - 4])))
     assert_rejected(st_.array(), f"{name}: {edit} (valid header CRC)")
 
 
@@ -697,7 +747,7 @@ def test_crafted_ndim_rejected():
         st_.u8(7, ndim)
         hb = st_.header_bytes
         if hb <= len(st_.b):
-            st_.u32(hb - 4, crc32c(bytes(st_.b[:hb - 4])))
+            st_.u32(hb - 4, crc32c(bytes(st_.b[: hb - 4])))
         assert_rejected(st_.array(), f"ndim {ndim}")
 
 
@@ -759,7 +809,7 @@ def test_crafted_chunk_table_of_constant_runs_rejected():
     # a constant and the repeat after it swap table entries (sizes 0 / 5 and their CRCs)
     st_ = Stream(buf)
     t = st_.table
-    st_.b[t:t + 16] = st_.b[t + 8:t + 16] + st_.b[t:t + 8]
+    st_.b[t : t + 16] = st_.b[t + 8 : t + 16] + st_.b[t : t + 8]
     st_.seal(chunks=False)
     assert_rejected(st_.array(), "const runs: chunk 0 and 1 table entries swapped")
 
@@ -779,8 +829,18 @@ def test_crafted_chunk_mode_rejected(dt):
             _rejected_everywhere(st_, f"{dt}: chunk {c} mode {mode}", chunks=[c])
 
 
-@pytest.mark.parametrize("name", ["small_raw_f32", "small_f32", "small_f64_2d", "small_f16",
-                                  "small_bf16_2d", "small_lossless_mixed_f64", "big_f64_mixed"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "small_raw_f32",
+        "small_f32",
+        "small_f64_2d",
+        "small_f16",
+        "small_bf16_2d",
+        "small_lossless_mixed_f64",
+        "big_f64_mixed",
+    ],
+)
 def test_crafted_raw_relabelled_rejected(name):
     """A raw chunk relabelled encoded, constant or lossless (CRCs re-sealed) is refused."""
     _, buf, ref = valid(name)
@@ -805,6 +865,7 @@ def test_crafted_single_value_constant_is_raw_layout():
 
 # -- encoded chunks (version-2 layout: bitmap, then one code length per set bit) -------------
 
+
 @pytest.mark.parametrize("dt", list(DTYPES4))
 def test_crafted_code_lengths_rejected(dt):
     """Every nonzero block's code length set to 0 (no longer matching its bitmap bit), out of
@@ -818,8 +879,9 @@ def test_crafted_code_lengths_rejected(dt):
                 st_ = Stream(st0.array())
                 st_.u8(pos, new)
                 st_.seal()
-                _rejected_everywhere(st_, f"{dt}: chunk {c} block {blk} code length {old} -> {new}",
-                                     chunks=[c])
+                _rejected_everywhere(
+                    st_, f"{dt}: chunk {c} block {blk} code length {old} -> {new}", chunks=[c]
+                )
 
 
 @pytest.mark.parametrize("dt", list(DTYPES4))
@@ -838,8 +900,10 @@ def test_crafted_bitmap_bits_rejected(dt):
         assert lay.nblocks % 8 != 0
         for bit in range(lay.nblocks % 8, 8):
             st_ = Stream(st0.array())
-            st_.u8(lay.bitmap + lay.bitmap_bytes - 1,
-                   st_.u8(lay.bitmap + lay.bitmap_bytes - 1) | (1 << bit))
+            st_.u8(
+                lay.bitmap + lay.bitmap_bytes - 1,
+                st_.u8(lay.bitmap + lay.bitmap_bytes - 1) | (1 << bit),
+            )
             st_.seal()
             _rejected_everywhere(st_, f"{dt}: chunk {c} bitmap padding bit {bit} set", chunks=[c])
         for value in (0x00, 0xFF):
@@ -882,9 +946,12 @@ def test_crafted_outlier_fields_rejected(dt):
         "index == m": lambda s: s.u16(at_idx + 2 * (n_out - 1), m),
         "index 65535": lambda s: s.u16(at_idx, 65535),
         "indices swapped": lambda s: s.b.__setitem__(
-            slice(at_idx, at_idx + 4), bytes(s.b[at_idx + 2:at_idx + 4] + s.b[at_idx:at_idx + 2])),
+            slice(at_idx, at_idx + 4),
+            bytes(s.b[at_idx + 2 : at_idx + 4] + s.b[at_idx : at_idx + 2]),
+        ),
         "duplicate index": lambda s: s.b.__setitem__(
-            slice(at_idx + 2, at_idx + 4), bytes(s.b[at_idx:at_idx + 2])),
+            slice(at_idx + 2, at_idx + 4), bytes(s.b[at_idx : at_idx + 2])
+        ),
     }
     for what, fn in cases.items():
         st_ = Stream(st0.array())
@@ -918,6 +985,7 @@ def test_crafted_lossless_stream_with_encoded_chunk_rejected(codec):
 
 # -- constant chunks and repeats -------------------------------------------------------------
 
+
 def _constant_stream(dtype, value=2.5):
     """[constant, repeat] of 64 values at chunk 32."""
     st_ = Stream(zccl_torch.compress(torch.full((64,), value, dtype=dtype), 1e-2, chunk_size=32))
@@ -935,14 +1003,24 @@ def test_crafted_repeat_as_first_chunk_rejected():
     # the one chunk of a one-chunk stream
     _, buf, _ = valid("single")
     s1 = Stream(buf)
-    _rejected_everywhere(s1.with_chunks([None], crcs={0: crc32c(s1.chunk_bytes(0))}),
-                         "single: the only chunk a repeat")
+    _rejected_everywhere(
+        s1.with_chunks([None], crcs={0: crc32c(s1.chunk_bytes(0))}),
+        "single: the only chunk a repeat",
+    )
 
 
-@pytest.mark.parametrize(("name", "chunk"), [
-    ("small_f32", 1), ("small_f32", 3), ("small_f16", 2), ("small_f16", 1),
-    ("small_lossless_mixed_f64", 1), ("small_lossless_mixed_f64", 2),
-    ("small_const_runs", 4)])
+@pytest.mark.parametrize(
+    ("name", "chunk"),
+    [
+        ("small_f32", 1),
+        ("small_f32", 3),
+        ("small_f16", 2),
+        ("small_f16", 1),
+        ("small_lossless_mixed_f64", 1),
+        ("small_lossless_mixed_f64", 2),
+        ("small_const_runs", 4),
+    ],
+)
 def test_crafted_repeat_after_non_constant_rejected(name, chunk):
     """A repeat entry after an encoded, raw or lossless chunk (CRC: the 1 + elem bytes that end
     where it starts, as for a genuine repeat) is refused by parse(), so by every entry point."""
@@ -973,14 +1051,20 @@ def test_crafted_constant_wrong_size_rejected(dt):
     st0 = _constant_stream(DTYPES4[dt])
     const = st0.chunk_bytes(0)
     value = const[1:]
-    for body in (const + b"\x00", const[:-1], bytes([MODE_CONSTANT]), const + value,
-                 bytes([MODE_CONSTANT]) + value * 32):
+    for body in (
+        const + b"\x00",
+        const[:-1],
+        bytes([MODE_CONSTANT]),
+        const + value,
+        bytes([MODE_CONSTANT]) + value * 32,
+    ):
         # alone (the repeat replaced by a second copy of the chunk) and before the repeat
         for second in (body, None):
             st_ = st0.with_chunks([body, second])
             then = "a repeat" if second is None else "it again"
-            _rejected_everywhere(st_, f"{dt}: constant chunk of {len(body)} bytes "
-                                      f"(not {len(const)}), then {then}")
+            _rejected_everywhere(
+                st_, f"{dt}: constant chunk of {len(body)} bytes (not {len(const)}), then {then}"
+            )
 
 
 def test_crafted_constant_chunk_tail_rejected():
@@ -1007,15 +1091,22 @@ def test_crafted_repeat_crc_mismatch_rejected():
     other_value = bytes([MODE_CONSTANT]) + np.float32(3.5).tobytes()
     for c in repeats:
         good = st0.chunk_crc(c)
-        for bad in (good ^ 1, good ^ 0x80000000, 0, crc32c(b""), crc32c(other_value),
-                    crc32c(bytes(st0.b[st0.header_bytes:st0.header_bytes + 4]))):
+        for bad in (
+            good ^ 1,
+            good ^ 0x80000000,
+            0,
+            crc32c(b""),
+            crc32c(other_value),
+            crc32c(bytes(st0.b[st0.header_bytes : st0.header_bytes + 4])),
+        ):
             if bad == good:
                 continue
             st_ = st0.copy()
             st_.chunk_crc(c, bad)
             st_.seal(chunks=False)
-            _rejected_everywhere(st_, f"const runs: repeat {c} CRC {good:#x} -> {bad:#x}",
-                                 chunks=[c])
+            _rejected_everywhere(
+                st_, f"const runs: repeat {c} CRC {good:#x} -> {bad:#x}", chunks=[c]
+            )
             _others_exact(st_, ref, {c}, f"repeat {c} CRC {bad:#x}")
 
 
@@ -1035,10 +1126,11 @@ def test_repeats_decode_by_random_access():
     x, buf, _ = valid("small_const_runs")
     for c, n in ((1, 32), (2, 32), (5, 32), (7, 10)):
         got = zccl_torch.decompress_chunk(_t(buf), c)
-        assert_bitwise_equal(x[32 * c:32 * c + n], got, f"chunk {c}")
+        assert_bitwise_equal(x[32 * c : 32 * c + n], got, f"chunk {c}")
 
 
 # -- lossless codec 1 (byte planes + zstd) ---------------------------------------------------
+
 
 def _lossless_chunks(name):
     _, buf, ref = valid(name)
@@ -1086,7 +1178,7 @@ def test_crafted_zstd_frame_truncated_rejected(name):
     for c in chunks:
         body = st0.chunk_bytes(c)
         for cut in sorted({1, 2, 3, 4, 8, len(body) // 2, len(body) - 2, len(body) - 1}):
-            st_ = st0.replace_chunk(c, body[:len(body) - cut])
+            st_ = st0.replace_chunk(c, body[: len(body) - cut])
             _rejected_everywhere(st_, f"{name}: chunk {c} frame minus {cut} bytes", chunks=[c])
         _others_exact(st_, ref, {c}, f"{name}: chunk {c} truncated")
 
@@ -1099,7 +1191,7 @@ def test_crafted_zstd_frame_extra_bytes_rejected(name):
         body = st0.chunk_bytes(c)
         for extra in (b"\x00", b"\xff" * 3, bytes(range(17)), body[1:], b"\x28\xb5\x2f\xfd"):
             if len(body) + len(extra) > 1 + st0.chunk_values(c) * st0.elem:
-                extra = extra[:1 + st0.chunk_values(c) * st0.elem - len(body)]
+                extra = extra[: 1 + st0.chunk_values(c) * st0.elem - len(body)]
                 if not extra:
                     continue
             st_ = st0.replace_chunk(c, body + extra)
@@ -1115,8 +1207,9 @@ def test_crafted_zstd_trailing_frame_rejected(extra):
     c = chunks[0]
     body = st0.chunk_bytes(c)
     tail = ZSTD_EMPTY_FRAME if extra == "empty frame" else ZSTD_SKIPPABLE_FRAME
-    _rejected_everywhere(st0.replace_chunk(c, body + tail), f"chunk {c} frame + {extra}",
-                         chunks=[c])
+    _rejected_everywhere(
+        st0.replace_chunk(c, body + tail), f"chunk {c} frame + {extra}", chunks=[c]
+    )
 
 
 def _ramp_lossless():
@@ -1160,8 +1253,9 @@ def test_crafted_zstd_frame_wrong_size_rejected():
         "content size says n + 1, holds n": zstd_frame(zstd_blocks(planes), len(planes) + 1),
         "no content size": zstd_frame(zstd_blocks(planes), None),
         "empty frame": ZSTD_EMPTY_FRAME,
-        "wrong checksum": zstd_frame(zstd_blocks(planes), len(planes), checksum=b"\x01\x02\x03"
-                                                                                 b"\x04"),
+        "wrong checksum": zstd_frame(
+            zstd_blocks(planes), len(planes), checksum=b"\x01\x02\x03\x04"
+        ),
         "not a frame": b"\x00" * 40,
     }
     for what, frame in cases.items():
@@ -1187,6 +1281,7 @@ def test_crafted_codec1_needs_zstd_or_is_refused_cleanly():
 
 
 # -- half precision ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["small_f16", "small_bf16_2d", "big_f16", "big_bf16"])
 def test_half_fixture_outliers_patched_exactly(name):
@@ -1231,16 +1326,29 @@ def test_crafted_half_dtype_edits_rejected():
     """A half stream (raw chunks, outliers) relabelled float32/float64, and float32/float64
     streams relabelled half, are refused; float16 <-> bfloat16 changes nothing in the layout
     (same value size, same bin type), so only the header CRC guards it."""
-    for name, new in (("small_f16", 1), ("small_f16", 2), ("small_bf16_2d", 1), ("small_f32", 3),
-                      ("small_f32", 4), ("small_f64_2d", 3), ("small_raw_f64", 4)):
+    for name, new in (
+        ("small_f16", 1),
+        ("small_f16", 2),
+        ("small_bf16_2d", 1),
+        ("small_f32", 3),
+        ("small_f32", 4),
+        ("small_f64_2d", 3),
+        ("small_raw_f64", 4),
+    ):
         _, buf, _ = valid(name)
         st_ = Stream(buf)
         st_.u8(5, new)
         st_.seal(chunks=False)
-        _rejected_everywhere(st_, f"{name}: dtype -> {new}",
-                             chunks=[c for c, k in enumerate(Stream(buf).kinds())
-                                     if k in ("raw", "constant", "repeat", "lossless")
-                                     or (k == "encoded" and Stream(buf).encoded(c).n_out)])
+        _rejected_everywhere(
+            st_,
+            f"{name}: dtype -> {new}",
+            chunks=[
+                c
+                for c, k in enumerate(Stream(buf).kinds())
+                if k in ("raw", "constant", "repeat", "lossless")
+                or (k == "encoded" and Stream(buf).encoded(c).n_out)
+            ],
+        )
     # the header CRC alone, unsealed
     _, buf, _ = valid("small_f16")
     st_ = Stream(buf)
@@ -1254,17 +1362,27 @@ def test_crafted_random_field_values(data):
     """Random values in any header word (header checksum re-sealed): rejected, or (for the few
     fields whose change keeps the stream self-consistent) decoded - never a crash or another
     exception type."""
-    name = data.draw(st.sampled_from(["small_f32", "small_f64_2d", "small_constant", "small_f16",
-                                      "small_const_runs", "small_lossless_f32"]))
+    name = data.draw(
+        st.sampled_from(
+            [
+                "small_f32",
+                "small_f64_2d",
+                "small_constant",
+                "small_f16",
+                "small_const_runs",
+                "small_lossless_f32",
+            ]
+        )
+    )
     _, buf, _ = valid(name)
     st_ = Stream(buf)
     off = data.draw(st.sampled_from([4, 5, 6, 7, 8, 16, 24, 32, 36, 40, 48]))
     width = {4: 1, 5: 1, 6: 1, 7: 1, 32: 4, 36: 4}.get(off, 8)
-    value = data.draw(st.integers(0, 2**(8 * width) - 1))
-    st_.b[off:off + width] = value.to_bytes(width, "little")
+    value = data.draw(st.integers(0, 2 ** (8 * width) - 1))
+    st_.b[off : off + width] = value.to_bytes(width, "little")
     hb = st_.header_bytes if st_.chunk_len else 10**9
     if 52 <= hb <= len(st_.b):
-        st_.u32(hb - 4, crc32c(bytes(st_.b[:hb - 4])))
+        st_.u32(hb - 4, crc32c(bytes(st_.b[: hb - 4])))
     mut = st_.array()
     if np.array_equal(mut, buf):
         return

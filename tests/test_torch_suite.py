@@ -21,13 +21,25 @@ def test_torch_distributed_subset(config: str, tmp_path: Path) -> None:
     # No isolation (one job unless a test hangs or crashes): a fresh job after each failure
     # would cost ~20 s of rank start-up apiece. The per-test watchdog still bounds a hang; a
     # 20 s group timeout makes a collective left waiting by a failed peer raise well before it.
-    summary = run_config(3, config, tmp_path, tests=SUBSET, timeout=60, pg_timeout=20,
-                         job_timeout=480, isolate=False, launch=mpirun)
+    summary = run_config(
+        3,
+        config,
+        tmp_path,
+        tests=SUBSET,
+        timeout=60,
+        pg_timeout=20,
+        job_timeout=480,
+        isolate=False,
+        launch=mpirun,
+    )
     tests = summary["tests"]
     not_passed = [name for name in SUBSET if tests.get(name, {}).get("status") != "passed"]
     report = "\n".join(failure_lines(summary) + summary["notes"])
-    skipped = [f"  {n}: {tests[n]['ranks'][0].get('reason')}" for n in not_passed
-               if tests.get(n, {}).get("status") == "skipped"]
+    skipped = [
+        f"  {n}: {tests[n]['ranks'][0].get('reason')}"
+        for n in not_passed
+        if tests.get(n, {}).get("status") == "skipped"
+    ]
     assert not not_passed, (
         f"{len(not_passed)}/{len(SUBSET)} torch distributed tests did not pass ({config}):\n"
         f"{report}\n" + ("skipped:\n" + "\n".join(skipped) if skipped else "")

@@ -90,8 +90,12 @@ def test_derived_master_port_is_below_the_ephemeral_range() -> None:
     except OSError:
         pass
     for job in ("0", "1", "4242", "99999", "3218473985", "prterun-host-12345@1"):
-        env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
-               "OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": job}
+        env = {
+            "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "OMPI_MCA_ess_base_jobid": job,
+        }
         backend._set_launch_defaults(env)
         port = int(env["MASTER_PORT"])
         assert 1024 < port and port + 1 < low, (job, port)  # +1: a second group's store

@@ -178,9 +178,7 @@ def _listen_address() -> str:
         return _local_address()
     try:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            packed = fcntl.ioctl(
-                s.fileno(), _SIOCGIFADDR, struct.pack("256s", iface[:15].encode())
-            )
+            packed = fcntl.ioctl(s.fileno(), _SIOCGIFADDR, struct.pack("256s", iface[:15].encode()))
     except OSError as exc:
         raise ValueError(
             f"ZCCL_SOCKET_IFNAME={iface!r}: no IPv4 address on that interface ({exc})"

@@ -37,6 +37,7 @@ def lossless_codec() -> str:
     per chunk) when the extension was built with libzstd, else ``"none"`` (raw chunks)."""
     return "zstd" if _C.lossless_codec_available(1) else "none"
 
+
 ProgressCallback = Callable[[int, int], None]
 
 
@@ -182,8 +183,14 @@ def compress(
     eb = resolve_error_bound(tensor, error_bound, mode)
     src = tensor.detach().contiguous()
     return _C.compress(
-        src, code, eb, _check_chunk_size(chunk_size), _check_threads(threads), list(src.shape),
-        progress, _CODEC_AUTO,
+        src,
+        code,
+        eb,
+        _check_chunk_size(chunk_size),
+        _check_threads(threads),
+        list(src.shape),
+        progress,
+        _CODEC_AUTO,
     )
 
 

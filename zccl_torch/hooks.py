@@ -173,8 +173,9 @@ class ZcclHookState:
             self._control = dist.new_group(ranks=ranks, backend="zccl")
         return self._control
 
-    def _staged(self, index: int, payload: int, role: str, numel: int,
-                dtype: torch.dtype) -> torch.Tensor:
+    def _staged(
+        self, index: int, payload: int, role: str, numel: int, dtype: torch.dtype
+    ) -> torch.Tensor:
         """The staging buffer ``role`` of payload ``payload`` of bucket ``index`` (allocated on
         first use, and again if the payload's size or dtype changed)."""
         key = (index, payload, role)
@@ -235,7 +236,8 @@ class ZcclHookState:
             if whole is not None:  # the residual stored by the last call, as it was: no copy
                 return whole
         parts = [
-            r if r is not None and r.numel() == n and r.dtype == dtype
+            r
+            if r is not None and r.numel() == n and r.dtype == dtype
             else torch.zeros(n, dtype=dtype)
             for r, (_, n) in zip(found, keys, strict=True)
         ]
@@ -296,8 +298,9 @@ def _consecutive_views(
     return first.as_strided((sum(sizes),), (1,), first.storage_offset())
 
 
-def _gather(t: torch.Tensor, slices: list[_Slice], into: Callable[[int], torch.Tensor]
-            ) -> torch.Tensor:
+def _gather(
+    t: torch.Tensor, slices: list[_Slice], into: Callable[[int], torch.Tensor]
+) -> torch.Tensor:
     """The slices of ``t`` as one payload: a view when they are one slice, else copied into
     ``into(total numel)``."""
     if len(slices) == 1:
@@ -408,12 +411,17 @@ def compressed_allreduce_hook(
             # bucket buffer or a gathered copy), and x - x' in the same pass.
             threads = base.threads or None
             if len(slices) == 1:
-                quantize(payload, d.error_bound, "abs", threads=threads, out=payload,
-                         residual=residual.narrow(0, *slices[0]))
+                quantize(
+                    payload,
+                    d.error_bound,
+                    "abs",
+                    threads=threads,
+                    out=payload,
+                    residual=residual.narrow(0, *slices[0]),
+                )
             else:
                 rest = state._staged(index, ordinal, "residual", payload.numel(), work_dtype)
-                quantize(payload, d.error_bound, "abs", threads=threads, out=payload,
-                         residual=rest)
+                quantize(payload, d.error_bound, "abs", threads=threads, out=payload, residual=rest)
                 _scatter(residual, rest, slices)
         decisions.append((0.0 if d.exact else d.error_bound, payload.numel()))
         plan.append((payload, d))

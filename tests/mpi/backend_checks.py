@@ -208,7 +208,8 @@ def half_precision_allreduce() -> None:
             wide_stats = zccl_torch.last_stats()
             assert stats["algorithm"] == wide_stats["algorithm"], (stats, wide_stats)
             assert 2 * stats["bytes_compressed"] == wide_stats["bytes_compressed"], (
-                f"{dtype} all_reduce did not send half streams: {stats} vs float32 {wide_stats}")
+                f"{dtype} all_reduce did not send half streams: {stats} vs float32 {wide_stats}"
+            )
 
 
 @check
@@ -244,10 +245,10 @@ def half_precision_data_movement() -> None:
         dist.scatter(got, scatter_list=blocks, src=root)
         assert_within(f"half scatter {dtype}", got, srcs[rank()] * 2, EB)
         recv = torch.empty(p * 1000, dtype=dtype)
-        send = torch.cat([srcs[rank()][1000 * r:1000 * (r + 1)] for r in range(p)])
+        send = torch.cat([srcs[rank()][1000 * r : 1000 * (r + 1)] for r in range(p)])
         with zccl_torch.config(min_compress_bytes=0):
             dist.all_to_all_single(recv, send)
-        ref = torch.cat([srcs[r][1000 * rank():1000 * (rank() + 1)] for r in range(p)])
+        ref = torch.cat([srcs[r][1000 * rank() : 1000 * (rank() + 1)] for r in range(p)])
         assert_within(f"half all_to_all_single {dtype}", recv, ref, EB)
 
 
@@ -257,8 +258,10 @@ def lossless_mode() -> None:
     -0.0, denormals and infinities; all_reduce of integer-valued floats is exact in any order."""
     p = world()
     n = 40_009
-    special = torch.tensor([0x7FC01234, 0xFFC00001, 0x80000000, 0x00000001, 0x007FFFFF,
-                            0x7F800000, 0xFF800000], dtype=torch.int64).to(torch.int32)
+    special = torch.tensor(
+        [0x7FC01234, 0xFFC00001, 0x80000000, 0x00000001, 0x007FFFFF, 0x7F800000, 0xFF800000],
+        dtype=torch.int64,
+    ).to(torch.int32)
     with zccl_torch.config(mode="lossless", error_bound=0.5):
         for root in range(p):
             src = data(500 + root, n)
@@ -369,8 +372,9 @@ def integer_ring_hop() -> None:
                     what = f"all_reduce {name} {dtype} n={n} integer_ring={integer}"
                     inputs = [data(r, n, dtype, salt=31) for r in range(p)]
                     t = inputs[rank()].clone()
-                    with zccl_torch.config(algorithm="ring", integer_ring=integer,
-                                           min_compress_bytes=0, threads=1):
+                    with zccl_torch.config(
+                        algorithm="ring", integer_ring=integer, min_compress_bytes=0, threads=1
+                    ):
                         dist.all_reduce(t, op=op)
                     st = zccl_torch.last_stats()
                     assert st["algorithm"] == "ring" and st["bytes_compressed"] > 0, (what, st)
@@ -395,8 +399,9 @@ def integer_ring_hop() -> None:
     outs = []
     for threads in (1, 2, 3):
         t = data(rank(), 2_500_003)
-        with zccl_torch.config(algorithm="ring", integer_ring=True, min_compress_bytes=0,
-                               threads=threads):
+        with zccl_torch.config(
+            algorithm="ring", integer_ring=True, min_compress_bytes=0, threads=threads
+        ):
             dist.all_reduce(t)
         assert zccl_torch.last_stats()["integer_hop"], threads
         outs.append(t)
@@ -405,8 +410,9 @@ def integer_ring_hop() -> None:
     # MIN/MAX and lossless rings never take the integer hop, even when asked for.
     for op, mode in ((dist.ReduceOp.MAX, "abs"), (dist.ReduceOp.SUM, "lossless")):
         t = data(rank(), 5000)
-        with zccl_torch.config(algorithm="ring", mode=mode, min_compress_bytes=0,
-                               integer_ring=True, threads=1):
+        with zccl_torch.config(
+            algorithm="ring", mode=mode, min_compress_bytes=0, integer_ring=True, threads=1
+        ):
             dist.all_reduce(t, op=op)
         st = zccl_torch.last_stats()
         assert st["algorithm"] == "ring" and not st["integer_hop"], (op, mode, st)
@@ -431,8 +437,9 @@ def compression_threads_change_no_bit() -> None:
             dist.scatter(s, scatter_list=blocks, src=p - 1)
         outs[threads] = [t, b, s]
     for threads in (2, 3):
-        for name, got, ref in zip(("all_reduce", "broadcast", "scatter"), outs[threads], outs[1],
-                                  strict=True):
+        for name, got, ref in zip(
+            ("all_reduce", "broadcast", "scatter"), outs[threads], outs[1], strict=True
+        ):
             assert_equal(f"{name} threads={threads} vs 1", got, ref)
 
 

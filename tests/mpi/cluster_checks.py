@@ -20,8 +20,12 @@ import zccl_torch
 def main() -> None:
     comm = MPI.COMM_WORLD
     rank, p = comm.Get_rank(), comm.Get_size()
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", "eth0"], capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show", "dev", "eth0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     addr = ipaddress.ip_interface(out[3])
     subnet = ipaddress.ip_network(os.environ["ZC_TEST_SUBNET"])
     assert addr.ip in subnet, f"rank {rank}: {addr} not in {subnet}"
@@ -33,7 +37,7 @@ def main() -> None:
     rate = float(os.environ["ZC_TEST_RATE_BPS"]) / 8
     buf = np.ones(8 << 20, dtype=np.uint8)
     recv = np.empty_like(buf)
-    comm.Sendrecv(buf[:1 << 20], (rank + 1) % p, 1, recv[:1 << 20], (rank - 1) % p, 1)
+    comm.Sendrecv(buf[: 1 << 20], (rank + 1) % p, 1, recv[: 1 << 20], (rank - 1) % p, 1)
     comm.Barrier()
     start = time.perf_counter()
     comm.Sendrecv(buf, (rank + 1) % p, 2, recv, (rank - 1) % p, 2)
@@ -41,8 +45,11 @@ def main() -> None:
     achieved = buf.nbytes / elapsed
     assert achieved <= 1.1 * rate, f"{achieved:.3g} B/s through a {rate:.3g} B/s link"
 
-    dist.init_process_group("zccl", timeout=datetime.timedelta(seconds=120),
-                            pg_options=zccl_torch.Options(error_bound=1e-3, mode="abs"))
+    dist.init_process_group(
+        "zccl",
+        timeout=datetime.timedelta(seconds=120),
+        pg_options=zccl_torch.Options(error_bound=1e-3, mode="abs"),
+    )
     x = torch.linspace(0, 1, 200_000) + rank
     y = x.clone()
     dist.all_reduce(y)

@@ -44,6 +44,7 @@ def data(r: int, n: int, dtype: torch.dtype = torch.float32, salt: int = 0) -> t
 
 def same_bits(name: str, got: torch.Tensor, want: torch.Tensor) -> None:
     assert got.dtype == want.dtype and got.shape == want.shape, (name, got.shape, want.shape)
+
     def bits(t: torch.Tensor) -> torch.Tensor:
         return t.reshape(-1).view(torch.uint8) if t.is_floating_point() else t
 
@@ -74,8 +75,12 @@ def all_gather_coalesced_torch_layout() -> None:
     bit for bit on the exact path and within the bound on the compressed one; the number of
     inputs equal to the world size (where a transposed layout would go unnoticed) included."""
     p = world()
-    for n_inputs, dtype in ((1, torch.float32), (2, torch.float64), (p, torch.float32),
-                            (p, torch.int64)):
+    for n_inputs, dtype in (
+        (1, torch.float32),
+        (2, torch.float64),
+        (p, torch.float32),
+        (p, torch.int64),
+    ):
         inputs = [(data(rank(), 100 + 37 * i, salt=i) * 1000).to(dtype) for i in range(n_inputs)]
         for cfg in ({"algorithm": "mpi"}, {}):
             outs = [[torch.empty_like(t) for t in inputs] for _ in range(p)]
@@ -91,8 +96,11 @@ def all_gather_coalesced_torch_layout() -> None:
                     else:
                         assert_within(name, outs[r][i], ref[r][i], EB)
     bad = [[torch.empty(3)] for _ in range(p + 1)]
-    raises_everywhere("all_gather_coalesced wrong lists", lambda: dist.all_gather_coalesced(
-        bad, [torch.ones(3)]), "one list per rank")
+    raises_everywhere(
+        "all_gather_coalesced wrong lists",
+        lambda: dist.all_gather_coalesced(bad, [torch.ones(3)]),
+        "one list per rank",
+    )
 
 
 @check
@@ -183,11 +191,17 @@ def disagreements_raise_on_every_rank() -> None:
     for n in (large, small):
         t = data(rank(), n)
         op = dist.ReduceOp.MAX if odd else dist.ReduceOp.SUM
-        raises_everywhere(f"reduce op n={n}", lambda t=t, op=op: dist.all_reduce(t, op=op),
-                          "reduce op", "SUM on rank", "MAX on rank")
+        raises_everywhere(
+            f"reduce op n={n}",
+            lambda t=t, op=op: dist.all_reduce(t, op=op),
+            "reduce op",
+            "SUM on rank",
+            "MAX on rank",
+        )
     src = 1 if odd else 0
-    raises_everywhere("broadcast src", lambda: dist.broadcast(data(0, large), src=src),
-                      "root", f"on rank {last}")
+    raises_everywhere(
+        "broadcast src", lambda: dist.broadcast(data(0, large), src=src), "root", f"on rank {last}"
+    )
     for n in (large, small):
         t = torch.ones(n, dtype=torch.int32) if odd else torch.ones(n)
         raises_everywhere(f"dtype n={n}", lambda t=t: dist.all_reduce(t), "dtype", "Int", "Float")
@@ -197,14 +211,17 @@ def disagreements_raise_on_every_rank() -> None:
     with zccl_torch.config(algorithm="recursive_doubling" if odd else "ring"):
         raises_everywhere("algorithm", lambda: dist.all_reduce(data(rank(), large)), "algorithm")
     with zccl_torch.config(min_compress_bytes=10**9 if odd else 0):
-        raises_everywhere("min_compress_bytes", lambda: dist.all_reduce(data(rank(), large)),
-                          "min_compress_bytes")
+        raises_everywhere(
+            "min_compress_bytes", lambda: dist.all_reduce(data(rank(), large)), "min_compress_bytes"
+        )
     with zccl_torch.config(error_bound=2 * EB if odd else EB):
-        raises_everywhere("error_bound", lambda: dist.all_reduce(data(rank(), large)),
-                          "error_bound")
+        raises_everywhere(
+            "error_bound", lambda: dist.all_reduce(data(rank(), large)), "error_bound"
+        )
     with zccl_torch.config(integer_ring=not odd):
-        raises_everywhere("integer_ring", lambda: dist.all_reduce(data(rank(), large)),
-                          "integer_ring")
+        raises_everywhere(
+            "integer_ring", lambda: dist.all_reduce(data(rank(), large)), "integer_ring"
+        )
 
     def different_ops() -> None:
         if odd:
@@ -212,10 +229,15 @@ def disagreements_raise_on_every_rank() -> None:
         else:
             dist.all_reduce(torch.ones(8))
 
-    raises_everywhere("different collectives", different_ops, "collective", "broadcast",
-                      "all_reduce")
-    raises_everywhere("size", lambda: dist.all_reduce(torch.ones(100 + rank())),
-                      "size mismatch across ranks", "element count")
+    raises_everywhere(
+        "different collectives", different_ops, "collective", "broadcast", "all_reduce"
+    )
+    raises_everywhere(
+        "size",
+        lambda: dist.all_reduce(torch.ones(100 + rank())),
+        "size mismatch across ranks",
+        "element count",
+    )
     # The opt-out still runs matching calls (and REL bounds still agree on the range).
     with zccl_torch.config(check_agreement=False):
         t = data(rank(), large)
@@ -303,8 +325,9 @@ def sparse_all_reduce_matches_gloo() -> None:
     assert ours.is_sparse and ours.is_coalesced()
     same_bits("sparse all_reduce vs dense", ours.to_dense(), dense)
     same_bits("sparse all_reduce vs gloo", ours.to_dense(), theirs.to_dense())
-    raises_everywhere("sparse MAX", lambda: dist.all_reduce(mine.clone(), op=dist.ReduceOp.MAX),
-                      "SUM")
+    raises_everywhere(
+        "sparse MAX", lambda: dist.all_reduce(mine.clone(), op=dist.ReduceOp.MAX), "SUM"
+    )
     del p
 
 

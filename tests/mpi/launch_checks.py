@@ -76,9 +76,13 @@ def main() -> None:
         full = [data(q, n * p, salt=2) for q in range(p)]
         out = torch.empty(n)
         dist.reduce_scatter_tensor(out, full[r])
-        ref = torch.stack([x.double() for x in full]).sum(0)[r * n:(r + 1) * n]
-        within("reduce_scatter", out, ref, zccl_torch._C.output_error_bound("ring", "sum", p, EB,
-                                                                            False))
+        ref = torch.stack([x.double() for x in full]).sum(0)[r * n : (r + 1) * n]
+        within(
+            "reduce_scatter",
+            out,
+            ref,
+            zccl_torch._C.output_error_bound("ring", "sum", p, EB, False),
+        )
         digest("reduce_scatter", out)
 
         root = p - 1

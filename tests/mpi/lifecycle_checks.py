@@ -62,8 +62,9 @@ def timeout() -> None:
         store.set("done", "1")
         # Rank 0 serves the store: leave only once the others have read "done" (without MPI,
         # as over the TCP transport, nothing else holds rank 0 until they have).
-        store.wait([f"left/{r}" for r in range(1, dist.get_world_size())],
-                   datetime.timedelta(seconds=120))
+        store.wait(
+            [f"left/{r}" for r in range(1, dist.get_world_size())], datetime.timedelta(seconds=120)
+        )
     else:
         store.wait(["done"], datetime.timedelta(seconds=120))
         store.set(f"left/{dist.get_rank()}", "1")

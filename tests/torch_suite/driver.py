@@ -38,11 +38,28 @@ def _tail(path: Path, lines: int = 25) -> str:
         return ""
 
 
-def _job_argv(config: str, adir: Path, batch: Sequence[str] | None, keywords: Sequence[str],
-              timeout: float, pg_timeout: float, isolate: bool) -> list[str]:
+def _job_argv(
+    config: str,
+    adir: Path,
+    batch: Sequence[str] | None,
+    keywords: Sequence[str],
+    timeout: float,
+    pg_timeout: float,
+    isolate: bool,
+) -> list[str]:
     """run_suite.py's command line for one job (``batch``: exact names, else the keywords)."""
-    argv = python_argv(SCRIPT, "--config", config, "--out", str(adir), "--log",
-                       "--timeout", str(timeout), "--pg-timeout", str(pg_timeout))
+    argv = python_argv(
+        SCRIPT,
+        "--config",
+        config,
+        "--out",
+        str(adir),
+        "--log",
+        "--timeout",
+        str(timeout),
+        "--pg-timeout",
+        str(pg_timeout),
+    )
     if isolate:
         argv.append("--stop-after-failure")
     if batch is None:
@@ -54,10 +71,19 @@ def _job_argv(config: str, adir: Path, batch: Sequence[str] | None, keywords: Se
     return argv
 
 
-def run_config(nprocs: int, config: str, out: Path, *, keywords: Sequence[str] = (),
-               tests: Sequence[str] | None = None, timeout: float = 180.0,
-               pg_timeout: float = 60.0, job_timeout: float = 7200.0, isolate: bool = True,
-               launch: Launch = mpirun) -> dict[str, Any]:
+def run_config(
+    nprocs: int,
+    config: str,
+    out: Path,
+    *,
+    keywords: Sequence[str] = (),
+    tests: Sequence[str] | None = None,
+    timeout: float = 180.0,
+    pg_timeout: float = 60.0,
+    job_timeout: float = 7200.0,
+    isolate: bool = True,
+    launch: Launch = mpirun,
+) -> dict[str, Any]:
     """Runs the selected tests (``tests`` exact names, else ``keywords`` substrings, else all)
     on ``nprocs`` ranks in ``config``; returns (and writes) the merged summary. ``timeout``: the
     per-test watchdog; ``pg_timeout``: the process group's (keep it below the watchdog so a
@@ -72,8 +98,9 @@ def run_config(nprocs: int, config: str, out: Path, *, keywords: Sequence[str] =
     for attempt in range(10_000):
         adir = out / f"attempt{attempt}"
         adir.mkdir(parents=True, exist_ok=True)
-        argv = _job_argv(config, adir, batch if order else tests, keywords, timeout, pg_timeout,
-                         isolate)
+        argv = _job_argv(
+            config, adir, batch if order else tests, keywords, timeout, pg_timeout, isolate
+        )
         try:
             done = launch(nprocs, argv, job_timeout)
             log = f"exit status {done.returncode}\n{done.stdout}\n{done.stderr}"
@@ -89,21 +116,26 @@ def run_config(nprocs: int, config: str, out: Path, *, keywords: Sequence[str] =
             break
         reached = _merge(batch, reports, per_rank, adir)
         n_done = len(order) - len(batch) + reached + 1
-        print(f"[{out.name}] job {attempt}: {n_done}/{len(order)} tests have an outcome",
-              flush=True)
+        print(
+            f"[{out.name}] job {attempt}: {n_done}/{len(order)} tests have an outcome", flush=True
+        )
         if all(rep and rep["state"] == "finished" for rep in reports) or reached + 1 >= len(batch):
             break
         if reports[0] and reports[0]["state"] != "stopped_after_failure":
             noticed = [ln for ln in log.splitlines() if "mpirun noticed" in ln]
-            notes.append(f"attempt{attempt}: job ended in {batch[reached]} "
-                         f"(rank states {[rep and rep['state'] for rep in reports]}) "
-                         + " ".join(noticed[:1]))
+            notes.append(
+                f"attempt{attempt}: job ended in {batch[reached]} "
+                f"(rank states {[rep and rep['state'] for rep in reports]}) "
+                + " ".join(noticed[:1])
+            )
         batch = batch[reached + 1 :]
     summary = _summarize(nprocs, config, order or [], per_rank, notes, time.monotonic() - start)
     write_json(out / "summary.json", summary)
     for r, results in enumerate(per_rank):
-        write_json(out / f"rank{r}.json", {"rank": r, "world_size": nprocs, "config": config,
-                                           "results": results})
+        write_json(
+            out / f"rank{r}.json",
+            {"rank": r, "world_size": nprocs, "config": config, "results": results},
+        )
     return summary
 
 
@@ -114,8 +146,7 @@ def _startup_failure(adir: Path, reports: list[Any], log: str) -> str:
     return f"{adir.name}: no test started; run stopped.\n{detail}"
 
 
-def _merge(batch: list[str], reports: list[Any], per_rank: list[dict[str, Any]],
-           adir: Path) -> int:
+def _merge(batch: list[str], reports: list[Any], per_rank: list[dict[str, Any]], adir: Path) -> int:
     """Adds one job's outcomes to ``per_rank``; a rank that left the test the job ended in
     without an outcome is "crashed" (its log tail attached). Returns that test's index."""
     reached = -1
@@ -128,9 +159,10 @@ def _merge(batch: list[str], reports: list[Any], per_rank: list[dict[str, Any]],
         per_rank[r].update(results)
         if batch[reached] not in results:
             per_rank[r][batch[reached]] = {
-                "status": "crashed", "seconds": None,
+                "status": "crashed",
+                "seconds": None,
                 "error": "no outcome: the job ended while this rank ran the test "
-                         "(it died, or mpirun killed it after another rank exited)",
+                "(it died, or mpirun killed it after another rank exited)",
                 "traceback": _tail(adir / f"rank{r}.log", 40),
             }
     return reached
@@ -146,18 +178,35 @@ def merged_status(outcomes: list[dict[str, Any]]) -> str:
     return "passed"
 
 
-def _summarize(nprocs: int, config: str, order: list[str], per_rank: list[dict[str, Any]],
-               notes: list[str], wall_s: float) -> dict[str, Any]:
+def _summarize(
+    nprocs: int,
+    config: str,
+    order: list[str],
+    per_rank: list[dict[str, Any]],
+    notes: list[str],
+    wall_s: float,
+) -> dict[str, Any]:
     tests: dict[str, Any] = {}
     for name in order:
         outcomes = [per_rank[r].get(name, {"status": "not run"}) for r in range(nprocs)]
-        status = merged_status(outcomes) if all(o["status"] != "not run" for o in outcomes) \
+        status = (
+            merged_status(outcomes)
+            if all(o["status"] != "not run" for o in outcomes)
             else "not run"
+        )
         tests[name] = {"status": status, "ranks": outcomes}
-    counts = {s: sum(t["status"] == s for t in tests.values())
-              for s in ("passed", "failed", "skipped", "not run")}
-    return {"np": nprocs, "config": config, "wall_s": round(wall_s, 1), "counts": counts,
-            "notes": notes, "tests": tests}
+    counts = {
+        s: sum(t["status"] == s for t in tests.values())
+        for s in ("passed", "failed", "skipped", "not run")
+    }
+    return {
+        "np": nprocs,
+        "config": config,
+        "wall_s": round(wall_s, 1),
+        "counts": counts,
+        "notes": notes,
+        "tests": tests,
+    }
 
 
 def failure_lines(summary: dict[str, Any]) -> list[str]:
@@ -188,8 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=180.0, help="per-test watchdog, seconds")
     p.add_argument("--pg-timeout", type=float, default=60.0, help="process group timeout, s")
     p.add_argument("--job-timeout", type=float, default=7200.0, help="one mpirun job, seconds")
-    p.add_argument("--no-isolate", action="store_true",
-                   help="keep going in the same job after a failure (faster, less trustworthy)")
+    p.add_argument(
+        "--no-isolate",
+        action="store_true",
+        help="keep going in the same job after a failure (faster, less trustworthy)",
+    )
     args = p.parse_args(argv)
     tests = args.tests.split(",") if args.tests else None
     if args.subset:
@@ -199,13 +251,22 @@ def main(argv: list[str] | None = None) -> int:
     rows, any_bad = [], False
     for nprocs in args.np:
         for config in args.config:
-            s = run_config(nprocs, config, args.out / f"np{nprocs}-{config}",
-                           keywords=args.keywords, tests=tests, timeout=args.timeout,
-                           pg_timeout=args.pg_timeout, job_timeout=args.job_timeout,
-                           isolate=not args.no_isolate)
+            s = run_config(
+                nprocs,
+                config,
+                args.out / f"np{nprocs}-{config}",
+                keywords=args.keywords,
+                tests=tests,
+                timeout=args.timeout,
+                pg_timeout=args.pg_timeout,
+                job_timeout=args.job_timeout,
+                isolate=not args.no_isolate,
+            )
             c = s["counts"]
-            rows.append(f"{nprocs:>5}  {config:<8} {c['passed']:>6} {c['failed']:>6} "
-                        f"{c['skipped']:>7} {c['not run']:>7} {s['wall_s']:>8.0f}")
+            rows.append(
+                f"{nprocs:>5}  {config:<8} {c['passed']:>6} {c['failed']:>6} "
+                f"{c['skipped']:>7} {c['not run']:>7} {s['wall_s']:>8.0f}"
+            )
             print(f"\n== np={nprocs} config={config}: {c}", flush=True)
             print("\n".join(failure_lines(s) + s["notes"]), flush=True)
             any_bad |= bool(c["failed"] or c["not run"] or not s["tests"])

@@ -55,8 +55,9 @@ def ungate(cls: type, table: Mapping[str, Any], world_size: int) -> list[str]:
             continue  # torch already runs it (gate removed upstream)
         found = getattr(fn, "__unittest_skip_why__", "")
         if not _same_reason(found, entry.torch_reason):
-            raise RuntimeError(f"ungate: torch skips {name} for {found!r}, "
-                               f"not {entry.torch_reason!r}")
+            raise RuntimeError(
+                f"ungate: torch skips {name} for {found!r}, not {entry.torch_reason!r}"
+            )
         if entry.exact_world_size not in (None, world_size):
             # torch's own (inner) reason, which the outer gate's reason had overwritten
             size = entry.exact_world_size

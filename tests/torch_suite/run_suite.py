@@ -55,16 +55,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """Command line of one rank."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--config", choices=sorted(CONFIGS), default="default")
-    p.add_argument("-k", dest="keywords", action="append", default=[],
-                   help="run tests whose name contains this substring (repeatable: any of them)")
-    p.add_argument("--tests", action="append", default=[],
-                   help="comma-separated exact test names (repeatable)")
+    p.add_argument(
+        "-k",
+        dest="keywords",
+        action="append",
+        default=[],
+        help="run tests whose name contains this substring (repeatable: any of them)",
+    )
+    p.add_argument(
+        "--tests", action="append", default=[], help="comma-separated exact test names (repeatable)"
+    )
     p.add_argument("--tests-file", help="file of exact test names, one a line")
     p.add_argument("--out", required=True, help="directory for rank<r>.json and scratch files")
     p.add_argument("--timeout", type=float, default=180.0, help="per-test watchdog, seconds")
     p.add_argument("--pg-timeout", type=float, default=DEFAULT_PG_TIMEOUT_S)
-    p.add_argument("--stop-after-failure", action="store_true",
-                   help="end the job after a test failed on any rank (driver resumes)")
+    p.add_argument(
+        "--stop-after-failure",
+        action="store_true",
+        help="end the job after a test failed on any rank (driver resumes)",
+    )
     p.add_argument("--log", action="store_true", help="this rank's output to <out>/rank<r>.log")
     p.add_argument("--list", action="store_true", help="print the selected tests and exit")
     return p.parse_args(argv)
@@ -150,13 +159,21 @@ def exception_text(tb: str, limit: int = 2000) -> str:
 def outcome_of(result: unittest.TestResult, seconds: float) -> dict[str, Any]:
     """One test's outcome from its unittest result."""
     out: dict[str, Any] = {"seconds": round(seconds, 2)}
-    bad = [(k, tb) for k, lst in (("error", result.errors), ("failure", result.failures))
-           for _, tb in lst]
+    bad = [
+        (k, tb)
+        for k, lst in (("error", result.errors), ("failure", result.failures))
+        for _, tb in lst
+    ]
     if bad:
         kind, tb = bad[0]
         lines = tb.rstrip().splitlines()
-        out.update(status="failed", kind=kind, error=exception_text(tb),
-                   traceback="\n".join(lines[-60:]), n_failures=len(bad))
+        out.update(
+            status="failed",
+            kind=kind,
+            error=exception_text(tb),
+            traceback="\n".join(lines[-60:]),
+            n_failures=len(bad),
+        )
     elif result.unexpectedSuccesses:
         out.update(status="failed", kind="unexpected success", error="unexpected success")
     elif result.skipped:
@@ -172,8 +189,14 @@ class Rank:
     def __init__(self, out: Path, rank: int, world: int, args: argparse.Namespace) -> None:
         self.path = out / f"rank{rank}.json"
         self.data: dict[str, Any] = {
-            "rank": rank, "world_size": world, "config": args.config, "argv": sys.argv[1:],
-            "state": "starting", "running": None, "results": {}, "selected": [],
+            "rank": rank,
+            "world_size": world,
+            "config": args.config,
+            "argv": sys.argv[1:],
+            "state": "starting",
+            "running": None,
+            "results": {},
+            "selected": [],
         }
 
     def save(self, **changes: Any) -> None:
@@ -198,9 +221,15 @@ def arm_watchdog(report: Rank, name: str, timeout: float) -> threading.Timer:
     def fire() -> None:
         frame = sys._current_frames().get(main_id)
         stack = "".join(traceback.format_stack(frame)) if frame else "(no main-thread frame)"
-        report.record(name, {"status": "timeout", "seconds": timeout,
-                             "error": f"no result after {timeout:.0f} s (watchdog)",
-                             "traceback": "\n".join(stack.splitlines()[-40:])})
+        report.record(
+            name,
+            {
+                "status": "timeout",
+                "seconds": timeout,
+                "error": f"no result after {timeout:.0f} s (watchdog)",
+                "traceback": "\n".join(stack.splitlines()[-40:]),
+            },
+        )
         report.save(state="timeout")
         faulthandler.dump_traceback(all_threads=True)
         sys.stderr.flush()
@@ -213,8 +242,9 @@ def arm_watchdog(report: Rank, name: str, timeout: float) -> threading.Timer:
     return timer
 
 
-def run_one(case_cls: type[unittest.TestCase], name: str, report: Rank, timeout: float,
-            temp_root: Path) -> dict[str, Any]:
+def run_one(
+    case_cls: type[unittest.TestCase], name: str, report: Rank, timeout: float, temp_root: Path
+) -> dict[str, Any]:
     """Runs test ``name`` under the watchdog, in a fresh TEMP_DIR (torch's file barrier)."""
     from torch.testing._internal.distributed.distributed_test import Barrier
 
@@ -263,8 +293,12 @@ def main(argv: list[str] | None = None) -> int:
         log = os.open(out / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
         os.dup2(log, 2)
-    os.environ.update(BACKEND="zccl", INIT_METHOD="env://", TEMP_DIR=str(out / "tmp"),
-                      PYTORCH_PRINT_REPRO_ON_FAILURE="0")  # its hint names torch's runner
+    os.environ.update(
+        BACKEND="zccl",
+        INIT_METHOD="env://",
+        TEMP_DIR=str(out / "tmp"),
+        PYTORCH_PRINT_REPRO_ON_FAILURE="0",
+    )  # its hint names torch's runner
     faulthandler.enable()
     report = Rank(out, rank, world, args)
     import torch
@@ -276,13 +310,20 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(names))
         return 0
     report.save(selected=names, **adapted)
-    print(f"rank {rank}/{world}: zccl_torch from {zccl_torch.__file__}, {len(names)} tests",
-          flush=True)
+    print(
+        f"rank {rank}/{world}: zccl_torch from {zccl_torch.__file__}, {len(names)} tests",
+        flush=True,
+    )
     return run_all(case_cls, names, report, args, out)
 
 
-def run_all(case_cls: type[unittest.TestCase], names: list[str], report: Rank,
-            args: argparse.Namespace, out: Path) -> int:
+def run_all(
+    case_cls: type[unittest.TestCase],
+    names: list[str],
+    report: Rank,
+    args: argparse.Namespace,
+    out: Path,
+) -> int:
     """Creates the process group once, then runs ``names`` in order."""
     import torch.distributed as dist
 

@@ -76,8 +76,7 @@ UNGATED: dict[str, Ungate] = {
     # dist.monitored_barrier, which torch's Python refuses for any non-gloo group, let through.
     **{
         f"test_monitored_barrier_{s}": Ungate(_GLOO, "zccl implements monitoredBarrier")
-        for s in ("gloo", "gloo_subgroup", "gloo_rank_0_timeout", "failure_order",
-                  "wait_all_ranks")
+        for s in ("gloo", "gloo_subgroup", "gloo_rank_0_timeout", "failure_order", "wait_all_ranks")
     },
     "test_sparse_all_reduce_sum": Ungate(
         "Only Gloo backend supports sparse all reduce", "zccl implements sparse all_reduce"
@@ -96,7 +95,7 @@ UNGATED: dict[str, Ungate] = {
 SKIPS: dict[str, str] = {
     "test_ddp_logging_data_cpu": (
         "torch limitation for plugin backends: DDP logging records "
-        "ProcessGroup::getBackendName(), which is \"custom\" for every registered backend "
-        "(the test expects \"zccl\"); zccl cannot change it"
+        'ProcessGroup::getBackendName(), which is "custom" for every registered backend '
+        '(the test expects "zccl"); zccl cannot change it'
     ),
 }

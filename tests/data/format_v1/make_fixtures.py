@@ -35,8 +35,8 @@ def _f32_outliers():
     t = np.linspace(0.0, 30.0, 3000)
     x = (10.0 * np.sin(t) + 1e-4 * rng.standard_normal(3000)).astype(np.float32)
     u = x.view(np.uint32)
-    u[7] = 0x7FC00000      # quiet NaN
-    u[1500] = 0xFFC12345   # negative NaN with a payload
+    u[7] = 0x7FC00000  # quiet NaN
+    u[1500] = 0xFFC12345  # negative NaN with a payload
     x[100], x[101], x[2999] = np.inf, -np.inf, np.inf
     x[2048], x[2500] = np.float32(1e30), np.float32(-3e37)
     return x, None, 1e-3, 1024
