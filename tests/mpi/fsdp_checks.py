@@ -1,0 +1,166 @@
+"""FSDP (torch's fully sharded data parallel, both APIs) on a "zccl" group, on CPU tensors; run
+under mpirun by tests/test_fsdp.py (``mpirun -np P python tests/mpi/fsdp_checks.py [check ...]``).
+
+FSDP all-gathers the parameters before each forward and backward (all_gather_into_tensor) and
+reduce-scatters the gradients (reduce_scatter_tensor): on zccl both compress, the parameters
+within ``eb`` of the sharded values, the gradients within the reduction's bound. The checks
+train the same model from the same weights on the same batches three times: on zccl, on zccl
+with ``algorithm="mpi"`` (exact) and on Gloo (the reference torch ships), and require
+
+* the zccl run's loss within 2 % of Gloo's at every logged step, and its final sharded weights
+  within a small distance of Gloo's;
+* the zccl run to differ from the exact run (so the collectives really compressed), and the
+  exact run to match Gloo's within float rounding.
+
+(FSDP1's ``sync_module_states`` refuses CPU modules in torch itself, so it is not checked here.)
+"""
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from check_common import rank, run_checks, world
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
+
+import zccl_torch
+
+CHECKS: dict[str, Callable[[], None]] = {}
+STEPS = 40
+LOSS_TOLERANCE = 0.02  # relative, as the DDP example's acceptance
+
+
+def check(fn: Callable[[], None]) -> Callable[[], None]:
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+_gloo: Any = None
+
+
+def gloo() -> Any:
+    """A Gloo group over every rank (created once, collectively, on first use)."""
+    global _gloo
+    if _gloo is None:
+        _gloo = dist.new_group(backend="gloo")
+    return _gloo
+
+
+def make_model() -> torch.nn.Module:
+    """A small MLP, the same weights on every rank (its layers' shards are over 64 KiB)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 384),
+        torch.nn.Tanh(),
+        torch.nn.Linear(384, 384),
+        torch.nn.Tanh(),
+        torch.nn.Linear(384, 8),
+    )
+
+
+def batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's batches: a fixed teacher, rank-dependent inputs."""
+    teacher = torch.randn(64, 8, generator=torch.Generator().manual_seed(7))
+    g = torch.Generator().manual_seed(100 + rank())
+    out = []
+    for _ in range(STEPS):
+        x = torch.randn(32, 64, generator=g)
+        out.append((x, torch.tanh(x @ teacher)))
+    return out
+
+
+def train(model: torch.nn.Module, group: Any) -> list[float]:
+    """STEPS of SGD; returns the loss averaged over the ranks (exactly, on ``group``) per step."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    losses = []
+    for x, y in batches():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean, group=group)
+        losses.append(float(mean) / world())
+    return losses
+
+
+def local_shards(model: torch.nn.Module) -> torch.Tensor:
+    """This rank's parameter values (its shards), flattened."""
+    parts = []
+    for param in model.parameters():
+        local = param.to_local() if hasattr(param, "to_local") else param
+        parts.append(local.detach().reshape(-1))
+    return torch.cat(parts)
+
+
+def compare(label: str, zccl: list[float], exact: list[float], ref: list[float]) -> None:
+    worst = max(abs(got - want) / abs(want) for got, want in zip(zccl, ref, strict=True))
+    if rank() == 0:
+        print(f"{label}: final loss {zccl[-1]:.6f} (Gloo {ref[-1]:.6f}), worst step {worst:.2e}")
+    for step, (got, want) in enumerate(zip(zccl, ref, strict=True)):
+        if abs(got - want) > LOSS_TOLERANCE * abs(want):
+            raise AssertionError(f"{label}: step {step} loss {got} vs Gloo's {want} (> 2 %)")
+    if zccl == exact:
+        raise AssertionError(
+            f"{label}: the compressed run equals the exact one: nothing compressed"
+        )
+    # The exact zccl run is Gloo's run up to the order of float additions.
+    for step, (got, want) in enumerate(zip(exact, ref, strict=True)):
+        if abs(got - want) > 1e-4 * abs(want):
+            raise AssertionError(f"{label}: exact run step {step} loss {got} vs Gloo's {want}")
+
+
+def fsdp2(group: Any) -> torch.nn.Module:
+    mesh = DeviceMesh.from_group(group, "cpu")
+    model = make_model()
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    return model
+
+
+@check
+def fsdp2_trains_like_gloo() -> None:
+    """fully_shard on a zccl mesh: loss within 2 % of Gloo's, weights close to Gloo's."""
+    zccl_model = fsdp2(dist.group.WORLD)
+    zccl_losses = train(zccl_model, dist.group.WORLD)
+    with zccl_torch.config(algorithm="mpi"):
+        exact_losses = train(fsdp2(dist.group.WORLD), dist.group.WORLD)
+    gloo_model = fsdp2(gloo())
+    gloo_losses = train(gloo_model, gloo())
+    compare("FSDP2", zccl_losses, exact_losses, gloo_losses)
+    drift = float((local_shards(zccl_model) - local_shards(gloo_model)).abs().max())
+    assert drift < 1e-2, f"FSDP2: weights drifted {drift} from Gloo's run"
+
+
+def fsdp1(group: Any, sync: bool = False) -> torch.nn.Module:
+    return FullyShardedDataParallel(
+        make_model(), process_group=group, device_id=torch.device("cpu"), sync_module_states=sync
+    )
+
+
+@check
+def fsdp1_trains_like_gloo() -> None:
+    """FullyShardedDataParallel on a zccl group: loss within 2 % of Gloo's."""
+    zccl_model = fsdp1(dist.group.WORLD)
+    zccl_losses = train(zccl_model, dist.group.WORLD)
+    with zccl_torch.config(algorithm="mpi"):
+        exact_losses = train(fsdp1(dist.group.WORLD), dist.group.WORLD)
+    gloo_model = fsdp1(gloo())
+    gloo_losses = train(gloo_model, gloo())
+    compare("FSDP1", zccl_losses, exact_losses, gloo_losses)
+    drift = float((local_shards(zccl_model) - local_shards(gloo_model)).abs().max())
+    assert drift < 1e-2, f"FSDP1: weights drifted {drift} from Gloo's run"
+
+
+def main(argv: list[str]) -> int:
+    # Every payload compresses (the default threshold would leave the smaller shards exact).
+    options = zccl_torch.Options(min_compress_bytes=0)
+    return run_checks(CHECKS, argv, options, timeout_s=300, scoped=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
