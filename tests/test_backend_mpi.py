@@ -43,6 +43,7 @@ def test_ddp_smoke_two_ranks() -> None:
         ("timeout", 2, "TIMEOUT RAISED"),
         ("p2p_timeout", 2, "P2P TIMEOUT RAISED"),
         ("monitored_barrier", 4, "MONITORED BARRIER OK"),
+        ("group_member_missing", 3, "GROUP TIMEOUT RAISED"),
         ("no_init_on_import", 3, "LIFECYCLE OK"),
     ],
 )

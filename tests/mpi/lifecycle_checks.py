@@ -4,6 +4,8 @@
 * ``timeout``: a collective that a peer never joins fails with a timeout error naming it.
 * ``p2p_timeout``: a recv whose sender never sends fails with a timeout error naming it.
 * ``monitored_barrier``: ``dist.monitored_barrier`` names the ranks that did not arrive.
+* ``group_member_missing``: a group whose last member never creates it: the others raise after
+  the group's timeout (naming how many arrived) instead of hanging; the world group still works.
 * ``no_init_on_import``: importing zccl_torch leaves MPI uninitialised; the first group
   initialises it, destroy_process_group shuts the worker down, and a new group works again.
 * ``oversubscribed_threads``: one compressed all_reduce with ``threads`` = max(2, cores) on
@@ -17,6 +19,7 @@ from __future__ import annotations
 import datetime
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -91,6 +94,37 @@ def p2p_timeout() -> None:
     else:
         store.wait(["done"], datetime.timedelta(seconds=120))
     dist.barrier()
+    dist.destroy_process_group()
+
+
+def group_member_missing() -> None:
+    """A group one member never creates: the others raise after the group's timeout, naming how
+    many ranks arrived, instead of waiting in MPI forever; the world group still works."""
+    dist.init_process_group("zccl", timeout=datetime.timedelta(seconds=60))
+    store = dist.distributed_c10d._get_default_store()
+    p, r = dist.get_world_size(), dist.get_rank()
+    if r != p - 1:
+        start = time.monotonic()
+        try:
+            dist.new_group(
+                list(range(p)),
+                timeout=datetime.timedelta(seconds=3),
+                use_local_synchronization=True,
+            )
+        except Exception as exc:
+            elapsed = time.monotonic() - start
+            assert "Timed out" in str(exc) and f"{p - 1} of {p} ranks" in str(exc), str(exc)
+            assert elapsed < 30, elapsed
+            print(f"GROUP TIMEOUT RAISED after {elapsed:.1f} s: {exc}", flush=True)
+        else:
+            raise AssertionError("a group without its last member was created")
+        store.add("failed", 1)
+    else:
+        while int(store.add("failed", 0)) < p - 1:  # the last rank skips the group
+            time.sleep(0.05)
+    t = torch.ones(1 << 16)
+    dist.all_reduce(t)
+    assert torch.equal(t, torch.full((1 << 16,), float(p))), "the world group broke"
     dist.destroy_process_group()
 
 
@@ -183,6 +217,7 @@ if __name__ == "__main__":
         "timeout": timeout,
         "p2p_timeout": p2p_timeout,
         "monitored_barrier": monitored_barrier_names_missing_ranks,
+        "group_member_missing": group_member_missing,
         "no_init_on_import": no_init_on_import,
         "oversubscribed_threads": oversubscribed_threads,
         "uncaught_exception": uncaught_exception,
