@@ -31,6 +31,12 @@ compressed by the CPU side of the backend; the row's ``lossy_payload_devices`` s
 compressed payloads were (at the default dims every lossy payload is one weight matrix, a view
 of the CUDA bucket, so ``["cuda"]``).
 
+The zccl rows also give ``hook_ms_median``: the step's time on the backward's thread inside the
+hook (statistics, the exact agreement on them, staging, issuing the all-reduces), and
+``agree_ms_median``, the part of it in the agreement (a blocking exchange per bucket): where the
+zccl step is slower than Gloo's although it sends fewer bytes, these say whether the hook's
+synchronous work is why.
+
 A step is timed from ``zero_grad`` to the end of ``optimizer.step()`` between
 ``torch.cuda.synchronize()`` calls (slowest rank per step, median over the steps after
 ``--warmup``). Rank 0 writes every contender's row to ``--out`` (one JSON document) and prints a
@@ -91,6 +97,10 @@ class ZcclBytes:
     mismatches: int = 0  # lossy payloads whose backend record did not match (not counted)
     lossy_payloads: int = 0
     devices: set[str] = field(default_factory=set)
+    # Seconds the backward's thread spent inside the hook, and inside its exact agreement on the
+    # payloads' statistics (part of the former), since the last take_times().
+    hook_s: float = 0.0
+    agree_s: float = 0.0
     # The counts are updated on the main thread (exact payloads) and on the backend's threads
     # (completed lossy payloads): a += is not atomic across threads.
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -106,14 +116,22 @@ class ZcclBytes:
             value, self.sent = self.sent, 0.0
         return value
 
+    def take_times(self) -> tuple[float, float]:
+        """(hook, agreement) seconds since the last call, then zero (the backward's thread)."""
+        times, self.hook_s, self.agree_s = (self.hook_s, self.agree_s), 0.0, 0.0
+        return times
+
     def hook(
         self, state: hooks.ZcclHookState, bucket: dist.GradBucket
     ) -> torch.futures.Future[torch.Tensor]:
-        """``compressed_allreduce_hook``, counting the exact warm-up buckets."""
+        """``compressed_allreduce_hook``, counting the exact warm-up buckets and timing it."""
         if state.iter < state.start_iter or not bucket.buffer().is_floating_point():
             buf = bucket.buffer()
             self.add(ring_bytes(buf.numel() * buf.element_size(), self.world))
-        return hooks.compressed_allreduce_hook(state, bucket)
+        t0 = time.perf_counter()
+        fut = hooks.compressed_allreduce_hook(state, bucket)
+        self.hook_s += time.perf_counter() - t0
+        return fut
 
     @contextmanager
     def counting(self) -> Iterator[None]:
@@ -144,11 +162,22 @@ class ZcclBytes:
 
             return fut.then(count)
 
+        original_agree = hooks._agree
+
+        def agree(*args: Any, **kwargs: Any) -> tuple[float, ...]:
+            t0 = time.perf_counter()
+            try:
+                return original_agree(*args, **kwargs)
+            finally:
+                self.agree_s += time.perf_counter() - t0
+
         hooks._issue = issue
+        hooks._agree = agree
         try:
             yield
         finally:
             hooks._issue = original
+            hooks._agree = original_agree
 
 
 # ----------------------------------------------------------------------------------------------
@@ -222,6 +251,8 @@ def train(name: str, args: argparse.Namespace, setup: Setup) -> dict[str, Any] |
     losses = torch.empty(args.steps, dtype=torch.float64)
     step_s = np.empty(args.steps)
     sent = np.empty(args.steps)
+    hook_s = np.zeros(args.steps)
+    agree_s = np.zeros(args.steps)
     with ExitStack() as stack:
         if counter is not None:
             stack.enter_context(counter.counting())
@@ -241,12 +272,16 @@ def train(name: str, args: argparse.Namespace, setup: Setup) -> dict[str, Any] |
             step_s[step] = time.perf_counter() - t0
             losses[step] = loss.detach().double().cpu()
             sent[step] = step_bytes()
+            if counter is not None:
+                hook_s[step], agree_s[step] = counter.take_times()
     ddp.eval()
     eval_loss, eval_acc = evaluate(model, data["x_eval"], data["y_eval"])
     spread = divergence(model, comm)
     loss_mean = reduce_array(comm, losses.numpy(), MPI.SUM) / world
     step_max = reduce_array(comm, step_s, MPI.MAX)
     sent_mean = reduce_array(comm, sent, MPI.SUM) / world
+    hook_max = reduce_array(comm, hook_s, MPI.MAX)
+    agree_max = reduce_array(comm, agree_s, MPI.MAX)
     finite = comm.allreduce(bool(np.isfinite(losses.numpy()).all()), op=MPI.LAND)
     zccl_info = None
     if counter is not None:
@@ -294,6 +329,10 @@ def train(name: str, args: argparse.Namespace, setup: Setup) -> dict[str, Any] |
             zccl_unmatched_payloads=zccl_info["mismatches"],
             zccl_lossy_payloads_all_ranks=zccl_info["lossy_payloads"],
             lossy_payload_devices=zccl_info["devices"],
+            # The step's time inside the hook on the backward's thread (slowest rank), and the
+            # part of it in the exact agreement on the payloads' statistics.
+            hook_ms_median=1e3 * float(np.median(hook_max[timed])),
+            agree_ms_median=1e3 * float(np.median(agree_max[timed])),
         )
     return row
 
@@ -374,7 +413,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     ref = next((r["final_loss"] for r in rows if r["contender"] == REFERENCE), None)
     print(
         f"{'contender':>12} {'final loss':>10} {'vs uncomp':>9} {'eval acc':>8} "
-        f"{'step ms':>8} {'MB/step':>8} {'max |dw|':>9} {'wall s':>7}"
+        f"{'step ms':>8} {'MB/step':>8} {'max |dw|':>9} {'wall s':>7} {'hook ms':>8} "
+        f"{'agree ms':>8}"
     )
     for r in rows:
         rel = r.get("loss_vs_uncompressed")
@@ -382,7 +422,9 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         print(
             f"{r['contender']:>12} {r['final_loss']:10.4f} {rel_s} {r['eval_acc']:8.4f} "
             f"{r['step_ms_median']:8.1f} {r['bytes_per_step_median'] / 1e6:8.2f} "
-            f"{r['max_param_diff_across_ranks']:9.2e} {r['wall_s']:7.1f}",
+            f"{r['max_param_diff_across_ranks']:9.2e} {r['wall_s']:7.1f} "
+            f"{r.get('hook_ms_median', float('nan')):8.2f} "
+            f"{r.get('agree_ms_median', float('nan')):8.2f}",
             flush=True,
         )
     if ref is not None:

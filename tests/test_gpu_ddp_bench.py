@@ -70,3 +70,5 @@ def test_gpu_ddp_cpu_mode(tmp_path: Path) -> None:
         assert 0 < row["bytes_per_step_median"] < grad, name
         assert row["zccl_unmatched_payloads"] == 0 and row["zccl_lossy_payloads_all_ranks"] > 0
         assert row["lossy_payload_devices"] == ["cpu"]
+        # The hook's time on the backward's thread, with its agreement exchange inside it.
+        assert 0 < row["agree_ms_median"] <= row["hook_ms_median"] < row["step_ms_median"], row

@@ -27,7 +27,7 @@ class CpuDevice final : public Device {
   }
   bool widens_halves() const override { return false; }
   coll::Device kind() const override { return coll::Device::Cpu; }
-  bool compresses(DeviceOp) const override { return true; }
+  bool compresses(DeviceOp, at::ScalarType) const override { return true; }
   fz::FiniteRange value_range(const at::Tensor& t, int threads) override {
     return fz::finite_range(t.data_ptr(), compressed_dtype(t.scalar_type()),
                             static_cast<uint64_t>(t.numel()), threads);

@@ -9,11 +9,11 @@
 //   * the Work's future is created with the device and completed with the backend stream
 //     current: it records an event there, and wait()/then()/value() make the consumer's current
 //     stream wait on it.
-// Float payloads (float32/64, float16/bfloat16 widened on the device: the GPU collectives have no
-// half streams) over the threshold are compressed on the device (gpu_collectives/) in all_reduce,
-// broadcast, all_gather and scatter: uncompressed data never leaves the GPU. reduce,
-// reduce_scatter, gather and all_to_all, which have no GPU algorithm yet, run the CPU's compressed
-// collectives on pinned host copies (op_bodies.cpp). Other dtypes and payloads below the
+// Float payloads over the threshold are compressed on the device (gpu_collectives/) in all_reduce
+// (float16/bfloat16 staged as float32) and in broadcast, all_gather and scatter of float32/64:
+// uncompressed data never leaves the GPU. reduce, reduce_scatter, gather, all_to_all, send/recv
+// and half-precision data movement run the CPU's compressed collectives on pinned host copies
+// (op_bodies.cpp, p2p.cpp). Other dtypes and payloads below the
 // threshold move exactly: device pointers straight to MPI when it is CUDA-aware, else through a
 // pinned host copy (these bytes are not compressible, so the round trip costs no more than the
 // wire itself).
@@ -91,15 +91,19 @@ class CudaDevice final : public Device {
 
   coll::Device kind() const override { return coll::Device::Cuda; }
 
-  // The gZ collectives (gpu_collectives/). The op bodies run reduce, reduce_scatter, gather and
-  // all_to_all with the CPU's collectives on pinned host copies.
-  bool compresses(DeviceOp op) const override {
-    return op == DeviceOp::AllReduce || op == DeviceOp::Broadcast || op == DeviceOp::AllGather ||
-           op == DeviceOp::Scatter;
+  // The gZ collectives (gpu_collectives/): all_reduce (half tensors staged as float32), and
+  // broadcast, all_gather and scatter of float32/float64 (their streams keep the tensor's type;
+  // half tensors take the CPU's half streams, which hold the bound in the half type). The op
+  // bodies run everything else with the CPU's collectives on pinned host copies.
+  bool compresses(DeviceOp op, at::ScalarType dtype) const override {
+    const bool wide = dtype == at::kFloat || dtype == at::kDouble;
+    return op == DeviceOp::AllReduce ||
+           (wide && (op == DeviceOp::Broadcast || op == DeviceOp::AllGather ||
+                     op == DeviceOp::Scatter));
   }
 
   fz::FiniteRange value_range(const at::Tensor& t, int) override {
-    // The GPU codec has no half streams: the range of a half tensor is taken on its widening.
+    // The range of a half tensor is taken on its (exact) float32 widening.
     if (t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16) {
       return value_range(t.to(at::kFloat), 0);
     }

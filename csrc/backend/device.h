@@ -49,14 +49,16 @@ class Device {
   // ---- worker thread ----
   // Runs `body` with `stream` (prepare's result) current.
   virtual void run(const std::optional<c10::Stream>& stream, const std::function<void()>& body) = 0;
-  // Whether the data-movement collectives take float16/bfloat16 as float32 (a codec without half
-  // streams); the reductions always widen (they accumulate in float32).
+  // Whether the reductions send float32 streams for float16/bfloat16 tensors (they always
+  // accumulate in float32) instead of rounding each partial result to a half stream.
   virtual bool widens_halves() const = 0;
   // Which collectives run the compressed calls (coll::route() takes it into account).
   virtual coll::Device kind() const = 0;
-  // Whether this device has its own compressed `op`. The op bodies run the CPU device's on host
-  // copies of the buffers for an op it has not (every device has broadcast and scatter).
-  virtual bool compresses(DeviceOp op) const = 0;
+  // Whether this device has its own compressed `op` for tensors of `dtype` (for the reductions:
+  // the float32/float64 staging of a half tensor). The op bodies run the CPU device's on host
+  // copies of the buffers where it has not. Data movement is never widened: a half tensor widened
+  // to float32, compressed within eb and rounded back can miss eb by half a unit of the half type.
+  virtual bool compresses(DeviceOp op, at::ScalarType dtype) const = 0;
   // Finite min/max of a contiguous floating tensor.
   virtual fz::FiniteRange value_range(const at::Tensor& t, int threads) = 0;
   // A tensor holding `t`'s bytes for the exact (uncompressed) transport, or, with `host_memory`,

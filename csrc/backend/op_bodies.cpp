@@ -3,7 +3,7 @@
 //   1. decides whether the payload takes the compressed path (float dtype, supported reduce op,
 //      at least min_compress_bytes, algorithm not "mpi");
 //   2. stages the tensor (contiguous; half types widened to float32 for the reductions, which
-//      accumulate in float32, and on devices whose codec has no half streams);
+//      accumulate in float32; data movement keeps the tensor's type);
 //   3. agrees with the other ranks on what the call is, in one small exchange that also carries
 //      the value range a REL bound needs (agreement.h): a mismatch raises on every rank;
 //   4. runs the device's compressed collective or the exact one on the transport, records stats;
@@ -57,13 +57,14 @@ void on_host(Device& dev, const std::vector<HostArg>& args, bool host_memory,
   }
 }
 
-// Runs the compressed collective `op` by `call(device, pointers of args)`: on `dev` itself where
-// it has that collective, else on the CPU device `cpu` with host copies of `args` (the CUDA
-// device's reduce, reduce_scatter, gather and all_to_all: the same fZ-light streams travel, coded
-// by the CPU, with the CPU's bounds).
-void compressed(Device& dev, Device& cpu, DeviceOp op, const std::vector<HostArg>& args,
+// Runs the compressed collective `op` on buffers of `dtype` by `call(device, pointers of args)`:
+// on `dev` itself where it has that collective, else on the CPU device `cpu` with host copies of
+// `args` (on the CUDA device: reduce, reduce_scatter, gather, all_to_all and half-precision data
+// movement; the same fZ-light streams travel, coded by the CPU, with the CPU's bounds).
+void compressed(Device& dev, Device& cpu, DeviceOp op, at::ScalarType dtype,
+                const std::vector<HostArg>& args,
                 const std::function<void(Device&, const Pointers&)>& call) {
-  if (!dev.compresses(op)) {
+  if (!dev.compresses(op, dtype)) {
     on_host(dev, args, /*host_memory=*/true, [&](const Pointers& p) { call(cpu, p); });
     return;
   }
@@ -188,7 +189,7 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
   const std::vector<HostArg> io = {{&s.buffer, true, true}};
   if (compress) {
     coll::Stats stats;
-    compressed(dev, *cpu_, DeviceOp::AllReduce, io,
+    compressed(dev, *cpu_, DeviceOp::AllReduce, type, io,
                [&](Device& d, const Pointers& p) {
                  d.allreduce(*comm_, p[0], n, compressed_dtype(type), *cop, cc, &stats);
                });
@@ -212,8 +213,7 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
 void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const bool compress = compressed_path(t.scalar_type(), n, cfg);
-  // Data movement: half tensors travel as half streams where the device's codec has them.
-  Staged s(t, compress && dev.widens_halves());
+  Staged s(t, false);  // data movement: the tensor's own type (half streams for half tensors)
   // Only the root compresses, so a REL bound needs no agreement: the root's own range.
   double eb = agree(dev, "broadcast", describe(OpKind::Broadcast, t.scalar_type(), n, -1, root),
                     nullptr, cfg, false);
@@ -223,7 +223,7 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
   if (compress) {
     if (at_root) eb = local_bound(dev, {s.buffer}, cfg);
     coll::Stats stats;
-    compressed(dev, *cpu_, DeviceOp::Broadcast, io,
+    compressed(dev, *cpu_, DeviceOp::Broadcast, s.buffer.scalar_type(), io,
                [&](Device& d, const Pointers& p) {
                  d.broadcast(*comm_, p[0], n, compressed_dtype(s.buffer.scalar_type()), root,
                              coll_config(cfg, eb), &stats);
@@ -250,7 +250,7 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& o
   const std::vector<HostArg> io = {{&s.buffer, true, at_root}};
   if (compress) {
     coll::Stats stats;
-    compressed(dev, *cpu_, DeviceOp::Reduce, io,
+    compressed(dev, *cpu_, DeviceOp::Reduce, type, io,
                [&](Device& d, const Pointers& p) {
                  d.reduce(*comm_, p[0], n, compressed_dtype(type), *cop, root,
                           reduction_config(dev, cfg, eb, t.scalar_type()), &stats);
@@ -271,16 +271,15 @@ void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& f
                                 const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(in.numel());
   const bool compress = compressed_path(in.scalar_type(), n, cfg);
-  const bool widen = compress && dev.widens_halves();
-  Staged src(in, widen);
-  Staged dst(flat_out, widen);
+  Staged src(in, false);
+  Staged dst(flat_out, false);
   const double eb = agree(dev, "all_gather", describe(OpKind::AllGather, in.scalar_type(), n),
                           &src.buffer, cfg, compress);
   if (n == 0) return;
   const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};
   if (compress) {
     coll::Stats stats;
-    compressed(dev, *cpu_, DeviceOp::AllGather, io,
+    compressed(dev, *cpu_, DeviceOp::AllGather, in.scalar_type(), io,
                [&](Device& d, const Pointers& p) {
                  d.allgather(*comm_, p[0], p[1], n, compressed_dtype(src.buffer.scalar_type()),
                              coll_config(cfg, eb), &stats);
@@ -311,7 +310,7 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
   const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};
   if (compress) {
     coll::Stats stats;
-    compressed(dev, *cpu_, DeviceOp::ReduceScatter, io,
+    compressed(dev, *cpu_, DeviceOp::ReduceScatter, type, io,
                [&](Device& d, const Pointers& p) {
                  d.reduce_scatter(*comm_, p[0], p[1], n, compressed_dtype(type), *cop,
                                   reduction_config(dev, cfg, eb, out.scalar_type()), &stats);
@@ -331,10 +330,9 @@ void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat
                              const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(in.numel());
   const bool compress = compressed_path(in.scalar_type(), n, cfg);
-  const bool widen = compress && dev.widens_halves();
-  Staged src(in, widen);
+  Staged src(in, false);
   std::optional<Staged> dst;
-  if (flat_out != nullptr) dst.emplace(*flat_out, widen);
+  if (flat_out != nullptr) dst.emplace(*flat_out, false);
   const double eb = agree(dev, "gather", describe(OpKind::Gather, in.scalar_type(), n, -1, root),
                           &src.buffer, cfg, compress);
   if (n == 0) return;
@@ -343,7 +341,7 @@ void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat
                                    {dst ? &dst->buffer : &none, false, true}};
   if (compress) {
     coll::Stats stats;
-    compressed(dev, *cpu_, DeviceOp::Gather, io,
+    compressed(dev, *cpu_, DeviceOp::Gather, in.scalar_type(), io,
                [&](Device& d, const Pointers& p) {
                  d.gather(*comm_, p[0], p[1], n, compressed_dtype(src.buffer.scalar_type()), root,
                           coll_config(cfg, eb), &stats);
@@ -362,8 +360,7 @@ void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, a
                               int root, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(out.numel());
   const bool compress = compressed_path(out.scalar_type(), n, cfg);
-  const bool widen = compress && dev.widens_halves();
-  Staged dst(out, widen);
+  Staged dst(out, false);
   double eb = agree(dev, "scatter", describe(OpKind::Scatter, out.scalar_type(), n, -1, root),
                     nullptr, cfg, false);
   if (n == 0) return;
@@ -384,15 +381,18 @@ void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, a
   // takes is not copied at all): packing a list of 64 MB blocks into one buffer took longer than
   // compressing it.
   std::vector<at::Tensor> staged;
-  std::vector<const void*> blocks;
-  for (const auto& t : ins) {
-    staged.push_back(Staged(t, widen).buffer);
-    blocks.push_back(staged.back().data_ptr());
-  }
+  for (const auto& t : ins) staged.push_back(t.contiguous());
   if (!staged.empty()) eb = local_bound(dev, staged, cfg);
+  std::vector<HostArg> io;
+  for (auto& block : staged) io.push_back({&block, true, false});
+  io.push_back({&dst.buffer, false, true});
   coll::Stats stats;
-  dev.scatter(*comm_, blocks, dst.buffer.data_ptr(), n, compressed_dtype(dst.buffer.scalar_type()),
-              root, coll_config(cfg, eb), &stats);
+  compressed(dev, *cpu_, DeviceOp::Scatter, out.scalar_type(), io,
+             [&](Device& d, const Pointers& p) {
+               const std::vector<const void*> blocks(p.begin(), p.end() - 1);
+               d.scatter(*comm_, blocks, p.back(), n, compressed_dtype(out.scalar_type()), root,
+                         coll_config(cfg, eb), &stats);
+             });
   record("scatter", stats, eb);
   dst.write_back();
 }
@@ -411,8 +411,7 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
   const uint64_t mine = static_cast<uint64_t>(in.numel());
   const bool may_compress =
       is_compressible_dtype(in.scalar_type()) && cfg.algorithm != coll::Algorithm::Mpi;
-  const bool widen = may_compress && dev.widens_halves();
-  Staged src(in, widen);
+  Staged src(in, false);
   CallDescription call = describe(OpKind::AllToAll, in.scalar_type(), mine);
   call.count_must_match = false;
   std::optional<fz::FiniteRange> range;
@@ -422,11 +421,11 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
   const Agreement agreed =
       backend::agree(*comm_, "all_to_all", call, cfg, range, may_compress, /*largest_needed=*/true);
   const bool compress = compressed_path(in.scalar_type(), agreed.largest_count, cfg);
-  Staged dst(out, widen);
+  Staged dst(out, false);
+  const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};
   if (compress) {
     coll::Stats stats;
-    compressed(dev, *cpu_, DeviceOp::AllToAll,
-               {{&src.buffer, true, false}, {&dst.buffer, false, true}},
+    compressed(dev, *cpu_, DeviceOp::AllToAll, in.scalar_type(), io,
                [&](Device& d, const Pointers& p) {
                  d.alltoallv(*comm_, p[0], send_counts, sd, p[1], recv_counts, rd,
                              compressed_dtype(src.buffer.scalar_type()),
@@ -434,14 +433,10 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
                });
     record("all_to_all", stats, agreed.error_bound);
   } else {
-    // Exact: the tensors' own dtype (a widened half staging is narrowed back by write_back).
-    at::Tensor sin = src.buffer.scalar_type() == in.scalar_type() ? src.buffer : in.contiguous();
-    at::Tensor sout = dst.buffer.scalar_type() == out.scalar_type() ? dst.buffer : out.contiguous();
-    on_host(dev, {{&sin, true, false}, {&sout, false, true}}, false, [&](const Pointers& ptr) {
+    on_host(dev, io, false, [&](const Pointers& ptr) {
       comm_->alltoallv(ptr[0], send_counts, sd, ptr[1], recv_counts, rd,
                        elem_type(in.scalar_type()));
     });
-    if (!sout.is_same(dst.buffer)) dst.buffer.copy_(sout);
     record_exact("all_to_all", mine * in.element_size());
   }
   dst.write_back();

@@ -10,8 +10,8 @@
 namespace zccl::backend {
 
 // The buffer a collective works on: a float32 widening of half types when `widen_half` (the
-// reductions, and the GPU path, whose codec has no half streams), the tensor itself when it is
-// contiguous, a contiguous copy otherwise. write_back() copies it back.
+// reductions, which accumulate in float32), the tensor itself when it is contiguous, a
+// contiguous copy otherwise. write_back() copies it back.
 struct Staged {
   at::Tensor original;
   at::Tensor buffer;

@@ -156,7 +156,7 @@ def non_finite_preserved() -> None:
 @check
 def all_gather_list_and_into_tensor() -> None:
     p = world()
-    for dtype in (torch.float32, torch.float64, torch.int64):
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64):
         for n in counts():
             mine = data(rank(), n, dtype) if dtype.is_floating_point else torch.arange(n) * rank()
             t = mine.to(dev(), copy=True)
@@ -185,7 +185,7 @@ def all_gather_list_and_into_tensor() -> None:
 def broadcast_every_root() -> None:
     p = world()
     for root in range(p):
-        for dtype in (torch.float32, torch.float64, torch.int32):
+        for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32):
             for n in counts():
                 want = (
                     data(root, n, dtype, salt=1)
@@ -225,7 +225,7 @@ def assert_identical_replicas_except(name: str, t: torch.Tensor, skip: int) -> N
 def scatter_every_root() -> None:
     p = world()
     for root in range(p):
-        for dtype in (torch.float32, torch.float64, torch.int16):
+        for dtype in (torch.float32, torch.float64, torch.float16, torch.int16):
             for n in counts():
                 blocks = [
                     data(q, n, dtype, salt=2)
@@ -411,6 +411,9 @@ def values(r: int, n: int, dtype: torch.dtype, salt: int = 0) -> torch.Tensor:
 
 
 HOST_DTYPES = (torch.float32, torch.float64, torch.int32)
+# Data movement also takes half tensors through the host (the CPU's half streams hold eb in the
+# half type; float32 streams of a widened half tensor would not).
+DATA_DTYPES = (*HOST_DTYPES, torch.float16, torch.bfloat16)
 
 
 @check
@@ -463,7 +466,7 @@ def reduce_scatter_matches_cpu() -> None:
 def gather_every_root_matches_cpu() -> None:
     p = world()
     for root in range(p):
-        for dtype in HOST_DTYPES:
+        for dtype in DATA_DTYPES:
             for n in counts():
 
                 def call(place, root=root, dtype=dtype, n=n):
@@ -482,7 +485,7 @@ def all_to_all_matches_cpu() -> None:
     def split(src: int, dst: int) -> int:  # rows rank src sends to rank dst (uneven)
         return (src + 2 * dst) % 3 + (1 if src != dst else 0)
 
-    for dtype in HOST_DTYPES:
+    for dtype in DATA_DTYPES:
         for row in (1, 4099):
 
             def call(place, dtype=dtype, row=row):
@@ -598,7 +601,8 @@ def fsdp_trains_like_exact() -> None:
         exact = run()
     for step, (got, want) in enumerate(zip(compressed, exact, strict=True)):
         assert abs(got - want) <= 0.02 * abs(want), f"FSDP step {step}: {got} vs exact {want}"
-    assert compressed != exact, "FSDP: the compressed run equals the exact one"
+    # One rank moves nothing: its runs are the same. Otherwise the collectives compressed.
+    assert (compressed != exact) == (world() > 1), "FSDP: compressed and exact runs"
 
 
 # ------------------------------------------------------------------------------------------
