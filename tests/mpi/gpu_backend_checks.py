@@ -615,8 +615,9 @@ def ddp_hook_on_cuda() -> None:
     torch.manual_seed(0)  # identical initial weights on every rank
     model = torch.nn.Sequential(
         torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 8)
-    ).to(dev(), copy=True)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev().index])
+    ).to(dev())  # a module: moved, not copied
+    ids = [dev().index] if dev().type == "cuda" else None
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
     # After DDP's initial (compressed) broadcast: the weights this rank actually has.
     reference = [param.detach().clone() for param in model.parameters()]
     state = ZcclHookState(policy=Absolute(EB), start_iter=0)
@@ -629,7 +630,7 @@ def ddp_hook_on_cuda() -> None:
     # Exact reference: each rank's local gradient of the same weights, averaged exactly.
     local = torch.nn.Sequential(
         torch.nn.Linear(64, 256), torch.nn.Tanh(), torch.nn.Linear(256, 8)
-    ).to(dev(), copy=True)
+    ).to(dev())  # a module: moved, not copied
     with torch.no_grad():
         for dst, src in zip(local.parameters(), reference, strict=True):
             dst.copy_(src)
@@ -647,14 +648,13 @@ def ddp_hook_on_cuda() -> None:
 # ------------------------------------------------------------------------------------------
 
 
-# Checks that only mean something on a GPU (CUDA streams, CUDA-only errors, a CUDA DDP model):
-# left out of --cpu-dry-run.
+# Checks that only mean something on a GPU (CUDA streams, the GPU's elementwise quantiser): left
+# out of --cpu-dry-run.
 CUDA_ONLY = {
     "stream_semantics",
     "async_ops_in_flight",
     "quantize_on_cuda_matches_cpu",
     "host_staged_stream_semantics",
-    "ddp_hook_on_cuda",
 }
 
 
