@@ -78,9 +78,11 @@ void check_reduce_scatter_into(const at::Tensor& output, const at::Tensor& input
 }
 
 void check_sparse(const at::Tensor& t, const c10d::ReduceOp& op, const char* what) {
-  if (!t.device().is_cpu() || t.layout() != at::kSparse) {
+  const bool served = t.device().is_cpu() || (t.is_cuda() && cuda_device_built());
+  if (!served || t.layout() != at::kSparse) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": sparse all_reduce takes one sparse "
-                                "COO tensor on the CPU, got a " + t.device().str() + " tensor");
+                                "COO tensor on the CPU" + (cuda_device_built() ? " or CUDA" : "") +
+                                ", got a " + t.device().str() + " tensor");
   }
   if (op.op_ != c10d::ReduceOp::SUM) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors support ReduceOp.SUM "

@@ -58,18 +58,20 @@ void ZcclBackend::setTimeout(std::chrono::milliseconds timeout) {
   p2p_comm_->set_timeout(timeout);
 }
 
+Device& ZcclBackend::device_of(const at::Tensor& t, const char* what) {
+  if (t.device().is_cpu()) return *cpu_;
+  // Names the device this build cannot serve.
+  if (!t.is_cuda() || !cuda_device_built()) check_cpu_dense(t, what);
+  std::lock_guard<std::mutex> lock(cuda_mutex_);
+  if (!cuda_) cuda_ = make_cuda_device();
+  return *cuda_;
+}
+
 Device& ZcclBackend::device_for(const at::Tensor& t, const std::vector<at::Tensor>& tensors,
                                const char* what) {
-  Device* dev = cpu_.get();
-  if (!t.device().is_cpu()) {
-    // Names the device this build cannot serve.
-    if (!t.is_cuda() || !cuda_device_built()) check_cpu_dense(t, what);
-    std::lock_guard<std::mutex> lock(cuda_mutex_);
-    if (!cuda_) cuda_ = make_cuda_device();  // throws in a CPU-only build, naming the device
-    dev = cuda_.get();
-  }
-  for (const auto& x : tensors) dev->check_tensor(x, what);
-  return *dev;
+  Device& dev = device_of(t, what);
+  for (const auto& x : tensors) dev.check_tensor(x, what);
+  return dev;
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::enqueue(const char* name, c10d::OpType type,
@@ -177,8 +179,15 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce(std::vector<at::Tensor>& t
   if (tensors.size() == 1 && tensors[0].is_sparse()) {
     check_sparse(tensors[0], opts.reduceOp, "all_reduce");
     at::Tensor t = tensors[0];
-    return enqueue("all_reduce (sparse)", c10d::OpType::ALLREDUCE, tensors, *cpu_, tensors,
-                   [this, t](Device&, const CallConfig& cfg) mutable { run_sparse_allreduce(t, cfg); });
+    return enqueue("all_reduce (sparse)", c10d::OpType::ALLREDUCE, tensors,
+                   device_of(t, "all_reduce"), tensors,
+                   [this, t](Device&, const CallConfig& cfg) mutable {
+                     // CUDA: on a host copy (few values: typically embedding rows), ordered on
+                     // the backend stream like every CUDA op.
+                     at::Tensor host = t.is_cuda() ? t.to(at::kCPU) : t;
+                     run_sparse_allreduce(host, cfg);
+                     if (!host.is_same(t)) t.copy_(host);
+                   });
   }
   check_single(tensors, "all_reduce");
   Device& dev = device_for(tensors[0], tensors, "all_reduce");

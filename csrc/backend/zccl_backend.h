@@ -123,8 +123,10 @@ class ZcclBackend : public c10d::Backend {
     std::string waiting_for;            // for the timeout message
   };
 
-  // The device of `t`, after checking that every tensor of `tensors` is a dense tensor of that
-  // device (caller's thread; the CUDA device is created on first use).
+  // The device of `t` (caller's thread; the CUDA device is created on first use); throws for a
+  // device this build does not serve.
+  Device& device_of(const at::Tensor& t, const char* what);
+  // device_of(t), after checking that every tensor of `tensors` is a dense tensor of that device.
   Device& device_for(const at::Tensor& t, const std::vector<at::Tensor>& tensors, const char* what);
   // Queues `job` on `device`: the op is ordered after what the caller enqueued on `touched`
   // (device streams), and its Work completes when the job ran.

@@ -564,6 +564,25 @@ def host_staged_stream_semantics() -> None:
 
 
 @check
+def sparse_all_reduce_matches_cpu() -> None:
+    """SUM of sparse COO tensors on this device (DDP's sparse embedding gradients; CUDA: on a host
+    copy): the same bits as on CPU tensors, sparse and coalesced, with the result on the device;
+    a rank with no entries and a dense trailing dimension included."""
+    g = torch.Generator().manual_seed(rank())
+    nnz = 0 if rank() == 0 else 5 + rank()
+    idx = torch.randint(0, 20, (1, nnz), generator=g)
+    val = torch.randn(nnz, 3, generator=g, dtype=torch.float64).to(torch.float32)
+
+    def call(place: Callable[[torch.Tensor], torch.Tensor]) -> list[torch.Tensor]:
+        t = torch.sparse_coo_tensor(place(idx), place(val), (20, 3), check_invariants=True)
+        dist.all_reduce(t)
+        assert t.is_sparse and t.is_coalesced(), "sparse all_reduce: not a coalesced sparse result"
+        return [t.to_dense()]
+
+    cuda_and_cpu(call, "sparse all_reduce")
+
+
+@check
 def fsdp_trains_like_exact() -> None:
     """fully_shard on a mesh of this device (parameter all-gathers on the GPU, gradient
     reduce-scatters on host copies): the loss within 2 % of the same training with exact
