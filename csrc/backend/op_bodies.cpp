@@ -138,7 +138,8 @@ coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb) const {
 }
 
 // The reductions accumulate half tensors in float32 (the staged widening) and, when lossy and the
-// device's codec has half streams, send every partial result as a half stream: half the bytes of
+// device running the collective (the CPU's for host-staged ops) sends half streams, send every
+// partial result as a half stream: half the bytes of
 // a float32 stream, each hop rounding to the half type as a half-precision allreduce does.
 // Lossless (eb 0) keeps float32 streams, so the result is the float32 sum rounded once, as on the
 // exact path.
@@ -253,7 +254,7 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& o
     compressed(dev, *cpu_, DeviceOp::Reduce, type, io,
                [&](Device& d, const Pointers& p) {
                  d.reduce(*comm_, p[0], n, compressed_dtype(type), *cop, root,
-                          reduction_config(dev, cfg, eb, t.scalar_type()), &stats);
+                          reduction_config(d, cfg, eb, t.scalar_type()), &stats);
                });
     record("reduce", stats, eb);
   } else {
@@ -313,7 +314,7 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
     compressed(dev, *cpu_, DeviceOp::ReduceScatter, type, io,
                [&](Device& d, const Pointers& p) {
                  d.reduce_scatter(*comm_, p[0], p[1], n, compressed_dtype(type), *cop,
-                                  reduction_config(dev, cfg, eb, out.scalar_type()), &stats);
+                                  reduction_config(d, cfg, eb, out.scalar_type()), &stats);
                });
     record("reduce_scatter", stats, eb);
   } else {
