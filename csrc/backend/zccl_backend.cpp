@@ -74,6 +74,10 @@ Device& ZcclBackend::device_for(const at::Tensor& t, const std::vector<at::Tenso
   return dev;
 }
 
+Device& ZcclBackend::device_for(const std::vector<at::Tensor>& tensors, const char* what) {
+  return tensors.empty() ? *cpu_ : device_for(tensors[0], tensors, what);
+}
+
 c10::intrusive_ptr<c10d::Work> ZcclBackend::enqueue(const char* name, c10d::OpType type,
                                                     std::vector<at::Tensor> outputs, Device& device,
                                                     const std::vector<at::Tensor>& touched, Job job) {
@@ -202,9 +206,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce(std::vector<at::Tensor>& t
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  Device& dev = tensors.empty() ? *cpu_
-                                 : device_for(tensors[0], tensors,
-                                              "all_reduce_coalesced");
+  Device& dev = device_for(tensors, "all_reduce_coalesced");
   for (const auto& t : tensors) validate_reduce(opts.reduceOp, t.scalar_type(), "all_reduce_coalesced");
   std::vector<at::Tensor> ts = tensors;
   const c10d::ReduceOp op = opts.reduceOp;
@@ -334,8 +336,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather_coalesced(
   }
   std::vector<at::Tensor> flat_outputs;
   for (const auto& l : outputs) flat_outputs.insert(flat_outputs.end(), l.begin(), l.end());
-  Device& dev = inputs.empty() ? *cpu_ : device_for(inputs[0], joined(flat_outputs, inputs),
-                                                    "all_gather_coalesced");
+  Device& dev = device_for(joined(inputs, flat_outputs), "all_gather_coalesced");
   for (int r = 0; r < p; ++r) {
     if (outputs[r].size() != inputs.size()) {
       throw std::invalid_argument("zccl: all_gather_coalesced: output list " + std::to_string(r) + " holds " +
@@ -365,7 +366,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather_into_tensor_coalesced(
   if (outputs.size() != inputs.size()) {
     throw std::invalid_argument("zccl: all_gather_into_tensor_coalesced: one output per input");
   }
-  Device& dev = inputs.empty() ? *cpu_ : device_for(inputs[0], joined(outputs, inputs), name);
+  Device& dev = device_for(joined(inputs, outputs), name);
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_all_gather_into(outputs[i], inputs[i], getSize(), name);
   }
@@ -452,7 +453,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce_scatter_tensor_coalesced(
   if (outputs.size() != inputs.size()) {
     throw std::invalid_argument("zccl: reduce_scatter_tensor_coalesced: one output per input");
   }
-  Device& dev = inputs.empty() ? *cpu_ : device_for(inputs[0], joined(outputs, inputs), name);
+  Device& dev = device_for(joined(inputs, outputs), name);
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_reduce_scatter_into(outputs[i], inputs[i], opts.reduceOp, getSize(), name);
   }

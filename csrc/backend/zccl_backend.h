@@ -128,6 +128,8 @@ class ZcclBackend : public c10d::Backend {
   Device& device_of(const at::Tensor& t, const char* what);
   // device_of(t), after checking that every tensor of `tensors` is a dense tensor of that device.
   Device& device_for(const at::Tensor& t, const std::vector<at::Tensor>& tensors, const char* what);
+  // The same for the tensors of a coalesced op, the device of the first (the CPU's when none).
+  Device& device_for(const std::vector<at::Tensor>& tensors, const char* what);
   // Queues `job` on `device`: the op is ordered after what the caller enqueued on `touched`
   // (device streams), and its Work completes when the job ran.
   c10::intrusive_ptr<c10d::Work> enqueue(const char* name, c10d::OpType type,
