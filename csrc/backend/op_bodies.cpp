@@ -139,8 +139,8 @@ coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb) const {
 
 // The reductions accumulate half tensors in float32 (the staged widening) and, when lossy and the
 // device running the collective (the CPU's for host-staged ops) sends half streams, send every
-// partial result as a half stream: half the bytes of
-// a float32 stream, each hop rounding to the half type as a half-precision allreduce does.
+// partial result as a half stream: half the bytes of a float32 stream, each hop rounding to the
+// half type as a half-precision allreduce does.
 // Lossless (eb 0) keeps float32 streams, so the result is the float32 sum rounded once, as on the
 // exact path.
 coll::Config ZcclBackend::reduction_config(const Device& dev, const CallConfig& cfg, double eb,
