@@ -7,7 +7,9 @@
 #
 # Stages, in order (default: all): env build checks bench_codec bench_coll bench_ddp cpu_scaling
 # (checks = tests and sanitize, run side by side; each of those can also be named alone; data,
-# build_data, recheck and profile (ncu on the codec's kernels) are for shorter follow-up runs).
+# build_data, recheck and profile (ncu on the codec's kernels) are for shorter follow-up runs;
+# overlap, backend, variant_bench, variant_check and variant_compare for a run that also
+# compares codec kernel variants built ahead into .dev/binr*).
 # Each stage has its own time limit, and the whole run stops starting new stages once
 # ZCCL_SESSION_BUDGET_S seconds (default 480) have passed, so a slow stage costs only itself.
 #
@@ -92,7 +94,7 @@ stage_build() {
     ZCCL_NVCC_JOBS=8 python3 scripts/gpu_build_programs.py "$BIN" >"$RES/programs_build.log" 2>&1 &
     programs=$!
   fi
-  if [[ -d .dev/cuSZp && -f benchmarks/gpu/build_codec_compare.sh ]]; then
+  if [[ ! -x $BIN/codec_compare && -d .dev/cuSZp && -f benchmarks/gpu/build_codec_compare.sh ]]; then
     JOBS=8 bash benchmarks/gpu/build_codec_compare.sh "$BIN/codec_compare" >"$RES/cuszp_build.log" 2>&1 &
     cuszp=$!
   fi
@@ -177,12 +179,17 @@ stage_recheck() {
 
 stage_bench_codec() {
   [[ ${ZCCL_SKIP_OURS_BENCH:-0} == 1 ]] || step bench_codec_ours 120 "$BIN/test_cuszp" --bench --only bench
-  # Built in stage_build; else the copy built ahead on the CPU machine (.dev/gpu_bench).
-  local exe=$BIN/codec_compare
+  # ZCCL_CODEC_EXE; else built in stage_build; else the copy built ahead (.dev/gpu_bench).
+  local exe=${ZCCL_CODEC_EXE:-$BIN/codec_compare}
   [[ -x $exe ]] || exe=$PWD/.dev/gpu_bench/codec_compare
   if [[ -x $exe ]]; then
     step bench_codec_compare 200 python3 benchmarks/gpu_codec.py --exe "$exe" --out "$RES/gpu_codec.json" \
       ${ZCCL_CODECS:+--codecs "$ZCCL_CODECS"}
+    # A variant's comparison can carry the baseline's own rows from the same run.
+    if [[ -n ${ZCCL_CODEC_BASELINE_EXE:-} && -x $ZCCL_CODEC_BASELINE_EXE ]]; then
+      step bench_codec_baseline 120 python3 benchmarks/gpu_codec.py --exe "$ZCCL_CODEC_BASELINE_EXE" \
+        --out "$RES/gpu_codec_baseline.json" --codecs ours
+    fi
   else
     log "SKIP bench_codec_compare: no codec_compare binary (see cuszp_build.log)"
   fi
@@ -193,6 +200,7 @@ stage_bench_codec() {
 CORES=$(getconf _NPROCESSORS_ONLN)
 
 stage_bench_coll() {
+  settle
   for p in 2 4; do
     OMP_NUM_THREADS=$((CORES / p)) step "bench_coll_p$p" 150 "${MPIRUN[@]}" -np "$p" \
       -x OMP_NUM_THREADS python3 benchmarks/gpu_collectives.py --out "$RES/gpu_collectives_p$p.json"
@@ -200,6 +208,7 @@ stage_bench_coll() {
 }
 
 stage_bench_ddp() {
+  settle
   OMP_NUM_THREADS=$((CORES / 2)) step bench_ddp 200 "${MPIRUN[@]}" -np 2 -x OMP_NUM_THREADS \
     python3 benchmarks/gpu_ddp.py --out "$RES/gpu_ddp.json"
 }
@@ -207,6 +216,7 @@ stage_bench_ddp() {
 # The CPU codec's thread scaling on this machine's cores (issue 15's SimGrid model takes it with
 # codec_threads.py --scaling), and the ring hop's (both hops) with 1..16 threads.
 stage_cpu_scaling() {
+  settle
   step codec_scaling 120 env OMP_NUM_THREADS="$CORES" python3 benchmarks/simgrid/codec_threads.py \
     --measure-threads 1,2,4,8,16 --measure-only "$RES/codec_scaling.json"
   step hop_scaling 150 env OMP_NUM_THREADS="$CORES" python3 benchmarks/integer_hop_threads.py \
@@ -216,16 +226,112 @@ stage_cpu_scaling() {
 # Nsight Compute on the codec's kernels (the bench's 256 MiB wavefield at REL 1e-2..1e-4): speed
 # of light, occupancy, launch statistics, warp stalls, memory and scheduler sections, as text.
 stage_profile() {
-  local ncu
+  local ncu d
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
   if [[ -z $ncu ]]; then
     log "SKIP profile: ncu not found"
     return 0
   fi
-  step profile_codec 240 "$ncu" --kernel-name regex:"encode_kernel|decode_kernel" --launch-skip 6 \
-    --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats \
-    --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
-    --section SourceCounters "$BIN/test_cuszp" --bench --only bench
+  # The baseline's kernels, then those of the variants built ahead (ZCCL_PROFILE_VARIANTS), in turn.
+  for d in "$BIN" ${ZCCL_PROFILE_VARIANTS:-}; do
+    [[ -x $d/test_cuszp ]] || continue
+    step "profile_codec_$(basename "$d")" 120 "$ncu" --clock-control none \
+      --kernel-name regex:"encode_kernel|decode_kernel" --launch-skip 6 \
+      --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+      --section SourceCounters "$d/test_cuszp" --bench --only bench
+  done
+}
+
+# Codec kernel variants, built ahead into .dev/binr* (compile-time settings of
+# csrc/compress/cuszp_kernels.cuh such as -DZCCL_GPU_ENCODE_BLOCKS_PER_WARP=4, each folder with
+# test_cuszp and codec_compare). variant_bench times each one's bench beside the baseline's, one at
+# a time, and names the fastest (compress + decompress time over the three bounds) in
+# work/best_variant when it beats the baseline; variant_check runs that one's full codec program
+# (byte identity with the CPU encoder, every group) in the background; bench_codec then compares
+# it with cuSZp (and the baseline's own rows, ZCCL_CODEC_BASELINE_EXE).
+BG_PIDS=()
+settle() {  # waits for background checks before a stage that times something
+  ((${#BG_PIDS[@]})) && wait "${BG_PIDS[@]}"
+  BG_PIDS=()
+}
+
+stage_variant_bench() {
+  local d
+  settle
+  for d in "$BIN" .dev/binr*; do
+    [[ -x $d/test_cuszp ]] && step "bench_codec_$(basename "$d")" 30 "$d/test_cuszp" --bench --only bench
+  done
+  python3 - "$RES" "$BIN" .dev/binr* >"$RES/best_variant" 2>>"$LOG" <<'PY'
+import re, sys
+from pathlib import Path
+res, dirs = Path(sys.argv[1]), sys.argv[2:]
+def total_ms(d):
+    log = res / f"bench_codec_{Path(d).name}.log"
+    text = log.read_text() if log.exists() else ""
+    if "[ok] bench" not in text:
+        return None
+    ms = [float(c) + float(x) for c, x in re.findall(r"compress ([0-9.]+) ms.*decompress ([0-9.]+) ms", text)]
+    return sum(ms) if len(ms) == 3 else None
+base = total_ms(dirs[0])
+times = {d: total_ms(d) for d in dirs[1:]}
+ok = {d: t for d, t in times.items() if t is not None}
+print(f"baseline {base} ms; variants {times}", file=sys.stderr)
+if base is not None and ok and min(ok.values()) < base:
+    print(min(ok, key=ok.get))
+PY
+  log "variant_bench: best variant '$(cat "$RES/best_variant")'"
+  grep -h "REL\\|D2D\\|^\\[" "$RES"/bench_codec_*.log >>"$LOG"
+}
+
+stage_variant_check() {
+  local best
+  best=$(cat "$RES/best_variant" 2>/dev/null)
+  if [[ -z $best ]]; then
+    log "SKIP variant_check: no variant beat the baseline"
+    return 0
+  fi
+  OMP_NUM_THREADS=6 step "codec_program_$(basename "$best")" 240 "$best/test_cuszp" &
+  BG_PIDS+=($!)
+}
+
+stage_variant_compare() {
+  local best
+  settle
+  best=$(cat "$RES/best_variant" 2>/dev/null)
+  if [[ -z $best || ! -x $best/codec_compare ]]; then
+    log "SKIP variant_compare: no variant beat the baseline"
+    return 0
+  fi
+  ZCCL_SKIP_OURS_BENCH=1 ZCCL_CODEC_EXE=$PWD/$best/codec_compare ZCCL_CODECS=ours,cuszp_plain,cuszp_fixed \
+    ZCCL_CODEC_BASELINE_EXE=$BIN/codec_compare stage_bench_codec
+}
+
+# The build and the benchmark data on the CPU while the GPU runs the programs built ahead: the
+# collectives program at 2-4 ranks, its memcheck and racecheck, and the encoder/decoder profile.
+stage_overlap() {
+  stage_build_data &
+  (
+    step collectives_program_p2 120 "${MPIRUN[@]}" -np 2 "$BIN/test_gpu_collectives"
+    step collectives_program_p3 120 "${MPIRUN[@]}" -np 3 "$BIN/test_gpu_collectives"
+    step collectives_program_p4 120 "${MPIRUN[@]}" -np 4 "$BIN/test_gpu_collectives"
+  ) &
+  local san=("$SANITIZER" --error-exitcode 99 --print-limit 20)
+  step memcheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" --tool memcheck "$BIN/test_gpu_collectives" &
+  step racecheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" --tool racecheck "$BIN/test_gpu_collectives" &
+  stage_profile &
+  wait
+}
+
+# The backend's checks on CUDA tensors at 2, 3 and 4 ranks.
+stage_backend() {
+  step backend_checks_p2 240 "${MPIRUN[@]}" -np 2 python3 tests/mpi/gpu_backend_checks.py &
+  step backend_checks_p3 240 "${MPIRUN[@]}" -np 3 python3 tests/mpi/gpu_backend_checks.py &
+  wait
+  step backend_checks_p4 240 "${MPIRUN[@]}" -np 4 python3 tests/mpi/gpu_backend_checks.py
+  for f in "$RES"/backend_checks_p*.log; do
+    log "$(basename "$f"): $(grep -c ' PASS ' "$f") PASS lines, $(grep -c ' FAIL ' "$f") FAIL lines"
+  done
 }
 
 log "stages: $STAGES; budget ${BUDGET}s"

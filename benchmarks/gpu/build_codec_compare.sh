@@ -27,6 +27,8 @@
 #   NVCC       the nvcc to use (default: nvcc on PATH, else /usr/local/cuda/bin/nvcc)
 #   NICE       niceness of the compiles (default 0; e.g. 19 on a shared build machine)
 #   JOBS       parallel compiles (default: 2)
+#   EXTRA_NVCC_FLAGS  more flags for our sources, e.g. -DZCCL_GPU_ENCODE_BLOCKS_PER_WARP=4 to
+#              measure a kernel variant (split on spaces)
 #   WERROR     1: nvcc warnings are errors (-Werror all-warnings), as in tests/test_cuda_compile.py
 #              (default 0, so that another host compiler's new warning does not stop a GPU run)
 set -euo pipefail
@@ -115,6 +117,8 @@ fi
 flags=(-O3 -std=c++17 -fmad=false "${gencode[@]}" -Xcompiler=-fopenmp,-Wall,-Wextra
        "-I$repo/csrc/compress")
 [[ ${WERROR:-0} == 1 ]] && flags+=(-Werror all-warnings)
+read -r -a extra_flags <<<"${EXTRA_NVCC_FLAGS:-}"
+flags+=("${extra_flags[@]}")
 cuszp_flags=()
 if (( with_cuszp )); then
     # cuSZp's headers are third-party: included as system headers (their warnings are not ours).

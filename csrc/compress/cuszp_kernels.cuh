@@ -337,10 +337,10 @@ struct EncodeArgs {
 };
 
 struct WarpSummary {
-  int32_t has_good;  // the block has a quantised (non-outlier) value
-  int32_t last;      // its last quantised code
+  int32_t has_good;  // the warp's block(s) have a quantised (non-outlier) value
+  int32_t last;      // the last quantised code
   uint32_t outliers;
-  uint32_t pad;
+  uint32_t payload;  // encode_pass_wide's write pass: payload bytes of the warp's blocks
 };
 
 struct EncodeShared {
@@ -459,6 +459,139 @@ __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
   return carry_out;
 }
 
+// The same pass with kR consecutive blocks per warp in each tile (warp w: blocks
+// t*kWarps*kR + w*kR + r, r < kR), so a tile's barriers and its cross-warp prefix are shared by
+// kR values per thread, and the prefix over the kWarps warp summaries is a warp scan instead of a
+// loop in every thread. Produces the same bytes as encode_pass (same codes, deltas, lengths and
+// layout); chosen by kEncodeBlocksPerWarp.
+template <class K, bool kWrite, int kR>
+__device__ uint32_t encode_pass_wide(const EncodeArgs<K>& a, EncodeShared& sm,
+                                     const typename lane::Kind<K>::S* x, uint32_t m, uint32_t nb,
+                                     uint8_t* out, size_t planes_at, uint32_t payload_total,
+                                     uint32_t n_out_total) {
+  using B = typename lane::Kind<K>::S;
+  constexpr uint32_t kTileBlocks = kWarps * kR;
+  const unsigned lane = lane_id();
+  const unsigned warp = warp_id();
+  int32_t carry_code = 0;
+  uint32_t carry_out = 0;
+  uint32_t carry_payload = 0;
+  const size_t idx_at = planes_at + payload_total;
+  const size_t val_at = idx_at + 2 * static_cast<size_t>(n_out_total);
+  const uint32_t tiles = (nb + kTileBlocks - 1) / kTileBlocks;
+  for (uint32_t t = 0; t < tiles; ++t) {
+    const int buf = t & 1;
+    const uint32_t b0 = t * kTileBlocks + warp * kR;
+    B bits[kR];
+    int32_t q[kR];
+    uint32_t gmask[kR], omask[kR];
+    bool bad[kR];
+    WarpSummary mine{0, 0, 0, 0};
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const uint32_t i = (b0 + r) * 32 + lane;
+      const bool valid = i < m;  // implies block b0 + r < nb
+      bits[r] = valid ? x[i] : B{0};
+      q[r] = 0;
+      const bool good = valid && lane::quantize_bits<K>(bits[r], a.inv_bin, a.bin, a.eb, q[r]);
+      bad[r] = valid && !good;
+      gmask[r] = __ballot_sync(kFull, good);
+      omask[r] = __ballot_sync(kFull, bad[r]);
+      if (gmask[r] != 0) {
+        mine.has_good = 1;
+        mine.last = __shfl_sync(kFull, q[r], 31 - __clz(static_cast<int>(gmask[r])));
+      }
+      mine.outliers += static_cast<uint32_t>(__popc(omask[r]));
+      if (kWrite && b0 + r < nb) mine.payload += lane::block_bytes(sm.lens[b0 + r]);
+    }
+    if (lane == 0) sm.sum[buf][warp] = mine;
+    __syncthreads();
+
+    // Lane k < kWarps holds warp k's summary; scans give what precedes this warp in the tile.
+    const WarpSummary s = lane < kWarps ? sm.sum[buf][lane] : WarpSummary{0, 0, 0, 0};
+    const uint32_t hg = __ballot_sync(kFull, s.has_good != 0);
+    const uint32_t hg_below = hg & lanes_below(warp);
+    const int32_t last_below = __shfl_sync(kFull, s.last, hg_below != 0 ? 31 - __clz(static_cast<int>(hg_below)) : 0);
+    const int32_t last_all = __shfl_sync(kFull, s.last, hg != 0 ? 31 - __clz(static_cast<int>(hg)) : 0);
+    const uint32_t out_incl = warp_scan<uint32_t>(s.outliers);
+    const uint32_t pay_incl = warp_scan<uint32_t>(s.payload);
+    const uint32_t out_excl = __shfl_sync(kFull, out_incl - s.outliers, warp);
+    const uint32_t pay_excl = __shfl_sync(kFull, pay_incl - s.payload, warp);
+    int32_t prev = hg_below != 0 ? last_below : carry_code;
+    uint32_t out_before = carry_out + out_excl;
+    uint32_t pay_before = carry_payload + pay_excl;
+    if (hg != 0) carry_code = last_all;
+    carry_out += __shfl_sync(kFull, out_incl, kWarps - 1);
+    carry_payload += __shfl_sync(kFull, pay_incl, kWarps - 1);
+    __syncthreads();  // the summaries are read before the next tile writes (as encode_pass)
+
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const uint32_t b = b0 + r;
+      if (b >= nb) break;  // warp-uniform
+      const uint32_t i = b * 32 + lane;
+      const uint32_t upto = gmask[r] & lanes_upto(lane);
+      const int32_t src_code = __shfl_sync(kFull, q[r], upto != 0 ? 31 - __clz(static_cast<int>(upto)) : 0);
+      const int32_t e = upto != 0 ? src_code : prev;
+      int32_t pred = __shfl_up_sync(kFull, e, 1);
+      if (lane == 0) pred = b == 0 ? e : prev;
+      const int32_t d = e - pred;
+      const uint32_t mag = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
+      const uint32_t any = warp_or(mag);
+      const uint32_t len = any == 0 ? 0u : 32u - static_cast<uint32_t>(__clz(static_cast<int>(any)));
+      if (!kWrite) {
+        if (lane == 0) sm.lens[b] = static_cast<uint8_t>(len);
+        if (b == 0 && lane == 0) sm.q_start = e;
+      } else {
+        const uint32_t sign = __ballot_sync(kFull, d < 0);
+        const uint32_t plane = warp_transpose(mag);
+        if (len != 0) {
+          uint8_t* w = out + planes_at + pay_before;
+          if (lane == 0) st_u32(w, sign);
+          if (lane < len) st_u32(w + 4 + 4 * lane, plane);
+        }
+        if (bad[r]) {
+          const uint32_t k = out_before + static_cast<uint32_t>(__popc(omask[r] & lanes_below(lane)));
+          st_u16(out + idx_at + 2 * static_cast<size_t>(k), static_cast<uint16_t>(i));
+          st_bits(out + val_at + static_cast<size_t>(k) * sizeof(B), bits[r]);
+        }
+        pay_before += lane::block_bytes(len);
+      }
+      prev = __shfl_sync(kFull, e, 31);
+      out_before += static_cast<uint32_t>(__popc(omask[r]));
+    }
+  }
+  return carry_out;
+}
+
+// Resident blocks per multiprocessor the encoder and decoder are compiled for (their register
+// budget; -DZCCL_GPU_CODEC_MIN_BLOCKS=N to compare).
+#ifndef ZCCL_GPU_CODEC_MIN_BLOCKS
+#define ZCCL_GPU_CODEC_MIN_BLOCKS 1
+#endif
+inline constexpr int kCodecMinBlocks = ZCCL_GPU_CODEC_MIN_BLOCKS;
+
+// Blocks per warp in each tile of the encoder's passes: 1 is encode_pass, more is
+// encode_pass_wide (a build can override it with -DZCCL_GPU_ENCODE_BLOCKS_PER_WARP=R to compare).
+#ifndef ZCCL_GPU_ENCODE_BLOCKS_PER_WARP
+#define ZCCL_GPU_ENCODE_BLOCKS_PER_WARP 1
+#endif
+inline constexpr int kEncodeBlocksPerWarp = ZCCL_GPU_ENCODE_BLOCKS_PER_WARP;
+static_assert(kEncodeBlocksPerWarp >= 1 && kEncodeBlocksPerWarp <= 8, "1..8 blocks per warp");
+
+template <class K, bool kWrite>
+__device__ inline uint32_t encode_chunk_pass(const EncodeArgs<K>& a, EncodeShared& sm,
+                                             const typename lane::Kind<K>::S* x, uint32_t m,
+                                             uint32_t nb, uint8_t* out, size_t planes_at,
+                                             uint32_t payload_total, uint32_t n_out_total) {
+  if constexpr (kEncodeBlocksPerWarp == 1) {
+    return encode_pass<K, kWrite>(a, sm, x, m, nb, out, planes_at, payload_total, n_out_total);
+  } else {
+    return encode_pass_wide<K, kWrite, kEncodeBlocksPerWarp>(a, sm, x, m, nb, out, planes_at,
+                                                             payload_total, n_out_total);
+  }
+}
+
 // Decoupled look-back by warp 0: publishes this chunk's aggregate, waits for the window of 32
 // predecessors to publish anything, adds aggregates back to the nearest inclusive prefix, and
 // publishes its own inclusive prefix. Chunks are taken in ticket order by running blocks and a
@@ -498,7 +631,7 @@ __device__ inline uint64_t lookback(unsigned long long* status, uint64_t c, uint
 // same bits, else a constant chunk when all values have the same bits, else encoded (lossy
 // streams) when that is not larger than raw, else raw. Version-2 layout (fzlight_format.h).
 template <class K>
-__global__ void __launch_bounds__(kThreads) encode_kernel(EncodeArgs<K> a) {
+__global__ void __launch_bounds__(kThreads, kCodecMinBlocks) encode_kernel(EncodeArgs<K> a) {
   using B = typename lane::Kind<K>::S;
   constexpr uint32_t elem = sizeof(B);
   __shared__ EncodeShared sm;
@@ -536,7 +669,7 @@ __global__ void __launch_bounds__(kThreads) encode_kernel(EncodeArgs<K> a) {
     uint32_t payload = 0, n_out = 0, nonzero = 0;
     uint32_t my_byte = 0, my_rank = 0;  // bitmap byte threadIdx.x, rank of its first set bit
     if (encode) {
-      n_out = encode_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0);
+      n_out = encode_chunk_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0);
       __syncthreads();  // sm.lens and sm.q_start complete
       // Thread j owns bitmap byte j (blocks 8j..8j+7; bm <= kThreads). One exclusive scan ranks
       // its nonzero blocks' code-length bytes (high half) and sums the payload (low half).
@@ -585,7 +718,7 @@ __global__ void __launch_bounds__(kThreads) encode_kernel(EncodeArgs<K> a) {
           if ((my_byte >> k) & 1u) *lens_out++ = sm.lens[8 * threadIdx.x + k];
         }
       }
-      encode_pass<K, true>(a, sm, xin, m, nb, out, kEncodedFixed + bm + nonzero, payload, n_out);
+      encode_chunk_pass<K, true>(a, sm, xin, m, nb, out, kEncodedFixed + bm + nonzero, payload, n_out);
     } else if (constant) {
       // A repeat writes nothing; its CRC is that of the constant chunk it repeats (same bytes).
       if (threadIdx.x == 0) {
@@ -838,8 +971,96 @@ __device__ inline void emit(const DecodeArgs<K>& a, uint64_t at, typename lane::
   }
 }
 
+// Blocks per warp in each tile of the decoder: 1 is decode_kernel's own loop, more is
+// decode_tiles_wide (override with -DZCCL_GPU_DECODE_BLOCKS_PER_WARP=R to compare).
+#ifndef ZCCL_GPU_DECODE_BLOCKS_PER_WARP
+#define ZCCL_GPU_DECODE_BLOCKS_PER_WARP 1
+#endif
+inline constexpr int kDecodeBlocksPerWarp = ZCCL_GPU_DECODE_BLOCKS_PER_WARP;
+static_assert(kDecodeBlocksPerWarp >= 1 && kWarps * kDecodeBlocksPerWarp <= 32,
+              "a decoder tile's blocks must fit one warp's lanes");
+
+// decode_kernel's tile loop with kR consecutive blocks per warp in each tile (kWarps * kR <= 32
+// blocks a tile, so one warp scan over the tile's blocks gives every block's payload offset and
+// outliers before it). Same values as the kR = 1 loop: codes are q_start plus uint32 prefix sums
+// of the deltas, in any grouping.
+template <class K, Mode kMode, int kR>
+__device__ inline void decode_tiles_wide(const DecodeArgs<K>& a, DecodeShared& sm,
+                                         const uint8_t* planes, const uint8_t* vals,
+                                         uint32_t carry, typename lane::Kind<K>::C bin,
+                                         uint64_t first, uint32_t m, uint32_t nb) {
+  using B = typename lane::Kind<K>::S;
+  constexpr uint32_t elem = sizeof(B);
+  constexpr uint32_t kTileBlocks = kWarps * kR;
+  const unsigned lane = lane_id();
+  const unsigned warp = warp_id();
+  uint32_t out_run = 0, pay_run = 0;
+  const uint32_t tiles = (nb + kTileBlocks - 1) / kTileBlocks;
+  for (uint32_t t = 0; t < tiles; ++t) {
+    const int buf = t & 1;
+    const uint32_t b0 = t * kTileBlocks + warp * kR;
+    // Lane j: block t * kTileBlocks + j's payload bytes and outliers, scanned over the tile.
+    const uint32_t bj = t * kTileBlocks + lane;
+    const bool in = lane < kTileBlocks && bj < nb;
+    const uint32_t bytes_j = in ? lane::block_bytes(sm.lens[bj]) : 0u;
+    const uint32_t outs_j = in ? static_cast<uint32_t>(__popc(sm.outlier_bits[bj])) : 0u;
+    const uint32_t bytes_incl = warp_scan<uint32_t>(bytes_j);
+    const uint32_t outs_incl = warp_scan<uint32_t>(outs_j);
+    B ab[kR];
+    uint32_t incl[kR], out_before[kR];
+    uint32_t run = 0;  // this warp's deltas before block r
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const uint32_t b = b0 + r;
+      const uint32_t i = b * 32 + lane;
+      ab[r] = 0;  // reduce operand, loaded first so its latency overlaps the decoding
+      if (kMode != Mode::Store && i < m) ab[r] = a.a[first + i];
+      const uint32_t pay_before = pay_run + __shfl_sync(kFull, bytes_incl - bytes_j, warp * kR + r);
+      out_before[r] = out_run + __shfl_sync(kFull, outs_incl - outs_j, warp * kR + r);
+      uint32_t mag = 0, sign = 0;
+      if (b < nb) {  // warp-uniform
+        const uint32_t len = sm.lens[b];
+        if (len != 0) {
+          const uint8_t* w = planes + pay_before;
+          sign = ld_u32(w);
+          const uint32_t row = lane < len ? ld_u32(w + 4 + 4 * lane) : 0u;
+          mag = warp_transpose(row);
+        }
+      }
+      const uint32_t delta = ((sign >> lane) & 1u) ? 0u - mag : mag;
+      incl[r] = run + warp_scan<uint32_t>(delta);
+      run = __shfl_sync(kFull, incl[r], 31);
+    }
+    if (lane == 0) sm.total[buf][warp] = run;
+    __syncthreads();
+    const uint32_t wt = lane < kWarps ? sm.total[buf][lane] : 0u;
+    const uint32_t wt_incl = warp_scan<uint32_t>(wt);
+    const uint32_t before = carry + __shfl_sync(kFull, wt_incl - wt, warp);
+    const uint32_t tile_total = __shfl_sync(kFull, wt_incl, kWarps - 1);
+    __syncthreads();  // the tile's totals are read (as in decode_kernel's loop)
+#pragma unroll
+    for (int r = 0; r < kR; ++r) {
+      const uint32_t b = b0 + r;
+      const uint32_t i = b * 32 + lane;
+      if (i >= m) continue;  // also every lane of a block past nb
+      const uint32_t obits = sm.outlier_bits[b];
+      B v;
+      if ((obits >> lane) & 1u) {
+        const uint32_t k = out_before[r] + static_cast<uint32_t>(__popc(obits & lanes_below(lane)));
+        v = ld_bits(vals + static_cast<size_t>(k) * elem, B{});
+      } else {
+        v = lane::reconstruct_bits<K>(static_cast<int32_t>(before + incl[r]), bin);
+      }
+      emit<K, kMode>(a, first + i, ab[r], v);
+    }
+    carry += tile_total;
+    pay_run += __shfl_sync(kFull, bytes_incl, 31);
+    out_run += __shfl_sync(kFull, outs_incl, 31);
+  }
+}
+
 template <class K, Mode kMode>
-__global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<K> a) {
+__global__ void __launch_bounds__(kThreads, kCodecMinBlocks) decode_kernel(DecodeArgs<K> a) {
   using B = typename lane::Kind<K>::S;
   using C = typename lane::Kind<K>::C;
   namespace fmt = fz::format;
@@ -1005,6 +1226,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(DecodeArgs<K> a) {
     const uint8_t* const planes = p + header;
     uint32_t carry = ld_u32(p + 1);  // q_start
     uint32_t out_run = 0, pay_run = 0;
+    if constexpr (kDecodeBlocksPerWarp > 1) {
+      decode_tiles_wide<K, kMode, kDecodeBlocksPerWarp>(a, sm, planes, vals, carry, bin, first, m, nb);
+      continue;
+    }
     const uint32_t tiles = num_tiles(nb);
     for (uint32_t t = 0; t < tiles; ++t) {
       const auto [buf, b, active, i] = tile_slot(t, nb);
