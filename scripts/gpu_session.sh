@@ -226,20 +226,23 @@ stage_cpu_scaling() {
 # Nsight Compute on the codec's kernels (the bench's 256 MiB wavefield at REL 1e-2..1e-4): speed
 # of light, occupancy, launch statistics, warp stalls, memory and scheduler sections, as text.
 stage_profile() {
-  local ncu d
+  local ncu d k
   ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
   if [[ -z $ncu ]]; then
     log "SKIP profile: ncu not found"
     return 0
   fi
-  # The baseline's kernels, then those of the variants built ahead (ZCCL_PROFILE_VARIANTS), in turn.
+  # The encoder's and the decoder's third and fourth launches (after two warm-ups), for
+  # .dev/bin's program, then the variants named in ZCCL_PROFILE_VARIANTS, in turn.
   for d in "$BIN" ${ZCCL_PROFILE_VARIANTS:-}; do
     [[ -x $d/test_cuszp ]] || continue
-    step "profile_codec_$(basename "$d")" 120 "$ncu" --clock-control none \
-      --kernel-name regex:"encode_kernel|decode_kernel" --launch-skip 6 \
-      --launch-count 4 --section SpeedOfLight --section Occupancy --section LaunchStats \
-      --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
-      --section SourceCounters "$d/test_cuszp" --bench --only bench
+    for k in encode decode; do
+      step "profile_${k}_$(basename "$d")" 120 "$ncu" --clock-control none \
+        --kernel-name regex:"${k}_kernel" --launch-skip 2 \
+        --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+        --section SourceCounters "$d/test_cuszp" --bench --only bench
+    done
   done
 }
 
@@ -248,8 +251,8 @@ stage_profile() {
 # test_cuszp and codec_compare). variant_bench times each one's bench beside the baseline's, one at
 # a time, and names the fastest (compress + decompress time over the three bounds) in
 # work/best_variant when it beats the baseline; variant_check runs that one's full codec program
-# (byte identity with the CPU encoder, every group) in the background; bench_codec then compares
-# it with cuSZp (and the baseline's own rows, ZCCL_CODEC_BASELINE_EXE).
+# (byte identity with the CPU encoder, every group) in the background; variant_compare then
+# compares it (else .dev/bin's codec) with cuSZp.
 BG_PIDS=()
 settle() {  # waits for background checks before a stage that times something
   ((${#BG_PIDS[@]})) && wait "${BG_PIDS[@]}"
@@ -296,19 +299,17 @@ stage_variant_check() {
 }
 
 stage_variant_compare() {
-  local best
+  local best exe
   settle
   best=$(cat "$RES/best_variant" 2>/dev/null)
-  if [[ -z $best || ! -x $best/codec_compare ]]; then
-    log "SKIP variant_compare: no variant beat the baseline"
-    return 0
-  fi
-  ZCCL_SKIP_OURS_BENCH=1 ZCCL_CODEC_EXE=$PWD/$best/codec_compare ZCCL_CODECS=ours,cuszp_plain,cuszp_fixed \
-    ZCCL_CODEC_BASELINE_EXE=$BIN/codec_compare stage_bench_codec
+  exe=$BIN/codec_compare
+  [[ -n $best && -x $best/codec_compare ]] && exe=$PWD/$best/codec_compare
+  ZCCL_SKIP_OURS_BENCH=1 ZCCL_CODEC_EXE=$exe ZCCL_CODECS=ours,cuszp_plain,cuszp_fixed stage_bench_codec
 }
 
 # The build and the benchmark data on the CPU while the GPU runs the programs built ahead: the
-# collectives program at 2-4 ranks, its memcheck and racecheck, and the encoder/decoder profile.
+# collectives program at 2-4 ranks, the codec programs (.dev/bin's and every variant's), the
+# sanitizers on both programs, and the encoder/decoder profile.
 stage_overlap() {
   stage_build_data &
   (
@@ -316,9 +317,18 @@ stage_overlap() {
     step collectives_program_p3 120 "${MPIRUN[@]}" -np 3 "$BIN/test_gpu_collectives"
     step collectives_program_p4 120 "${MPIRUN[@]}" -np 4 "$BIN/test_gpu_collectives"
   ) &
+  (
+    local d
+    for d in "$BIN" .dev/binr*; do
+      [[ -x $d/test_cuszp ]] && OMP_NUM_THREADS=4 step "codec_program_$(basename "$d")" 150 "$d/test_cuszp"
+    done
+  ) &
   local san=("$SANITIZER" --error-exitcode 99 --print-limit 20)
   step memcheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" --tool memcheck "$BIN/test_gpu_collectives" &
   step racecheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" --tool racecheck "$BIN/test_gpu_collectives" &
+  step memcheck_codec 150 "${san[@]}" --tool memcheck "$BIN/test_cuszp" --quick &
+  step racecheck_codec 150 "${san[@]}" --tool racecheck "$BIN/test_cuszp" --quick --only batch,corrupt &
+  step synccheck_codec 150 "${san[@]}" --tool synccheck "$BIN/test_cuszp" --quick --only batch,corrupt &
   stage_profile &
   wait
 }

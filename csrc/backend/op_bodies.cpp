@@ -220,7 +220,10 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
                     nullptr, cfg, false);
   if (n == 0) return;
   const bool at_root = comm_->rank() == root;
-  const std::vector<HostArg> io = {{&s.buffer, at_root, !at_root}};
+  // The compressed broadcast's root decodes its own stream (every rank the same bits), so a
+  // host-staged root gets its buffer back too, unless owner_exact leaves it untouched.
+  const bool root_decodes = compress && !cfg.owner_exact;
+  const std::vector<HostArg> io = {{&s.buffer, at_root, !at_root || root_decodes}};
   if (compress) {
     if (at_root) eb = local_bound(dev, {s.buffer}, cfg);
     coll::Stats stats;

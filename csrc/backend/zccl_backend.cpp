@@ -178,6 +178,11 @@ LastStats ZcclBackend::last_stats() const {
 // ------------------------------------------------------------------------------------------
 // torch entry points: validate on the caller's thread (clear errors at the call site), then queue.
 
+c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce_sparse(std::vector<at::Tensor>& tensors,
+                                                             const c10d::AllreduceOptions& opts) {
+  return allreduce(tensors, opts);
+}
+
 c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                       const c10d::AllreduceOptions& opts) {
   if (tensors.size() == 1 && tensors[0].is_sparse()) {

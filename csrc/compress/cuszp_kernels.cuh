@@ -179,22 +179,6 @@ __device__ inline T warp_scan(T v) {
   return v;
 }
 
-// Chunks are walked in tiles of kWarps blocks, one block a warp; tiles alternate two shared
-// buffers. In tile t of a chunk of nb blocks, this warp codes block b (active while b < nb: warp-
-// uniform) and this lane its value i.
-struct TileSlot {
-  int buf;
-  uint32_t b;
-  bool active;
-  uint32_t i;
-};
-__device__ inline uint32_t num_tiles(uint32_t nb) { return (nb + kWarps - 1) / kWarps; }
-__device__ inline TileSlot tile_slot(uint32_t t, uint32_t nb) {
-  const int buf = t & 1;
-  const uint32_t b = t * kWarps + warp_id();
-  return {buf, b, b < nb, b * 32 + lane_id()};
-}
-
 // 32x32 bit transpose across the warp (see lane::transpose_stage).
 __device__ inline uint32_t warp_transpose(uint32_t x) {
   const unsigned lane = lane_id();
@@ -340,7 +324,7 @@ struct WarpSummary {
   int32_t has_good;  // the warp's block(s) have a quantised (non-outlier) value
   int32_t last;      // the last quantised code
   uint32_t outliers;
-  uint32_t payload;  // encode_pass_wide's write pass: payload bytes of the warp's blocks
+  uint32_t payload;  // write pass: payload bytes of the warp's blocks
 };
 
 struct EncodeShared {
@@ -366,7 +350,35 @@ __device__ inline bool cta_all_equal(const B* x, uint32_t n, B v) {
   return true;
 }
 
-// One pass over a chunk's blocks, a tile of kWarps blocks at a time (warp w: block t*kWarps+w).
+// Blocks per warp in each tile of the encoder's passes and the decoder, and the resident blocks
+// per multiprocessor each kernel is compiled for (its register budget). Measured on an H200
+// (benchmarks/RESULTS.md, GPU section): 4 blocks per warp took compress from 162 to 268 GB/s and
+// decompress from 224 to 369 GB/s on the bench's wavefield; the encoder is faster held to 64
+// registers (4 blocks of 256 threads per multiprocessor), the decoder spills under that cap.
+// A build can override each (-DZCCL_GPU_...=N) to compare variants.
+#ifndef ZCCL_GPU_ENCODE_BLOCKS_PER_WARP
+#define ZCCL_GPU_ENCODE_BLOCKS_PER_WARP 4
+#endif
+#ifndef ZCCL_GPU_DECODE_BLOCKS_PER_WARP
+#define ZCCL_GPU_DECODE_BLOCKS_PER_WARP 4
+#endif
+#ifndef ZCCL_GPU_ENCODE_MIN_BLOCKS
+#define ZCCL_GPU_ENCODE_MIN_BLOCKS 4
+#endif
+#ifndef ZCCL_GPU_DECODE_MIN_BLOCKS
+#define ZCCL_GPU_DECODE_MIN_BLOCKS 3
+#endif
+inline constexpr int kEncodeBlocksPerWarp = ZCCL_GPU_ENCODE_BLOCKS_PER_WARP;
+inline constexpr int kDecodeBlocksPerWarp = ZCCL_GPU_DECODE_BLOCKS_PER_WARP;
+inline constexpr int kEncodeMinBlocks = ZCCL_GPU_ENCODE_MIN_BLOCKS;
+inline constexpr int kDecodeMinBlocks = ZCCL_GPU_DECODE_MIN_BLOCKS;
+static_assert(kEncodeBlocksPerWarp >= 1 && kEncodeBlocksPerWarp <= 8, "1..8 blocks per warp");
+static_assert(kDecodeBlocksPerWarp >= 1 && kWarps * kDecodeBlocksPerWarp <= 32,
+              "a decoder tile's blocks must fit one warp's lanes");
+
+// One pass over a chunk's blocks in tiles of kWarps * kR blocks: warp w codes blocks
+// t*kWarps*kR + w*kR + r (r < kR), lane l value l of each. A tile's two barriers and its prefix
+// over the kWarps warp summaries (a warp scan) are shared by kR values per thread.
 // kWrite = false sizes the chunk (code lengths into sm.lens, q_start, returns the outlier count);
 // kWrite = true writes the chunk's planes at out + planes_at and its outliers after them (the
 // header, bitmap and code lengths are written by the caller). `x` is the chunk's input, in
@@ -376,99 +388,11 @@ __device__ inline bool cta_all_equal(const B* x, uint32_t n, B v) {
 // the value before it (0 before the chunk's first value): fzlight's "outliers take the
 // prediction". q_start = e_0, deltas are e_i - e_(i-1), and padding lanes past the chunk's end
 // repeat the last code, exactly as fzlight.cpp's encode_chunk.
-template <class K, bool kWrite>
+template <class K, bool kWrite, int kR = kEncodeBlocksPerWarp>
 __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
                                 const typename lane::Kind<K>::S* x, uint32_t m, uint32_t nb,
                                 uint8_t* out, size_t planes_at, uint32_t payload_total,
                                 uint32_t n_out_total) {
-  using B = typename lane::Kind<K>::S;
-  const unsigned lane = lane_id();
-  const unsigned warp = warp_id();
-  int32_t carry_code = 0;       // effective code of the value before the tile
-  uint32_t carry_out = 0;       // outliers before the tile
-  uint32_t carry_payload = 0;   // payload bytes before the tile (write pass)
-  // Where the write pass puts outlier indices and outlier values (unused when sizing).
-  const size_t idx_at = planes_at + payload_total;
-  const size_t val_at = idx_at + 2 * static_cast<size_t>(n_out_total);
-  const uint32_t tiles = num_tiles(nb);
-  for (uint32_t t = 0; t < tiles; ++t) {
-    const auto [buf, b, active, i] = tile_slot(t, nb);
-    const bool valid = active && i < m;
-    const B bits = valid ? x[i] : B{0};
-    int32_t q = 0;
-    const bool good = valid && lane::quantize_bits<K>(bits, a.inv_bin, a.bin, a.eb, q);
-    const bool bad = valid && !good;
-    const uint32_t gmask = __ballot_sync(kFull, good);
-    const uint32_t omask = __ballot_sync(kFull, bad);
-    const int32_t last = __shfl_sync(kFull, q, gmask != 0 ? 31 - __clz(static_cast<int>(gmask)) : 0);
-    if (lane == 0) sm.sum[buf][warp] = WarpSummary{gmask != 0, last, static_cast<uint32_t>(__popc(omask)), 0};
-    __syncthreads();
-
-    // What precedes this block inside the tile, and the tile's totals (all threads alike).
-    int32_t prev = carry_code;
-    uint32_t out_before = carry_out;
-    uint32_t pay_before = carry_payload;
-    for (int k = 0; k < kWarps; ++k) {
-      const WarpSummary s = sm.sum[buf][k];
-      const uint32_t bk = t * kWarps + k;
-      const uint32_t bytes = (kWrite && bk < nb) ? lane::block_bytes(sm.lens[bk]) : 0u;
-      if (k < static_cast<int>(warp)) {
-        if (s.has_good) prev = s.last;
-        out_before += s.outliers;
-        pay_before += bytes;
-      }
-      if (s.has_good) carry_code = s.last;
-      carry_out += s.outliers;
-      carry_payload += bytes;
-    }
-    // The tile's summaries are read: a barrier before the next tile's writes. The double buffer
-    // alone orders them too (tile t+2 writes only after tile t+1's barrier), but racecheck on an
-    // H200 reported hazards here without it; with it the kernel is racecheck-clean and no slower
-    // (benchmarks/results/gpu_h200/logs/run4_barrier_bench.log).
-    __syncthreads();
-
-    if (active) {
-      const uint32_t upto = gmask & lanes_upto(lane);
-      const int32_t src_code = __shfl_sync(kFull, q, upto != 0 ? 31 - __clz(static_cast<int>(upto)) : 0);
-      const int32_t e = upto != 0 ? src_code : prev;
-      int32_t pred = __shfl_up_sync(kFull, e, 1);
-      if (lane == 0) pred = b == 0 ? e : prev;  // the chunk's first delta is 0 (q_start = e_0)
-      const int32_t d = e - pred;               // |codes| < 2^30: no overflow
-      const uint32_t mag = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
-      const uint32_t any = warp_or(mag);
-      const uint32_t len = any == 0 ? 0u : 32u - static_cast<uint32_t>(__clz(static_cast<int>(any)));
-      if (!kWrite) {
-        if (lane == 0) sm.lens[b] = static_cast<uint8_t>(len);
-        if (b == 0 && lane == 0) sm.q_start = e;
-      } else {
-        const uint32_t sign = __ballot_sync(kFull, d < 0);
-        const uint32_t plane = warp_transpose(mag);  // lane j: bit j of every magnitude
-        if (len != 0) {
-          uint8_t* w = out + planes_at + pay_before;
-          if (lane == 0) st_u32(w, sign);
-          if (lane < len) st_u32(w + 4 + 4 * lane, plane);
-        }
-        if (bad) {
-          const uint32_t k = out_before + static_cast<uint32_t>(__popc(omask & lanes_below(lane)));
-          st_u16(out + idx_at + 2 * static_cast<size_t>(k), static_cast<uint16_t>(i));
-          st_bits(out + val_at + static_cast<size_t>(k) * sizeof(B), bits);
-        }
-      }
-    }
-  }
-  return carry_out;
-}
-
-// The same pass with kR consecutive blocks per warp in each tile (warp w: blocks
-// t*kWarps*kR + w*kR + r, r < kR), so a tile's barriers and its cross-warp prefix are shared by
-// kR values per thread, and the prefix over the kWarps warp summaries is a warp scan instead of a
-// loop in every thread. Produces the same bytes as encode_pass (same codes, deltas, lengths and
-// layout); chosen by kEncodeBlocksPerWarp.
-template <class K, bool kWrite, int kR>
-__device__ uint32_t encode_pass_wide(const EncodeArgs<K>& a, EncodeShared& sm,
-                                     const typename lane::Kind<K>::S* x, uint32_t m, uint32_t nb,
-                                     uint8_t* out, size_t planes_at, uint32_t payload_total,
-                                     uint32_t n_out_total) {
   using B = typename lane::Kind<K>::S;
   constexpr uint32_t kTileBlocks = kWarps * kR;
   const unsigned lane = lane_id();
@@ -523,7 +447,11 @@ __device__ uint32_t encode_pass_wide(const EncodeArgs<K>& a, EncodeShared& sm,
     if (hg != 0) carry_code = last_all;
     carry_out += __shfl_sync(kFull, out_incl, kWarps - 1);
     carry_payload += __shfl_sync(kFull, pay_incl, kWarps - 1);
-    __syncthreads();  // the summaries are read before the next tile writes (as encode_pass)
+    // The tile's summaries are read: a barrier before the next tile's writes. The double buffer
+    // alone orders them too (tile t+2 writes only after tile t+1's barrier), but racecheck on an
+    // H200 reported hazards here without it; with it the kernel is racecheck-clean and no slower
+    // (benchmarks/results/gpu_h200/logs/run4_barrier_bench.log).
+    __syncthreads();
 
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
@@ -562,34 +490,6 @@ __device__ uint32_t encode_pass_wide(const EncodeArgs<K>& a, EncodeShared& sm,
     }
   }
   return carry_out;
-}
-
-// Resident blocks per multiprocessor the encoder and decoder are compiled for (their register
-// budget; -DZCCL_GPU_CODEC_MIN_BLOCKS=N to compare).
-#ifndef ZCCL_GPU_CODEC_MIN_BLOCKS
-#define ZCCL_GPU_CODEC_MIN_BLOCKS 1
-#endif
-inline constexpr int kCodecMinBlocks = ZCCL_GPU_CODEC_MIN_BLOCKS;
-
-// Blocks per warp in each tile of the encoder's passes: 1 is encode_pass, more is
-// encode_pass_wide (a build can override it with -DZCCL_GPU_ENCODE_BLOCKS_PER_WARP=R to compare).
-#ifndef ZCCL_GPU_ENCODE_BLOCKS_PER_WARP
-#define ZCCL_GPU_ENCODE_BLOCKS_PER_WARP 1
-#endif
-inline constexpr int kEncodeBlocksPerWarp = ZCCL_GPU_ENCODE_BLOCKS_PER_WARP;
-static_assert(kEncodeBlocksPerWarp >= 1 && kEncodeBlocksPerWarp <= 8, "1..8 blocks per warp");
-
-template <class K, bool kWrite>
-__device__ inline uint32_t encode_chunk_pass(const EncodeArgs<K>& a, EncodeShared& sm,
-                                             const typename lane::Kind<K>::S* x, uint32_t m,
-                                             uint32_t nb, uint8_t* out, size_t planes_at,
-                                             uint32_t payload_total, uint32_t n_out_total) {
-  if constexpr (kEncodeBlocksPerWarp == 1) {
-    return encode_pass<K, kWrite>(a, sm, x, m, nb, out, planes_at, payload_total, n_out_total);
-  } else {
-    return encode_pass_wide<K, kWrite, kEncodeBlocksPerWarp>(a, sm, x, m, nb, out, planes_at,
-                                                             payload_total, n_out_total);
-  }
 }
 
 // Decoupled look-back by warp 0: publishes this chunk's aggregate, waits for the window of 32
@@ -631,7 +531,7 @@ __device__ inline uint64_t lookback(unsigned long long* status, uint64_t c, uint
 // same bits, else a constant chunk when all values have the same bits, else encoded (lossy
 // streams) when that is not larger than raw, else raw. Version-2 layout (fzlight_format.h).
 template <class K>
-__global__ void __launch_bounds__(kThreads, kCodecMinBlocks) encode_kernel(EncodeArgs<K> a) {
+__global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(EncodeArgs<K> a) {
   using B = typename lane::Kind<K>::S;
   constexpr uint32_t elem = sizeof(B);
   __shared__ EncodeShared sm;
@@ -669,7 +569,7 @@ __global__ void __launch_bounds__(kThreads, kCodecMinBlocks) encode_kernel(Encod
     uint32_t payload = 0, n_out = 0, nonzero = 0;
     uint32_t my_byte = 0, my_rank = 0;  // bitmap byte threadIdx.x, rank of its first set bit
     if (encode) {
-      n_out = encode_chunk_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0);
+      n_out = encode_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0);
       __syncthreads();  // sm.lens and sm.q_start complete
       // Thread j owns bitmap byte j (blocks 8j..8j+7; bm <= kThreads). One exclusive scan ranks
       // its nonzero blocks' code-length bytes (high half) and sums the payload (low half).
@@ -718,7 +618,7 @@ __global__ void __launch_bounds__(kThreads, kCodecMinBlocks) encode_kernel(Encod
           if ((my_byte >> k) & 1u) *lens_out++ = sm.lens[8 * threadIdx.x + k];
         }
       }
-      encode_chunk_pass<K, true>(a, sm, xin, m, nb, out, kEncodedFixed + bm + nonzero, payload, n_out);
+      encode_pass<K, true>(a, sm, xin, m, nb, out, kEncodedFixed + bm + nonzero, payload, n_out);
     } else if (constant) {
       // A repeat writes nothing; its CRC is that of the constant chunk it repeats (same bytes).
       if (threadIdx.x == 0) {
@@ -971,24 +871,15 @@ __device__ inline void emit(const DecodeArgs<K>& a, uint64_t at, typename lane::
   }
 }
 
-// Blocks per warp in each tile of the decoder: 1 is decode_kernel's own loop, more is
-// decode_tiles_wide (override with -DZCCL_GPU_DECODE_BLOCKS_PER_WARP=R to compare).
-#ifndef ZCCL_GPU_DECODE_BLOCKS_PER_WARP
-#define ZCCL_GPU_DECODE_BLOCKS_PER_WARP 1
-#endif
-inline constexpr int kDecodeBlocksPerWarp = ZCCL_GPU_DECODE_BLOCKS_PER_WARP;
-static_assert(kDecodeBlocksPerWarp >= 1 && kWarps * kDecodeBlocksPerWarp <= 32,
-              "a decoder tile's blocks must fit one warp's lanes");
-
-// decode_kernel's tile loop with kR consecutive blocks per warp in each tile (kWarps * kR <= 32
-// blocks a tile, so one warp scan over the tile's blocks gives every block's payload offset and
-// outliers before it). Same values as the kR = 1 loop: codes are q_start plus uint32 prefix sums
-// of the deltas, in any grouping.
-template <class K, Mode kMode, int kR>
-__device__ inline void decode_tiles_wide(const DecodeArgs<K>& a, DecodeShared& sm,
-                                         const uint8_t* planes, const uint8_t* vals,
-                                         uint32_t carry, typename lane::Kind<K>::C bin,
-                                         uint64_t first, uint32_t m, uint32_t nb) {
+// An encoded chunk's values: bit planes -> magnitudes (warp transpose), signed deltas, prefix
+// sums carried across blocks (uint32 wrap, like the CPU), x' = narrow(C(code) * bin), outliers
+// patched in. Tiles of kWarps * kR <= 32 blocks, kR consecutive ones per warp, so one warp scan
+// over a tile's blocks gives every block's payload offset and outliers before it.
+template <class K, Mode kMode, int kR = kDecodeBlocksPerWarp>
+__device__ inline void decode_tiles(const DecodeArgs<K>& a, DecodeShared& sm,
+                                    const uint8_t* planes, const uint8_t* vals,
+                                    uint32_t carry, typename lane::Kind<K>::C bin,
+                                    uint64_t first, uint32_t m, uint32_t nb) {
   using B = typename lane::Kind<K>::S;
   constexpr uint32_t elem = sizeof(B);
   constexpr uint32_t kTileBlocks = kWarps * kR;
@@ -1037,7 +928,7 @@ __device__ inline void decode_tiles_wide(const DecodeArgs<K>& a, DecodeShared& s
     const uint32_t wt_incl = warp_scan<uint32_t>(wt);
     const uint32_t before = carry + __shfl_sync(kFull, wt_incl - wt, warp);
     const uint32_t tile_total = __shfl_sync(kFull, wt_incl, kWarps - 1);
-    __syncthreads();  // the tile's totals are read (as in decode_kernel's loop)
+    __syncthreads();  // the tile's totals are read (as in encode_pass: racecheck-clean with it)
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
       const uint32_t b = b0 + r;
@@ -1060,7 +951,7 @@ __device__ inline void decode_tiles_wide(const DecodeArgs<K>& a, DecodeShared& s
 }
 
 template <class K, Mode kMode>
-__global__ void __launch_bounds__(kThreads, kCodecMinBlocks) decode_kernel(DecodeArgs<K> a) {
+__global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) decode_kernel(DecodeArgs<K> a) {
   using B = typename lane::Kind<K>::S;
   using C = typename lane::Kind<K>::C;
   namespace fmt = fz::format;
@@ -1075,8 +966,6 @@ __global__ void __launch_bounds__(kThreads, kCodecMinBlocks) decode_kernel(Decod
   constexpr uint32_t elem = sizeof(B);
   const bool v1 = info.version == fmt::kVersion1;
   const uint8_t* table = a.src + fmt::kFixedHeaderBytes + 8 * static_cast<uint64_t>(info.ndim);
-  const unsigned lane = lane_id();
-  const unsigned warp = warp_id();
   Control* const ctl = a.ctl;
 
   for (uint64_t c = blockIdx.x; c < info.num_chunks; c += gridDim.x) {
@@ -1221,72 +1110,7 @@ __global__ void __launch_bounds__(kThreads, kCodecMinBlocks) decode_kernel(Decod
       continue;
     }
 
-    // Decode: bit planes -> magnitudes (warp transpose), signed deltas, prefix sums carried
-    // across blocks (uint32 wrap, like the CPU), x' = narrow(C(code) * bin), outliers patched in.
-    const uint8_t* const planes = p + header;
-    uint32_t carry = ld_u32(p + 1);  // q_start
-    uint32_t out_run = 0, pay_run = 0;
-    if constexpr (kDecodeBlocksPerWarp > 1) {
-      decode_tiles_wide<K, kMode, kDecodeBlocksPerWarp>(a, sm, planes, vals, carry, bin, first, m, nb);
-      continue;
-    }
-    const uint32_t tiles = num_tiles(nb);
-    for (uint32_t t = 0; t < tiles; ++t) {
-      const auto [buf, b, active, i] = tile_slot(t, nb);
-      B ab = 0;  // reduce operand, loaded first so its latency overlaps the decoding
-      if (kMode != Mode::Store && active && i < m) ab = a.a[first + i];
-      uint32_t pay_before = pay_run, out_before = out_run, pay_tile = 0, out_tile = 0;
-      for (int k = 0; k < kWarps; ++k) {
-        const uint32_t bk = t * kWarps + k;
-        if (bk >= nb) break;
-        const uint32_t bytes = lane::block_bytes(sm.lens[bk]);
-        const uint32_t outs = static_cast<uint32_t>(__popc(sm.outlier_bits[bk]));
-        if (k < static_cast<int>(warp)) {
-          pay_before += bytes;
-          out_before += outs;
-        }
-        pay_tile += bytes;
-        out_tile += outs;
-      }
-      uint32_t incl = 0, block_total = 0;
-      if (active) {
-        const uint32_t len = sm.lens[b];
-        uint32_t mag = 0, sign = 0;
-        if (len != 0) {
-          const uint8_t* w = planes + pay_before;
-          sign = ld_u32(w);
-          const uint32_t row = lane < len ? ld_u32(w + 4 + 4 * lane) : 0u;
-          mag = warp_transpose(row);
-        }
-        const uint32_t delta = ((sign >> lane) & 1u) ? 0u - mag : mag;
-        incl = warp_scan<uint32_t>(delta);
-        block_total = __shfl_sync(kFull, incl, 31);
-      }
-      if (lane == 0) sm.total[buf][warp] = block_total;
-      __syncthreads();
-      uint32_t before = carry, tile_total = 0;
-      for (int k = 0; k < kWarps; ++k) {
-        if (k < static_cast<int>(warp)) before += sm.total[buf][k];
-        tile_total += sm.total[buf][k];
-      }
-      __syncthreads();  // the tile's totals are read (see encode_pass: racecheck-clean with it)
-      if (active) {
-        const uint32_t obits = sm.outlier_bits[b];
-        if (i < m) {
-          B v;
-          if ((obits >> lane) & 1u) {
-            const uint32_t k = out_before + static_cast<uint32_t>(__popc(obits & lanes_below(lane)));
-            v = ld_bits(vals + static_cast<size_t>(k) * elem, B{});
-          } else {
-            v = lane::reconstruct_bits<K>(static_cast<int32_t>(before + incl), bin);
-          }
-          emit<K, kMode>(a, first + i, ab, v);
-        }
-      }
-      carry += tile_total;
-      pay_run += pay_tile;
-      out_run += out_tile;
-    }
+    decode_tiles<K, kMode>(a, sm, p + header, vals, ld_u32(p + 1) /* q_start */, bin, first, m, nb);
   }
 }
 

@@ -186,6 +186,9 @@ class ThreadedProgress {
 // Parallel units of chunk work: four default-sized chunks (~80 KB of float32) per thread at least.
 uint64_t chunk_units(uint64_t chunks) { return (chunks + 3) / 4; }
 
+// Runs of chunks per compression thread, taken in turn (compress_typed).
+constexpr uint64_t kRunsPerThread = 8;
+
 uint32_t chunk_values(uint64_t count, uint32_t chunk_len, uint64_t c) {
   return static_cast<uint32_t>(std::min<uint64_t>(chunk_len, count - c * chunk_len));
 }
@@ -549,44 +552,58 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
       (*progress)(c + 1, chunks);
     }
   } else if (chunks > 0) {
-    // Each thread codes a contiguous run of chunks at that run's worst-case offset; the runs
-    // are then slid down in order (compressed data is small, so the move is cheap). A run never
-    // starts with a repeat (its first chunk is written in full), so the slide keeps every
-    // repeat right after the bytes it repeats.
+    // The chunks are cut into contiguous runs, several per thread, which the threads take in
+    // turn (a thread that drew cheap runs, e.g. constant ones, takes more: data whose
+    // compressibility varies along the buffer no longer waits on the thread with the dense part).
+    // Each run is coded at its worst-case offset; the runs are then slid down in order
+    // (compressed data is small, so the move is cheap). A run never starts with a repeat (its
+    // first chunk is written in full), so the slide keeps every repeat right after the bytes it
+    // repeats. The stream is the same for every thread count.
     // With a progress hook (threads > 1): the calling thread runs it between its own chunks.
     const int nt = resolve_threads(p.threads, chunk_units(chunks));
+    const uint64_t runs = std::min<uint64_t>(chunks, static_cast<uint64_t>(nt) * kRunsPerThread);
+    auto run_start = [&](uint64_t k) { return chunks * k / runs; };
     ThreadedProgress hook(progress, chunks, nt);
     const size_t full = raw_chunk_bytes(cl, sizeof(S));
-    std::vector<size_t> run_bytes(static_cast<size_t>(nt), 0);
+    std::vector<size_t> run_bytes(runs, 0);
     std::vector<Scratch<S>> scratch;
     scratch.reserve(static_cast<size_t>(nt));
     for (int t = 0; t < nt; ++t) scratch.emplace_back(cl, how.zstd);
+    // Thread t starts with run t (runs >= nt: the calling thread always codes chunks, so a
+    // progress hook runs at least once), then takes the next free run.
+    std::atomic<uint64_t> next_run{static_cast<uint64_t>(nt)};
 #pragma omp parallel num_threads(nt)
     {
       const int t = omp_get_thread_num();
-      const uint64_t c0 = chunks * static_cast<uint64_t>(t) / static_cast<uint64_t>(nt);
-      const uint64_t c1 = chunks * static_cast<uint64_t>(t + 1) / static_cast<uint64_t>(nt);
-      size_t at = data_base + c0 * full;
-      bool prev_constant = false;  // a run's first chunk is written in full (see below)
-      for (uint64_t c = c0; c < c1; ++c) {
-        bool constant = false;
-        const size_t bytes = code_chunk<K>(x, count, cl, c, how, prev_constant, constant,
-                                           dst + at, scratch[static_cast<size_t>(t)]);
-        finish_chunk(c, dst + at, bytes);
-        at += bytes;
-        prev_constant = constant;
-        if (!hook.after_chunk(t, c + 1 - c0)) break;
+      uint64_t done = 0;  // chunks this thread coded (the progress hook's estimate)
+      bool go = true;
+      for (uint64_t k = static_cast<uint64_t>(t); go && k < runs; k = next_run.fetch_add(1)) {
+        const uint64_t c0 = run_start(k), c1 = run_start(k + 1);
+        size_t at = data_base + c0 * full;
+        bool prev_constant = false;  // a run's first chunk is written in full (see below)
+        for (uint64_t c = c0; c < c1; ++c) {
+          bool constant = false;
+          const size_t bytes = code_chunk<K>(x, count, cl, c, how, prev_constant, constant,
+                                             dst + at, scratch[static_cast<size_t>(t)]);
+          finish_chunk(c, dst + at, bytes);
+          at += bytes;
+          prev_constant = constant;
+          if (!hook.after_chunk(t, ++done)) {
+            go = false;
+            break;
+          }
+        }
+        run_bytes[k] = at - (data_base + c0 * full);
       }
-      run_bytes[static_cast<size_t>(t)] = at - (data_base + c0 * full);
     }
     hook.rethrow();
     if (hook.stopped()) throw std::logic_error("zccl: compression stopped without an error");
     // A run's first chunk was written in full even when it repeats the previous run's last
     // constant chunk; turn it into a repeat now that the runs meet.
-    for (int t = 0; t < nt; ++t) {
-      const uint64_t c0 = chunks * static_cast<uint64_t>(t) / static_cast<uint64_t>(nt);
+    for (uint64_t k = 0; k < runs; ++k) {
+      const uint64_t c0 = run_start(k);
       uint8_t* run = dst + data_base + c0 * full;
-      size_t bytes = run_bytes[static_cast<size_t>(t)];
+      size_t bytes = run_bytes[k];
       if (c0 > 0 && fmt::load<uint32_t>(table + 8 * c0) == 1 + sizeof(S) &&
           run[0] == fmt::kChunkConstant && constant_before(c0) &&
           same_bits(x[c0 * cl], x[(c0 - 1) * cl])) {

@@ -8,8 +8,9 @@
 //   allreduce ring and recursive doubling, SUM/AVG/MIN/MAX, float32/float64, counts 1, p-1, p+1
 //   and primes: within the documented bound (restated below, independently of choose.cpp) plus
 //   the reductions' rounding, and bit-identical on every rank (hash of the bytes, allgathered);
-//   allgather (own block exact, others within eb), broadcast and scatter from every root
-//   (the root's data exact, the others within eb), NaN/Inf kept.
+//   allgather and broadcast from every root (every rank within eb with the same bits, the owner
+//   or root included; with owner_exact its own data exact), scatter from every root (the root's
+//   block exact, the others within eb), NaN/Inf kept.
 // Prints "N checks, F failures" and exits 1 if any failed on this rank.
 #include <cuda_runtime.h>
 
@@ -157,14 +158,18 @@ void check_allreduce(transport::Comm& comm, gpucoll::GpuWorkspace& ws, cudaStrea
   }
 }
 
-void check_data_movement(transport::Comm& comm, gpucoll::GpuWorkspace& ws, cudaStream_t stream) {
+void check_data_movement(transport::Comm& comm, gpucoll::GpuWorkspace& ws, cudaStream_t stream,
+                         bool owner_exact) {
   const int p = comm.size(), r = comm.rank();
   const double eb = 1e-3;
   const auto gs = reinterpret_cast<gpu::GpuStream>(stream);
   gpucoll::Config cfg;
   cfg.error_bound = eb;
+  cfg.owner_exact = owner_exact;
+  const std::string mode = owner_exact ? " owner_exact" : "";
   for (const size_t n : {size_t{1}, static_cast<size_t>(p + 1), size_t{16411}, size_t{262147}}) {
-    // allgather: own block exact, the others within eb.
+    // allgather: every block within eb and the same bits on every rank (the owner decodes its
+    // own stream too); with owner_exact the own block exact, the others still replicas.
     {
       std::vector<float> mine = cast<float>(values(r, n, 1));
       mine[0] = r == 0 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
@@ -180,29 +185,44 @@ void check_data_movement(transport::Comm& comm, gpucoll::GpuWorkspace& ws, cudaS
           const float g = got[static_cast<size_t>(q) * n + i];
           if (std::isnan(want[i])) {
             bad += !std::isnan(g);
-          } else if (q == r || std::isinf(want[i])) {
+          } else if ((owner_exact && q == r) || std::isinf(want[i])) {
             bad += g != want[i];
           } else {
             bad += !(std::fabs(static_cast<double>(g) - want[i]) <= eb);
           }
         }
       }
-      expect(bad == 0, "allgather n=" + std::to_string(n) + ": " + std::to_string(bad) + " bad values");
+      expect(bad == 0, "allgather" + mode + " n=" + std::to_string(n) + ": " + std::to_string(bad) + " bad values");
+      // Replicas: block q's bits on every rank; with owner_exact the owner's copy is exact
+      // instead, so each block is compared among its non-owners.
+      for (int q = 0; q < p; ++q) {
+        const std::vector<float> block(got.begin() + static_cast<ptrdiff_t>(q * n),
+                                       got.begin() + static_cast<ptrdiff_t>((q + 1) * n));
+        const uint64_t h = owner_exact && q == r ? 0 : hash(block);
+        bool same = true;
+        for (const uint64_t other : comm.allgather_u64(h)) same = same && (other == 0 || h == 0 || other == h);
+        expect(same, "allgather" + mode + " n=" + std::to_string(n) + ": block " + std::to_string(q) +
+                         " differs across ranks");
+      }
     }
     for (int root = 0; root < p; ++root) {
-      // broadcast: the root untouched, the others within eb and identical.
+      // broadcast: every rank, the root too, within eb with the same bits; with owner_exact the
+      // root untouched and the others replicas.
       const std::vector<double> want = values(root, n, 2);
       DeviceArray<double> buf(r == root ? want : std::vector<double>(n, 0.0));
       gpucoll::broadcast(comm, ws, buf.ptr, n, DType::Float64, root, cfg, gs);
       const std::vector<double> got = buf.get();
       size_t bad = 0;
-      for (size_t i = 0; i < n; ++i) bad += r == root ? got[i] != want[i] : !(std::fabs(got[i] - want[i]) <= eb);
-      expect(bad == 0, "broadcast root " + std::to_string(root) + " n=" + std::to_string(n));
+      for (size_t i = 0; i < n; ++i) {
+        bad += owner_exact && r == root ? got[i] != want[i] : !(std::fabs(got[i] - want[i]) <= eb);
+      }
+      expect(bad == 0, "broadcast" + mode + " root " + std::to_string(root) + " n=" + std::to_string(n));
       {
-        const uint64_t h = r == root ? 0 : hash(got);  // the root's exact copy is not a replica
+        const uint64_t h = owner_exact && r == root ? 0 : hash(got);  // an exact root is no replica
         bool same = true;
         for (const uint64_t other : comm.allgather_u64(h)) same = same && (other == 0 || h == 0 || other == h);
-        expect(same, "broadcast root " + std::to_string(root) + " n=" + std::to_string(n) + ": replicas differ");
+        expect(same, "broadcast" + mode + " root " + std::to_string(root) + " n=" + std::to_string(n) +
+                         ": replicas differ");
       }
       // scatter: the root's own block exact, the others within eb.
       std::vector<std::unique_ptr<DeviceArray<float>>> blocks;
@@ -222,7 +242,7 @@ void check_data_movement(transport::Comm& comm, gpucoll::GpuWorkspace& ws, cudaS
         bad += r == root ? mine[i] != expect_block[i]
                          : !(std::fabs(static_cast<double>(mine[i]) - expect_block[i]) <= eb);
       }
-      expect(bad == 0, "scatter root " + std::to_string(root) + " n=" + std::to_string(n));
+      expect(bad == 0, "scatter" + mode + " root " + std::to_string(root) + " n=" + std::to_string(n));
     }
   }
 }
@@ -250,7 +270,8 @@ int main(int argc, char** argv) {
       try {
         check_allreduce<float>(*comm, ws, stream);
         check_allreduce<double>(*comm, ws, stream);
-        check_data_movement(*comm, ws, stream);
+        check_data_movement(*comm, ws, stream, /*owner_exact=*/false);
+        check_data_movement(*comm, ws, stream, /*owner_exact=*/true);
       } catch (const std::exception& e) {
         expect(false, std::string("exception: ") + e.what());
       }

@@ -429,7 +429,9 @@ def reduce_every_root_matches_cpu() -> None:
                     def call(place, root=root, op=op, dtype=dtype, n=n):
                         t = place(values(rank(), n, dtype))
                         dist.reduce(t, dst=root, op=op)
-                        return [t]
+                        # torch defines the result at dst only: the CPU's ring leaves partial
+                        # sums in other ranks' tensors, the host-staged CUDA op their input.
+                        return [t] if rank() == root else []
 
                     cuda_and_cpu(call, f"reduce root={root} {op_name} {dtype} n={n}")
     # An independent bound at the root: SUM within p * eb of the exact float64 sum (+ rounding).
