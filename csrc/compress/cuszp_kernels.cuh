@@ -351,11 +351,12 @@ __device__ inline bool cta_all_equal(const B* x, uint32_t n, B v) {
 }
 
 // Blocks per warp in each tile of the encoder's passes and the decoder, and the resident blocks
-// per multiprocessor each kernel is compiled for (its register budget). Measured on an H200
-// (benchmarks/RESULTS.md, GPU section): 4 blocks per warp took compress from 162 to 268 GB/s and
-// decompress from 224 to 369 GB/s on the bench's wavefield; the encoder is faster held to 64
-// registers (4 blocks of 256 threads per multiprocessor), the decoder spills under that cap.
-// A build can override each (-DZCCL_GPU_...=N) to compare variants.
+// per multiprocessor each kernel is compiled for (its register budget). Chosen on an H200
+// (benchmarks/RESULTS.md, GPU section; test_cuszp --bench, 256 MiB wavefield, REL 1e-2): 4 blocks
+// per warp took compress from 1.66 to 1.00 ms and decompress from 1.20 to 0.79 ms; both kernels
+// are fastest held to 64 registers (4 resident blocks: decompress 0.79 ms, against 0.85 ms at
+// 80 registers and 1.04 ms at 110, although it spills a little there); 5 blocks per warp in the
+// encoder gained nothing measurable (0.985 ms). Override with -DZCCL_GPU_...=N to compare.
 #ifndef ZCCL_GPU_ENCODE_BLOCKS_PER_WARP
 #define ZCCL_GPU_ENCODE_BLOCKS_PER_WARP 4
 #endif
@@ -366,7 +367,7 @@ __device__ inline bool cta_all_equal(const B* x, uint32_t n, B v) {
 #define ZCCL_GPU_ENCODE_MIN_BLOCKS 4
 #endif
 #ifndef ZCCL_GPU_DECODE_MIN_BLOCKS
-#define ZCCL_GPU_DECODE_MIN_BLOCKS 3
+#define ZCCL_GPU_DECODE_MIN_BLOCKS 4
 #endif
 inline constexpr int kEncodeBlocksPerWarp = ZCCL_GPU_ENCODE_BLOCKS_PER_WARP;
 inline constexpr int kDecodeBlocksPerWarp = ZCCL_GPU_DECODE_BLOCKS_PER_WARP;
