@@ -122,6 +122,16 @@ int sm_count() {
   return cache[dev];
 }
 
+// A variant to measure (scripts/gpu_build_variant.sh DIR -DZCCL_GPU_MAX_SHARED_CARVEOUT=1): the
+// codec kernels prefer the largest shared-memory carveout, so that shared memory stops capping
+// their resident blocks (Nsight Compute on an H200 found the decoder held to 3 blocks per
+// multiprocessor by shared memory and by registers alike; benchmarks/RESULTS.md). Off until a GPU
+// session has timed it.
+#ifndef ZCCL_GPU_MAX_SHARED_CARVEOUT
+#define ZCCL_GPU_MAX_SHARED_CARVEOUT 0
+#endif
+constexpr bool kMaxSharedCarveout = ZCCL_GPU_MAX_SHARED_CARVEOUT != 0;
+
 int blocks_per_sm(const void* kernel, size_t dyn_smem) {
   int dev = 0;
   check(cudaGetDevice(&dev), "cudaGetDevice");
@@ -131,6 +141,11 @@ int blocks_per_sm(const void* kernel, size_t dyn_smem) {
   const auto key = std::make_tuple(dev, kernel, dyn_smem);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;
+  if (kMaxSharedCarveout) {
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               cudaSharedmemCarveoutMaxShared),
+          "cudaFuncSetAttribute (shared memory carveout)");
+  }
   int n = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads, dyn_smem),
         "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
