@@ -30,6 +30,19 @@ def test_conformance(nprocs: int) -> None:
     assert_every_check_passed(report, nprocs)
 
 
+@pytest.mark.parametrize("script", ["backend_checks.py", "conformance_checks.py"])
+def test_host_staged_op_bodies(script: str) -> None:
+    """The same checks with the CPU device running every op on host copies written back
+    afterwards (``ZCCL_TEST_HOST_STAGING=1``), as the CUDA device runs the ops it has no GPU
+    algorithm for: a result an op body forgets to write back (a half-precision broadcast whose
+    root kept its own values was first found on a GPU) fails here, on CPU, at 3 ranks."""
+    done = mpirun(3, python_argv(f"tests/mpi/{script}"), 600, {"ZCCL_TEST_HOST_STAGING": "1"})
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-8000:]
+    assert report.count("host staging: on") == 3, report[-2000:]
+    assert_every_check_passed(report, 3)
+
+
 def test_ddp_smoke_two_ranks() -> None:
     done = mpirun(2, python_argv("tests/mpi/ddp_smoke.py"), timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]

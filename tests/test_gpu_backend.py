@@ -86,6 +86,23 @@ def test_gpu_checks_dry_run_on_cpu(nprocs: int) -> None:
     assert "reduce_every_root_matches_cpu" in report, report[-2000:]
 
 
+def test_gpu_checks_dry_run_host_staged() -> None:
+    """The same dry run with the CPU device staging every op through host copies written back
+    afterwards (``ZCCL_TEST_HOST_STAGING=1``), as the CUDA device runs the ops it has no GPU
+    algorithm for: a result an op body forgets to write back fails here, on CPU. (A
+    half-precision broadcast whose root kept its own values was first found on a GPU.)"""
+    done = mpirun(
+        3,
+        python_argv(SCRIPT, "--cpu-dry-run"),
+        timeout=600,
+        extra_env={"ZCCL_TEST_HOST_STAGING": "1"},
+    )
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-8000:]
+    assert report.count("host staging: on") == 3, report[-2000:]
+    assert_every_check_passed(report, 3)
+
+
 @pytest.mark.skipif(not HAVE_GPU, reason="no CUDA device")
 @pytest.mark.parametrize("nprocs", [2, 3, 4])
 def test_gpu_collectives_program(nprocs: int, tmp_path: Path) -> None:

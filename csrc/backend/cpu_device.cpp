@@ -5,7 +5,9 @@
 #include <ATen/ATen.h>
 #pragma GCC diagnostic pop
 
+#include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 #include "device.h"
 #include "routing.h"
@@ -16,6 +18,15 @@ namespace {
 
 class CpuDevice final : public Device {
  public:
+  // ZCCL_TEST_HOST_STAGING=1 (tests only): every op runs as the CUDA device runs the ops it has
+  // no GPU algorithm for, on host copies of the tensors written back afterwards, so that the CPU
+  // test suite checks which results each op body writes back (a missed write-back leaves the
+  // copy's 0xA5 bytes or the old values, instead of passing unseen as on the tensor itself).
+  CpuDevice() {
+    const char* env = std::getenv("ZCCL_TEST_HOST_STAGING");
+    staging_ = env != nullptr && std::string(env) == "1";
+  }
+
   void check_tensor(const at::Tensor& t, const char* what) const override {
     check_cpu_dense(t, what);
   }
@@ -27,12 +38,21 @@ class CpuDevice final : public Device {
   }
   bool widens_halves() const override { return false; }
   coll::Device kind() const override { return coll::Device::Cpu; }
-  bool compresses(DeviceOp, at::ScalarType) const override { return true; }
+  bool compresses(DeviceOp, at::ScalarType) const override { return !staging_; }
   fz::FiniteRange value_range(const at::Tensor& t, int threads) override {
     return fz::finite_range(t.data_ptr(), compressed_dtype(t.scalar_type()),
                             static_cast<uint64_t>(t.numel()), threads);
   }
-  at::Tensor host_view(const at::Tensor& t, bool, bool) override { return t; }
+  at::Tensor host_view(const at::Tensor& t, bool read, bool) override {
+    if (!staging_) return t;
+    at::Tensor host = at::empty(t.sizes(), t.options());
+    if (read) {
+      host.copy_(t);
+    } else if (host.numel() > 0) {
+      host.view({-1}).view(at::kByte).fill_(0xA5);  // what nothing wrote shows up
+    }
+    return host;
+  }
   void from_host(at::Tensor& t, const at::Tensor& host) override {
     if (!host.is_same(t)) t.copy_(host);
   }
@@ -73,6 +93,9 @@ class CpuDevice final : public Device {
     coll::alltoallv(comm, in, send_counts, send_displs, out, recv_counts, recv_displs, dt, cfg,
                     stats);
   }
+
+ private:
+  bool staging_ = false;
 };
 
 }  // namespace

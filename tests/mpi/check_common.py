@@ -4,6 +4,7 @@ assertion, exact references, and the loop that runs the checks and reports PASS/
 """
 
 import datetime
+import os
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -67,6 +68,10 @@ def run_checks(
         backend="zccl", timeout=datetime.timedelta(seconds=timeout_s), pg_options=options
     )
     assert dist.get_backend() == "zccl"
+    if os.environ.get("ZCCL_TEST_HOST_STAGING") == "1":
+        # The CPU device stages every op through host copies, as CUDA stages some
+        # (csrc/backend/cpu_device.cpp); the launching test asserts every rank ran that way.
+        print(f"[rank {rank()}] host staging: on", flush=True)
     failures = 0
     selected = names or list(checks)
     if rank() == 0:  # the launcher checks that every listed check passed on every rank
