@@ -167,6 +167,12 @@ def main() -> int:
         help="scaling measured elsewhere (--measure-only's FILE): model its thread counts as "
         "measured there instead of measuring here",
     )
+    parser.add_argument(
+        "--scaling-threads",
+        default=None,
+        help="model only these of --scaling's measured thread counts (comma-separated; for the "
+        "long runs at many hosts)",
+    )
     parser.add_argument("--iters", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--out", type=Path, default=SMPI.RESULTS / "smpi_codec_threads.json")
@@ -188,6 +194,9 @@ def main() -> int:
     if args.scaling is not None:
         scaling = json.loads(args.scaling.read_text())
         where = f"on {scaling.get('host')} ({scaling.get('cores')} cores)"
+        if args.scaling_threads:
+            keep = {int(v) for v in args.scaling_threads.split(",")}
+            scaling["threads"] = [t for t in scaling.get("threads", ()) if t in keep]
     else:
         scaling = None if args.no_measure else measure_scaling(measure_threads)
         where = "here"
