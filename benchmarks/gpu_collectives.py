@@ -461,24 +461,16 @@ def main() -> None:
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     if "nccl" in contenders and "all_reduce" in collectives:
-        if device.type != "cuda":
+        skipped = (
+            "skipped: --device cpu (NCCL needs CUDA)"
+            if device.type != "cuda"
+            else "skipped: --no-nccl"
+            if args.no_nccl
+            else None
+        )
+        if skipped is not None:
             nccl = [
-                {
-                    "collective": "all_reduce",
-                    "contender": "nccl",
-                    "size_mb": mb,
-                    "error": "skipped: --device cpu (NCCL needs CUDA)",
-                }
-                for mb in sizes(args)
-            ]
-        elif args.no_nccl:
-            nccl = [
-                {
-                    "collective": "all_reduce",
-                    "contender": "nccl",
-                    "size_mb": mb,
-                    "error": "skipped: --no-nccl",
-                }
+                {"collective": "all_reduce", "contender": "nccl", "size_mb": mb, "error": skipped}
                 for mb in sizes(args)
             ]
         else:

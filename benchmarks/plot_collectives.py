@@ -68,24 +68,27 @@ def _finish(fig: plt.Figure, axes: Iterable[plt.Axes], title: str, path: Path) -
     return path
 
 
+def _plot_speedups(ax: plt.Axes, result: dict, x: str, **where: object) -> None:
+    """One line per shown contender: speed-up over the best MPI against row field `x`, over the
+    rows matching `where`."""
+    for name in SHOWN:
+        rows = sorted(_rows(result, contender=name, **where), key=lambda s: s[x])
+        if rows:
+            ax.plot(
+                [s[x] for s in rows],
+                [s["speedup_vs_mpi_best"] for s in rows],
+                STYLE[name],
+                color=COLOR[name],
+                label=name,
+                ms=4,
+            )
+
+
 def plot_vs_size(result: dict, out_dir: Path, ranks: int) -> Path:
     colls = _collectives(result)
     fig, axes = _axes(len(colls))
     for ax, coll in zip(axes, colls, strict=True):
-        for name in SHOWN:
-            rows = sorted(
-                _rows(result, ranks=ranks, collective=coll, contender=name),
-                key=lambda s: s["size_mb"],
-            )
-            if rows:
-                ax.plot(
-                    [s["size_mb"] for s in rows],
-                    [s["speedup_vs_mpi_best"] for s in rows],
-                    STYLE[name],
-                    color=COLOR[name],
-                    label=name,
-                    ms=4,
-                )
+        _plot_speedups(ax, result, "size_mb", ranks=ranks, collective=coll)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("size (MB)")
         ax.set_title(coll)
@@ -100,20 +103,7 @@ def plot_vs_ranks(result: dict, out_dir: Path, size_mb: float) -> Path:
     colls = _collectives(result)
     fig, axes = _axes(len(colls))
     for ax, coll in zip(axes, colls, strict=True):
-        for name in SHOWN:
-            rows = sorted(
-                _rows(result, size_mb=size_mb, collective=coll, contender=name),
-                key=lambda s: s["ranks"],
-            )
-            if rows:
-                ax.plot(
-                    [s["ranks"] for s in rows],
-                    [s["speedup_vs_mpi_best"] for s in rows],
-                    STYLE[name],
-                    color=COLOR[name],
-                    label=name,
-                    ms=4,
-                )
+        _plot_speedups(ax, result, "ranks", size_mb=size_mb, collective=coll)
         ax.set_xlabel("ranks (one per emulated host)")
         ax.set_title(coll)
     title = f"{size_mb:g} MB, {result['rate']} links (emulated), REL {result['rel']:g}"

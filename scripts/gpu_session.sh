@@ -311,12 +311,7 @@ stage_overlap() {
       [[ -x $d/test_cuszp ]] && OMP_NUM_THREADS=4 step "codec_program_$(basename "$d")" 150 "$d/test_cuszp"
     done
   ) &
-  local san=("$SANITIZER" --error-exitcode 99 --print-limit 20)
-  step memcheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" --tool memcheck "$BIN/test_gpu_collectives" &
-  step racecheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" --tool racecheck "$BIN/test_gpu_collectives" &
-  step memcheck_codec 150 "${san[@]}" --tool memcheck "$BIN/test_cuszp" --quick &
-  step racecheck_codec 150 "${san[@]}" --tool racecheck "$BIN/test_cuszp" --quick --only batch,corrupt &
-  step synccheck_codec 150 "${san[@]}" --tool synccheck "$BIN/test_cuszp" --quick --only batch,corrupt &
+  stage_sanitize &
   stage_profile &
   wait
 }
