@@ -68,10 +68,6 @@ def run_checks(
         backend="zccl", timeout=datetime.timedelta(seconds=timeout_s), pg_options=options
     )
     assert dist.get_backend() == "zccl"
-    if os.environ.get("ZCCL_TEST_HOST_STAGING") == "1":
-        # The CPU device stages every op through host copies, as CUDA stages some
-        # (csrc/backend/cpu_device.cpp); the launching test asserts every rank ran that way.
-        print(f"[rank {rank()}] host staging: on", flush=True)
     failures = 0
     selected = names or list(checks)
     if rank() == 0:  # the launcher checks that every listed check passed on every rank
@@ -88,5 +84,11 @@ def run_checks(
             failures += 1
             print(f"[rank {rank()}] FAIL {name}\n{traceback.format_exc()}", flush=True)
     dist.barrier()
+    if os.environ.get("ZCCL_TEST_HOST_STAGING") == "1":
+        # The CPU device staged every op through host copies, as CUDA stages some
+        # (csrc/backend/cpu_device.cpp); the launching test asserts every rank ran that way.
+        # Printed last: before the checks it raced rank 0's CHECKS line, which mpirun may join
+        # to another rank's output.
+        print(f"[rank {rank()}] host staging: on", flush=True)
     dist.destroy_process_group()
     return 1 if failures else 0
