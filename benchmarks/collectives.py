@@ -74,7 +74,7 @@ MPI_NAME = {
     "scatter": "scatter",
     "reduce": "reduce",
 }
-ZCCL = ("zccl_auto", "zccl_ring", "zccl_ring_int", "zccl_rd", "zccl_cprp2p", "zccl_mt")
+ZCCL = ("zccl_auto", "zccl_ring", "zccl_ring_int", "zccl_rd", "zccl_hd", "zccl_cprp2p", "zccl_mt")
 
 
 def sh(cmd: list[str], env: dict[str, str] | None = None, timeout: float = 3600) -> str:

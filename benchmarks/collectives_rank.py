@@ -40,6 +40,7 @@ ZCCL_ALGORITHMS = {  # contender -> zccl algorithm ("" = the collective's only a
     "zccl_auto": "auto",
     "zccl_ring": "ring",
     "zccl_rd": "recursive_doubling",
+    "zccl_hd": "halving_doubling",
     "zccl_cprp2p": "cprp2p",
     "zccl_ring_int": "ring",
 }
@@ -53,6 +54,7 @@ APPLIES = {
     "zccl_auto": COLLECTIVES,
     "zccl_ring": REDUCING,
     "zccl_rd": ("all_reduce",),
+    "zccl_hd": ("all_reduce",),
     "zccl_cprp2p": REDUCING,
     "zccl_ring_int": ("all_reduce",),
     "zccl_mt": COLLECTIVES,

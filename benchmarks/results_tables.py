@@ -12,7 +12,17 @@ import json
 import math
 from pathlib import Path
 
-ORDER = ("zccl_auto", "zccl_ring", "zccl_rd", "zccl_cprp2p", "zccl_mt", "mpi", "gloo", "fp16")
+ORDER = (
+    "zccl_auto",
+    "zccl_ring",
+    "zccl_rd",
+    "zccl_hd",
+    "zccl_cprp2p",
+    "zccl_mt",
+    "mpi",
+    "gloo",
+    "fp16",
+)
 
 
 def _fmt(v: float | None, spec: str) -> str:

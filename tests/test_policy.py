@@ -41,12 +41,14 @@ def test_absolute_relative_norm() -> None:
     assert ebound(t.half(), NormRelative(1e-2), world_size=2) > 0
 
 
-@pytest.mark.parametrize("alg", ["ring", "recursive_doubling", "cprp2p", "auto"])
+@pytest.mark.parametrize(
+    "alg", ["ring", "recursive_doubling", "halving_doubling", "cprp2p", "auto"]
+)
 @pytest.mark.parametrize("p", [2, 3, 4, 5, 8])
 @pytest.mark.parametrize("op", ["sum", "avg", "min", "max"])
 def test_end_to_end_divides_by_hop_factor(alg: str, p: int, op: str) -> None:
     t = torch.randn(100)
-    algs = ["ring", "recursive_doubling"] if alg == "auto" else [alg]
+    algs = ["ring", "recursive_doubling", "halving_doubling"] if alg == "auto" else [alg]
     factor = max(_C.output_error_bound(a, op, p, 1.0, True) for a in algs)
     eb = ebound(t, EndToEnd(0.5, algorithm=alg), world_size=p, op=op)
     assert math.isclose(eb, 0.5 / factor)

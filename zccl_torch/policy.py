@@ -273,9 +273,13 @@ def hop_factor(algorithm: str, collective: str, op: str, p: int, *, statistical:
     if collective not in ("all_reduce", "reduce_scatter") or op not in ("sum", "avg", "min", "max"):
         return 1.0
     if algorithm == "auto":
-        algs = ["ring", "recursive_doubling"] if collective == "all_reduce" else ["ring"]
-    elif collective == "reduce_scatter" and algorithm == "recursive_doubling":
-        algs = ["ring"]  # the backend has no recursive-doubling reduce-scatter
+        algs = (
+            ["ring", "recursive_doubling", "halving_doubling"]
+            if collective == "all_reduce"
+            else ["ring"]
+        )
+    elif collective == "reduce_scatter" and algorithm in ("recursive_doubling", "halving_doubling"):
+        algs = ["ring"]  # the backend's only compressed reduce-scatter is the ring
     else:
         algs = [algorithm]
     allreduce = collective == "all_reduce"

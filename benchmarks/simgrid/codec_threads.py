@@ -102,18 +102,23 @@ def measured_speedups(scaling: dict[str, Any]) -> list[tuple[int, float]]:
     return out
 
 
+# The zccl allreduce algorithms the driver times (impl names of its records).
+IMPLS = ("zccl_ring", "zccl_ring_int", "zccl_recursive_doubling", "zccl_halving_doubling")
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """The rows as text: link, CPU speed-up modelled, speed-ups of each zccl algorithm."""
 
     def fmt(v: float | None) -> str:
         return f"{v:.2f}x" if v else "-"
 
-    lines = [f"{'Gb/s':>5} {'CPU x':>6} {'ring':>8} {'ring int':>9} {'RD':>8}  model"]
+    lines = [f"{'Gb/s':>5} {'CPU x':>6} {'ring':>8} {'ring int':>9} {'RD':>8} {'HD':>8}  model"]
     for r in rows:
         lines.append(
             f"{r['gbps']:5g} {r['cpu_speedup']:6g} {fmt(r['zccl_ring_speedup']):>8} "
             f"{fmt(r['zccl_ring_int_speedup']):>9} "
-            f"{fmt(r['zccl_recursive_doubling_speedup']):>8}  {r['model']}"
+            f"{fmt(r['zccl_recursive_doubling_speedup']):>8} "
+            f"{fmt(r.get('zccl_halving_doubling_speedup')):>8}  {r['model']}"
         )
     return "\n".join(lines)
 
@@ -242,7 +247,7 @@ def main() -> int:
                 "mpi_best_s": mpi,
                 "checks_pass": summary.get("all_pass"),
             }
-            for impl in ("zccl_ring", "zccl_ring_int", "zccl_recursive_doubling"):
+            for impl in IMPLS:
                 t = fastest(res.records, impl)
                 row[f"{impl}_s"] = t
                 row[f"{impl}_speedup"] = mpi / t if mpi and t else None

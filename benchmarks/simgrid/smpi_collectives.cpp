@@ -12,7 +12,7 @@
 //                         [--mpi-path-budget BYTES] [--timeout-s S] [--label TEXT]
 //                         [--impls zccl,mpi] [--skip-ring 0|1]
 //   --colls  "allreduce" times zccl ring (float hop, then integer hop: zccl_ring_int), recursive
-//            doubling and auto, and MPI_Allreduce;
+//            doubling, halving-doubling and auto, and MPI_Allreduce;
 //            "allreduce_mpi_path" times zccl's Algorithm::Mpi path (its own MPI_Iallreduce call);
 //            the default is the first four.
 //   --impls  which implementations to time: zccl's, the plain MPI collectives, or both (default;
@@ -480,6 +480,7 @@ void run_allreduce(Ctx& c, bool mpi_path) {
       zccl_allreduce(c, "zccl_ring_int", Algorithm::Ring, x, buf, ref, true);  // integer hop
     }
     zccl_allreduce(c, "zccl_recursive_doubling", Algorithm::RecursiveDoubling, x, buf, ref);
+    zccl_allreduce(c, "zccl_halving_doubling", Algorithm::HalvingDoubling, x, buf, ref);
     // Auto runs exactly the algorithm choose_allreduce() names: when that is one timed above,
     // record the choice instead of simulating the same code again (ring and RD are the costly
     // simulations).
@@ -488,10 +489,11 @@ void run_allreduce(Ctx& c, bool mpi_path) {
       Json j = skipped_record(c, "allreduce", "zccl_auto", bytes, n);
       j.str("algorithm", coll::algorithm_name(chosen));
       emit(c, j);
-    } else if (chosen == Algorithm::Ring || chosen == Algorithm::RecursiveDoubling) {
+    } else if (chosen == Algorithm::Ring || chosen == Algorithm::RecursiveDoubling ||
+               chosen == Algorithm::HalvingDoubling) {
       Json j = base_record(c, "allreduce", "zccl_auto", bytes, n);
       j.str("algorithm", coll::algorithm_name(chosen))
-          .str("same_as", chosen == Algorithm::Ring ? "zccl_ring" : "zccl_recursive_doubling");
+          .str("same_as", std::string("zccl_") + coll::algorithm_name(chosen));
       emit(c, j);
     } else {
       zccl_allreduce(c, "zccl_auto", Algorithm::Auto, x, buf, ref);

@@ -112,8 +112,8 @@ std::vector<Setting> make_table() {
   table.push_back(enum_choice<&CallConfig::algorithm>(
       "algorithm", "ZCCL_ALGORITHM",
       algorithm_names({Algorithm::Auto, Algorithm::Ring, Algorithm::RecursiveDoubling,
-                       Algorithm::Mpi, Algorithm::CprP2P}),
-      "`auto`, `ring`, `recursive_doubling`, `mpi`, `cprp2p`"));
+                       Algorithm::Mpi, Algorithm::CprP2P, Algorithm::HalvingDoubling}),
+      "`auto`, `ring`, `recursive_doubling`, `halving_doubling`, `mpi`, `cprp2p`"));
   table.push_back(std::move(baseline));  // after algorithm: a baseline overrides it
   table.push_back(flag<&CallConfig::check_agreement>(
       "check_agreement", "ZCCL_CHECK_AGREEMENT",

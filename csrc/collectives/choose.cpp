@@ -37,6 +37,9 @@ void allreduce_typed(Comm& comm, T* buf, size_t count, ReduceOp op, const Config
       recursive_doubling_allreduce(comm, buf, count, op, eb, cfg, st);
       return;
     case Algorithm::CprP2P: cprp2p_allreduce(comm, buf, count, op, eb, cfg, st); return;
+    case Algorithm::HalvingDoubling:
+      halving_doubling_allreduce(comm, buf, count, op, eb, cfg, st);
+      return;
     case Algorithm::Auto: break;
   }
   throw std::logic_error("zccl allreduce: no algorithm resolved");
@@ -142,6 +145,7 @@ double output_error_bound(Algorithm algorithm, ReduceOp op, int p, double eb, bo
     case Algorithm::Ring: sum = allreduce ? ring_ar : ring_rs; break;
     case Algorithm::RecursiveDoubling: sum = allreduce ? rd_ar : ring_rs; break;  // RS: ring
     case Algorithm::CprP2P: sum = allreduce ? cpr_ar : ring_rs; break;
+    case Algorithm::HalvingDoubling: sum = allreduce ? ring_ar : ring_rs; break;  // RS: ring
     case Algorithm::Auto: sum = allreduce ? std::max(ring_ar, rd_ar) : ring_rs; break;
     case Algorithm::Mpi: return 0.0;
     default: throw std::invalid_argument("zccl output_error_bound: unknown algorithm");
@@ -158,13 +162,14 @@ const char* algorithm_name(Algorithm a) {
     case Algorithm::RecursiveDoubling: return "recursive_doubling";
     case Algorithm::Mpi: return "mpi";
     case Algorithm::CprP2P: return "cprp2p";
+    case Algorithm::HalvingDoubling: return "halving_doubling";
   }
   return "unknown";
 }
 
 Algorithm algorithm_from_name(const std::string& name) {
   for (Algorithm a : {Algorithm::Auto, Algorithm::Ring, Algorithm::RecursiveDoubling,
-                      Algorithm::Mpi, Algorithm::CprP2P}) {
+                      Algorithm::Mpi, Algorithm::CprP2P, Algorithm::HalvingDoubling}) {
     if (name == algorithm_name(a)) return a;
   }
   throw std::invalid_argument("zccl: unknown algorithm '" + name + "'");

@@ -28,6 +28,7 @@ enum class Algorithm : uint8_t {
   RecursiveDoubling,  // recursive-doubling allreduce (fold for non-power-of-two p)
   Mpi,                // the MPI library's own uncompressed collective (baseline)
   CprP2P,             // naive: compress before every send, decompress after every receive
+  HalvingDoubling,    // recursive-halving reduce-scatter + recursive-doubling allgather
 };
 
 struct Config {
@@ -132,7 +133,8 @@ void allreduce(Comm& comm, void* buf, size_t count, DType dt, ReduceOp op, const
 void reduce(Comm& comm, void* buf, size_t count, DType dt, ReduceOp op, int root,
             const Config& cfg, Stats* stats = nullptr);
 
-// "auto", "ring", "recursive_doubling", "mpi", "cprp2p" (the names the Python options use).
+// "auto", "ring", "recursive_doubling", "mpi", "cprp2p", "halving_doubling" (the names the
+// Python options use).
 const char* algorithm_name(Algorithm a);
 // The inverse; throws std::invalid_argument naming the unknown value.
 Algorithm algorithm_from_name(const std::string& name);
@@ -160,8 +162,10 @@ struct Route {
 //   Uncompressed: p == 1 (CPU only: the GPU collectives do a single rank's local work
 //   themselves), bytes == 0, bytes < cfg.min_compress_bytes, or cfg.algorithm == Mpi.
 //   AllReduce, Reduce: Auto -> the cost model (choose_allreduce; Mpi when eb == 0); on Cuda Auto
-//     -> recursive doubling below 1 MiB per rank, ring above (Mpi when eb == 0), CprP2P -> Ring.
-//   ReduceScatter: Auto -> Ring unless the cost model says Mpi; RecursiveDoubling -> Ring.
+//     -> recursive doubling below 1 MiB per rank, ring above (Mpi when eb == 0), CprP2P and
+//     HalvingDoubling -> Ring. Reduce: HalvingDoubling -> Ring.
+//   ReduceScatter: Auto -> Ring unless the cost model says Mpi; RecursiveDoubling and
+//     HalvingDoubling -> Ring.
 //   AllGather: Ring (CprP2P when asked for, CPU only); Broadcast, Gather, Scatter, AllToAll:
 //     Auto, meaning the collective's own compressed algorithm (CprP2P when asked for, CPU only).
 Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device = Device::Cpu);

@@ -251,6 +251,11 @@ template <class T>
 void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb,
                                   const Config& cfg, Stats& st);
 
+// allreduce_halving_doubling.cpp (AVG divided there too)
+template <class T>
+void halving_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb,
+                                const Config& cfg, Stats& st);
+
 // cprp2p.cpp: the naive baseline (compress before every send, decompress after every receive).
 template <class T>
 void cprp2p_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb,

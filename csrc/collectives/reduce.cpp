@@ -1,6 +1,7 @@
 // Reduce to a root with compression: two algorithms.
 //
-// Ring (large messages): reduce-scatter + data-movement gather.
+// Ring (large messages; Algorithm::HalvingDoubling selects it too): reduce-scatter +
+// data-movement gather.
 //   1. SUM/AVG: the pipelined ring reduce-scatter (reduce_scatter_ring.cpp) on the all_reduce's
 //      interleaved blocks (RingSegments: ~1 MiB segments, segment k in block k % p, so the links
 //      carry equal shares of compressed bytes); MIN/MAX: the compressed exchange
@@ -132,7 +133,8 @@ void reduce_typed(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const
         st.bytes_sent += r == root ? 0 : bytes;  // a tree sends each rank's data once
       }
       break;
-    case Algorithm::Ring: ring_reduce(comm, buf, count, op, root, cfg, st); break;
+    case Algorithm::Ring:
+    case Algorithm::HalvingDoubling: ring_reduce(comm, buf, count, op, root, cfg, st); break;
     case Algorithm::RecursiveDoubling:
     case Algorithm::CprP2P: tree_reduce(comm, buf, count, op, root, cfg, st); break;
     case Algorithm::Auto: throw std::logic_error("zccl reduce: no algorithm resolved");

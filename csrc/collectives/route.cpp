@@ -8,8 +8,10 @@
 // benchmarks/cluster), fZ-light's measured single-core throughput (~3 GB/s compress, ~4 GB/s
 // decompress) and a conservative compression ratio of 5 at a lossy bound (the benchmark
 // wavefield gives 12-17 at REL 1e-4). With these constants: p = 4 -> Mpi below 4 KiB,
-// RecursiveDoubling up to 512 KiB, Ring above; p = 2 -> Ring from 4 MiB; p = 8..64 -> Ring from
-// 256-512 KiB. (benchmarks/model.py holds the same model with calibrated parameters.)
+// RecursiveDoubling up to 512 KiB, Ring above; p = 2 -> Ring from 4 MiB; p = 8..16 -> Ring from
+// 256-512 KiB; p = 32, 64, 128 -> HalvingDoubling from 64-256 KiB; p = 48, 100 -> HalvingDoubling
+// from 64-128 KiB and Ring from 2-4 MiB (the fold's extra whole-buffer transfers).
+// (benchmarks/model.py holds the ring/RD/MPI model with calibrated parameters.)
 // For n bytes on p ranks (p' = largest power of two <= p, L = log2 p', f = p > p', s = the
 // ring's segment, min(1 MiB, n/p), S = segments per block):
 //   Mpi   min( ceil(log2 p) (alpha + n beta + n gamma),                    -- binomial / RD
@@ -24,8 +26,13 @@
 //   segments in parallel instead).
 //   RD    (L + 2f) alpha + L n (beta/R + 1/C + 2/D + gamma) + f n (beta/R + 1/C + 1/D + gamma)
 //         + f n (2 beta/R + 2/D) + (3L + 4f) kappa
-// The cheapest wins (ties go to Mpi): small messages -> Mpi (compression cannot pay for its fixed
-// costs), medium -> RecursiveDoubling (log p latency terms), large -> Ring (bandwidth-optimal).
+//   HD    (halving-doubling, only from p' >= 32: see cost_hd)
+//         max(2 (p'-1)/p' n beta/R, (p'-1)/p' n (1/C + 2/D + gamma) + n/(p'C) + n/(p'D))
+//         + 2L (alpha + s' (1/C + beta/R + 1/D)) + f (2 alpha + n (2 beta/R + 1/C + 2/D + gamma))
+//         + 3 (n / s') kappa, s' = min(1 MiB, n/p')
+// The cheapest wins (ties go to Mpi, then the ring): small messages -> Mpi (compression cannot
+// pay for its fixed costs), medium -> RecursiveDoubling (log p latency terms), large -> Ring
+// (bandwidth-optimal), or HalvingDoubling from 32 ranks (bandwidth-optimal in 2 log p' rounds).
 // eb == 0 means lossless streams (ratio ~1), where compression never pays: Mpi.
 //
 // The GPU allreduce's Auto is an untuned first guess (calibrate on a GPU cluster): recursive
@@ -99,6 +106,30 @@ double cost_rd(double n, int p, double ratio, const CostModel& m) {
          (3 * L + 4 * f) * m.kappa;
 }
 
+// Halving-doubling (allreduce_halving_doubling.cpp): the ring's wire and codec work in 2 log2 p'
+// rounds that run one after the other (each adds one segment's compress + transfer + decode of
+// pipeline fill), plus the fold's whole-buffer transfer in and out when p is not a power of two.
+double cost_hd(double n, int p, double ratio, const CostModel& m) {
+  const int pp = pow2_floor(p);
+  const double L = log2_exact(pp), f = p > pp ? 1.0 : 0.0;
+  const double frac = (pp - 1.0) / pp;
+  constexpr double kSegment = 1 << 20;
+  const double seg = std::min(kSegment, n / pp);
+  const double wire = 2 * frac * n * m.beta / ratio;
+  const double codec = frac * n * (1 / m.compress + 2 / m.decompress + m.gamma) +
+                       n / pp / m.compress + n / pp / m.decompress;
+  const double fold = f * (2 * m.alpha + n * (2 * m.beta / ratio + 1 / m.compress +
+                                              2 / m.decompress + m.gamma));
+  const double fill = 2 * L * (m.alpha + seg * (1 / m.compress + m.beta / ratio + 1 / m.decompress));
+  return std::max(wire, codec) + fill + fold + 3 * std::max(1.0, n / seg) * m.kappa;
+}
+
+// Halving-doubling competes in Auto only from this many ranks (the power-of-two part): in the
+// SimGrid runs at 100 Gbit/s (benchmarks/simgrid/codec_threads.py) it beat the ring at 64 hosts,
+// where the ring's 126 steps are latency-bound, but not at 16, where the codec bounds both and
+// the ring overlaps its two stages better.
+constexpr int kHalvingDoublingMinRanks = 32;
+
 // Nothing to send, or too little to pay for the codec.
 bool too_small(size_t bytes, const Config& cfg) {
   return bytes == 0 || bytes < cfg.min_compress_bytes;
@@ -118,15 +149,20 @@ Algorithm reduction_algorithm(Collective c, size_t bytes, int p, const Config& c
   const Algorithm asked = cfg.algorithm;
   if (device == Device::Cuda && c == Collective::AllReduce) {
     if (asked == Algorithm::Auto) return choose_gpu_allreduce(bytes, p, cfg);
-    return asked == Algorithm::CprP2P ? Algorithm::Ring : asked;
+    // No GPU halving-doubling or CprP2P allreduce: the ring.
+    return asked == Algorithm::CprP2P || asked == Algorithm::HalvingDoubling ? Algorithm::Ring
+                                                                             : asked;
   }
   if (c == Collective::ReduceScatter) {  // no recursive-doubling reduce-scatter: the ring
     if (asked == Algorithm::Auto) {
       return choose_allreduce(bytes, p, cfg) == Algorithm::Mpi ? Algorithm::Mpi : Algorithm::Ring;
     }
-    return asked == Algorithm::RecursiveDoubling ? Algorithm::Ring : asked;
+    const bool no_rs = asked == Algorithm::RecursiveDoubling || asked == Algorithm::HalvingDoubling;
+    return no_rs ? Algorithm::Ring : asked;
   }
-  return asked == Algorithm::Auto ? choose_allreduce(bytes, p, cfg) : asked;
+  const Algorithm chosen = asked == Algorithm::Auto ? choose_allreduce(bytes, p, cfg) : asked;
+  // Reduce has no halving-doubling form of its own: the ring (reduce-scatter + gather).
+  return c == Collective::Reduce && chosen == Algorithm::HalvingDoubling ? Algorithm::Ring : chosen;
 }
 
 }  // namespace
@@ -173,7 +209,10 @@ Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
   const double mpi = cost_mpi(n, p, m);
   const double ring = cost_ring(n, p, m.ratio, m, cfg.integer_ring);
   const double rd = cost_rd(n, p, m.ratio, m);
-  if (mpi <= ring && mpi <= rd) return Algorithm::Mpi;
+  const bool hd_competes = pow2_floor(p) >= kHalvingDoublingMinRanks;
+  const double hd = hd_competes ? cost_hd(n, p, m.ratio, m) : ring;
+  if (mpi <= std::min({ring, rd, hd})) return Algorithm::Mpi;
+  if (hd < ring && hd < rd) return Algorithm::HalvingDoubling;
   return rd < ring ? Algorithm::RecursiveDoubling : Algorithm::Ring;
 }
 

@@ -61,6 +61,7 @@ const char* alg_name(Algorithm a) {
     case Algorithm::RecursiveDoubling: return "RD";
     case Algorithm::Mpi: return "Mpi";
     case Algorithm::CprP2P: return "CprP2P";
+    case Algorithm::HalvingDoubling: return "HD";
   }
   return "?";
 }
@@ -333,7 +334,7 @@ std::vector<size_t> counts_for(int p) {
 }
 
 const Algorithm kAlgs[] = {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::CprP2P,
-                           Algorithm::Mpi, Algorithm::Auto};
+                           Algorithm::HalvingDoubling, Algorithm::Mpi, Algorithm::Auto};
 const ReduceOp kOps[] = {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Min, ReduceOp::Max};
 
 void test_allreduce_matrix(Comm& comm) {
@@ -365,7 +366,7 @@ void test_reduce_scatter_matrix(Comm& comm) {
   const int p = comm.size();
   uint64_t seed = 5000;
   const Algorithm algs[] = {Algorithm::Ring, Algorithm::CprP2P, Algorithm::Mpi, Algorithm::Auto,
-                            Algorithm::RecursiveDoubling};
+                            Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling};
   for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1009}, size_t{6007}}) {
     for (Algorithm a : algs) {
       for (ReduceOp op : kOps) {
@@ -417,6 +418,14 @@ void test_segmented_ring(Comm& comm) {
       run_allreduce<double>(comm, Algorithm::Ring, op, 1e-4, n, ++seed, false, n >= 8,
                             seg * sizeof(double));
       run_allreduce<float>(comm, Algorithm::Ring, op, 0.0, n, ++seed, true, false,
+                           seg * sizeof(float));
+      // Halving-doubling on the same segments: many messages per round, ragged and empty
+      // segments, the fold's whole-buffer streams.
+      run_allreduce<float>(comm, Algorithm::HalvingDoubling, op, 1e-3, n, ++seed, false, false,
+                           seg * sizeof(float));
+      run_allreduce<double>(comm, Algorithm::HalvingDoubling, op, 1e-4, n, ++seed, false,
+                            n >= 8, seg * sizeof(double));
+      run_allreduce<float>(comm, Algorithm::HalvingDoubling, op, 0.0, n, ++seed, true, false,
                            seg * sizeof(float));
     }
     // reduce: the all_reduce's interleaved blocks, packed for the gather and unpacked at the root.
@@ -517,6 +526,8 @@ void test_large(Comm& comm) {
   run_allreduce<double>(comm, Algorithm::RecursiveDoubling, ReduceOp::Avg, 1e-3, n, 79, false,
                         false);
   run_allreduce<float>(comm, Algorithm::CprP2P, ReduceOp::Sum, 1e-3, n, 80, false, false);
+  run_allreduce<float>(comm, Algorithm::HalvingDoubling, ReduceOp::Sum, 1e-4, n, 84, false,
+                       false);
   run_allreduce<float>(comm, Algorithm::Auto, ReduceOp::Sum, 1e-4, n, 81, false, false);
   run_reduce_scatter<float>(comm, Algorithm::Ring, ReduceOp::Sum, 1e-4, n / 4, 82, false);
   run_reduce<float>(comm, Algorithm::Ring, ReduceOp::Avg, 1e-4, n, 83, comm.size() - 1);
@@ -667,7 +678,7 @@ void test_arguments(Comm& comm) {
 // (see the report), not something this test should trigger.
 void test_mismatch(Comm& world) {
   if (world.size() < 2) return;
-  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling}) {
+  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling}) {
     auto comm = zccl::transport::MpiComm::duplicate(MPI_COMM_WORLD);
     comm->set_timeout(std::chrono::milliseconds(2000));
     const size_t n = 1000 + (comm->rank() == 0 ? static_cast<size_t>(comm->size()) : 0);
@@ -707,8 +718,12 @@ void test_stats_and_choice(Comm& comm) {
   CHECK(coll::output_error_bound(rd, ReduceOp::Sum, 3, eb, true) == 3 * eb);
   CHECK(coll::output_error_bound(rd, ReduceOp::Sum, 4, eb, false) == 3 * eb);  // RS: ring
   CHECK(coll::output_error_bound(Algorithm::CprP2P, ReduceOp::Sum, 5, eb, true) == 8 * eb);
+  const Algorithm hd = Algorithm::HalvingDoubling;
+  CHECK(coll::output_error_bound(hd, ReduceOp::Sum, 7, eb, true) == 7 * eb);  // p eb, as the ring
+  CHECK(coll::output_error_bound(hd, ReduceOp::Avg, 8, eb, true) == 8 * eb / 8);
+  CHECK(coll::output_error_bound(hd, ReduceOp::Sum, 5, eb, false) == 4 * eb);  // RS: ring
   CHECK(coll::output_error_bound(Algorithm::Auto, ReduceOp::Sum, 8, eb, true) == 14 * eb);
-  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::CprP2P}) {
+  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::CprP2P, hd}) {
     CHECK(coll::output_error_bound(a, ReduceOp::Min, 7, eb, true) == eb);
     CHECK(coll::output_error_bound(a, ReduceOp::Max, 7, eb, false) == eb);
   }
@@ -731,6 +746,16 @@ void test_stats_and_choice(Comm& comm) {
   CHECK(coll::choose_allreduce(1 << 20, 4, c) == Algorithm::Ring);
   CHECK(coll::choose_allreduce(2 << 20, 2, c) == Algorithm::RecursiveDoubling);
   CHECK(coll::choose_allreduce(8 << 20, 2, c) == Algorithm::Ring);
+  // Halving-doubling competes from 32 ranks (the power-of-two part), where it wins for large
+  // calls at any thread count; below, the ring keeps them.
+  for (int t : {1, 16}) {
+    Config ct = c;
+    ct.threads = t;
+    CHECK(coll::choose_allreduce(size_t{64} << 20, 16, ct) == Algorithm::Ring);
+    CHECK(coll::choose_allreduce(size_t{64} << 20, 31, ct) == Algorithm::Ring);
+    CHECK(coll::choose_allreduce(size_t{64} << 20, 64, ct) == Algorithm::HalvingDoubling);
+    CHECK(coll::choose_allreduce(size_t{64} << 20, 128, ct) == Algorithm::HalvingDoubling);
+  }
   // More compression threads only make the codec cheaper: a size that compressed with one
   // thread still does with eight; the integer hop's model still picks the ring for large calls.
   Config threaded = c, integer = c;
@@ -802,7 +827,12 @@ void test_route(Comm&) {
   CHECK(alg(Collective::AllReduce, 64 * mib, 8, make_cfg(auto_, 0.0)) == mpi);
   CHECK(alg(Collective::ReduceScatter, mib, 4, make_cfg(rd, 1e-3)) == ring);
   CHECK(alg(Collective::Reduce, mib, 4, make_cfg(rd, 1e-3)) == rd);
-  for (const Algorithm a : {ring, rd, cpr}) {
+  // Halving-doubling is an allreduce only: reduce_scatter and reduce take the ring.
+  const Algorithm hd = Algorithm::HalvingDoubling;
+  CHECK(alg(Collective::AllReduce, mib, 5, make_cfg(hd, 1e-3)) == hd);
+  CHECK(alg(Collective::ReduceScatter, mib, 4, make_cfg(hd, 1e-3)) == ring);
+  CHECK(alg(Collective::Reduce, mib, 4, make_cfg(hd, 1e-3)) == ring);
+  for (const Algorithm a : {ring, rd, cpr, hd}) {
     CHECK(alg(Collective::AllReduce, 64, 4, make_cfg(a, 0.0)) == a);
   }
   // Data movement: allgather's ring, the others' own algorithm (Auto); CprP2P when asked for;
@@ -826,6 +856,7 @@ void test_route(Comm&) {
   CHECK(alg(Collective::AllReduce, 64, 1, c, gpu) == rd);
   CHECK(alg(Collective::AllReduce, 64 * mib, 4, make_cfg(auto_, 0.0), gpu) == mpi);
   CHECK(alg(Collective::AllReduce, 64, 4, make_cfg(cpr, 1e-3), gpu) == ring);
+  CHECK(alg(Collective::AllReduce, 64, 4, make_cfg(hd, 1e-3), gpu) == ring);
   CHECK(alg(Collective::AllReduce, 64 * mib, 4, make_cfg(rd, 0.0), gpu) == rd);
   CHECK(alg(Collective::AllGather, mib, 4, make_cfg(cpr, 1e-3), gpu) == ring);
   CHECK(alg(Collective::AllGather, mib, 1, c, gpu) == ring);

@@ -103,7 +103,7 @@ def exact_float_reference(t: torch.Tensor) -> torch.Tensor:
 def allreduce_compressed_within_bound() -> None:
     p = world()
     for dtype in (torch.float32, torch.float64):
-        for algo in ("auto", "ring", "recursive_doubling", "cprp2p"):
+        for algo in ("auto", "ring", "recursive_doubling", "halving_doubling", "cprp2p"):
             for op, name in (
                 (dist.ReduceOp.SUM, "sum"),
                 (dist.ReduceOp.AVG, "avg"),
@@ -130,7 +130,9 @@ def allreduce_compressed_within_bound() -> None:
                     if p > 1 and algo != "auto":  # the algorithm asked for ran, compressed
                         assert ran == algo and stats["bytes_compressed"] > 0, (algo, stats)
                     elif p > 1:  # auto: MPI itself below its size threshold, else compressed
-                        assert ran in ("ring", "recursive_doubling", "mpi"), stats
+                        assert ran in ("ring", "recursive_doubling", "halving_doubling", "mpi"), (
+                            stats
+                        )
                         assert (ran == "mpi") == (stats["bytes_compressed"] == 0), stats
                     bound = zccl_torch._C.output_error_bound(ran, name, p, EB, True)
                     rounding = float_rounding(inputs, dtype)

@@ -22,7 +22,8 @@ void check_config(const Config& cfg, const char* op) {
     case Algorithm::Ring:
     case Algorithm::RecursiveDoubling:
     case Algorithm::Mpi:
-    case Algorithm::CprP2P: break;
+    case Algorithm::CprP2P:
+    case Algorithm::HalvingDoubling: break;
     default: fail(op, "unknown algorithm code " + std::to_string(static_cast<int>(cfg.algorithm)));
   }
   if (!std::isfinite(cfg.error_bound) || cfg.error_bound < 0) {
