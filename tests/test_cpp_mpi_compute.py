@@ -108,8 +108,18 @@ def test_compute_collectives(ranks):
     out = _mpirun(_program(), ranks, *args, "--verbose")
     if ranks > 1:
         # The compressed algorithms really ran and their errors were measured against the bound.
-        for alg in ("Ring", "RD", "CprP2P"):
+        for alg in ("Ring", "RD", "CprP2P", "HD"):
             assert re.search(rf"allreduce {alg} SUM\s+[0-9.]+", out), out
+
+
+@pytest.mark.parametrize("ranks", [8, 16])
+def test_compute_allreduce_more_rounds(ranks):
+    """Three and four halving-doubling rounds (its send and receive areas reused by round
+    parity while two rounds overlap) and deeper recursive doubling: the allreduce matrix and the
+    many-segment cases at 8 and 16 ranks."""
+    for phase in ("allreduce matrix", "segmented ring"):
+        out = _mpirun(_program(), ranks, "--quick", "--verbose", "--only", phase)
+        assert re.search(r"allreduce HD SUM\s+[0-9.]+", out), out
 
 
 def test_compute_collectives_under_sanitizers():

@@ -17,7 +17,10 @@
 //   halving  for mask = p'/2, .., 1: the partner is nr ^ mask; of the current range of 2 mask
 //            blocks, keep the half that holds block nr and send the other half compressed;
 //            add the partner's decoded half into the kept one (own values exact). After the
-//            last round, block nr holds the full reduction.
+//            last round, block nr holds the full reduction. Two rounds overlap: a round's
+//            segments arrive in two halves, first the blocks this rank gives away in the next
+//            round, and once those are added the next round's compression and sends start
+//            while the other half is still arriving.
 //   own      compress block nr once (the final streams) and decode it in place: the owner holds
 //            what everybody else decodes, or the replicas would differ.
 //   doubling for mask = 1, .., p'/2: exchange every final stream held (mask blocks) with
@@ -30,8 +33,10 @@
 // Cost (n values of w bytes, L = log2 p', f = 1 if rem > 0, ratio R, codec throughputs C, D):
 //   2 (L + f) alpha + max(2 (p'-1)/p' n w beta/R, codec) + f n w (2 beta/R + 1/C + 2/D + gamma),
 //   codec = n w ((p'-1)/p' (1/C + 2/D + gamma) + 1/(p' C) + 1/(p' D)) -- the ring's codec work
-//   with 2 log2 p' latency terms instead of 2 (p-1); rounds run one after the other, so each
-//   adds one segment's compress + transfer + decode of pipeline fill (see route.cpp).
+//   with 2 log2 p' latency terms instead of 2 (p-1); each round adds about one segment's
+//   compress + transfer + decode of pipeline fill (see route.cpp). Workspace: stream slots for
+//   the final streams and for two rounds' sends and receives, about 3x the buffer's worst-case
+//   compressed size, reserved but touched only as far as streams are written.
 //
 // Output error (exact arithmetic):
 //   SUM: every combine adds one decoded partial (one compression, at most eb on top of the
@@ -44,6 +49,9 @@
 //     f + L + 1 compressions (fold, halving rounds, allgather), each run with
 //     eb / (f + L + 1): |result - exact| <= eb.
 //   Floating-point rounding of the reductions comes on top (see reduce_scatter_ring.cpp).
+#include <algorithm>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "compute_common.h"
@@ -53,17 +61,36 @@ namespace zccl::coll::compute {
 
 namespace {
 
-// The streams of one step between two ranks: segment i of a list of (block, segment) pairs
-// travels in its own message, in list order, on one tag (MPI keeps the order of one pair).
-struct SegmentList {
-  int first_block = 0;  // blocks first_block .. first_block + blocks - 1, every segment of each
-  int blocks = 0;
-  int S = 1;
-  int size() const { return blocks * S; }
-  int block(int i) const { return first_block + i / S; }
+// Blocks first .. first + count - 1.
+struct BlockRange {
+  int first = 0;
+  int count = 0;
+};
+
+// The segments of up to two block ranges, every segment of `a`'s blocks, then `b`'s: the order in
+// which one step's streams travel (one message each, on one tag: MPI keeps the order of a pair).
+struct Segments {
+  BlockRange a, b;
+  int S = 1;  // segments per block
+  int size() const { return (a.count + b.count) * S; }
+  int split() const { return a.count * S; }  // the index of b's first segment
+  int block(int i) const {
+    const int k = i / S;
+    return k < a.count ? a.first + k : b.first + (k - a.count);
+  }
   int segment(int i) const { return i % S; }
   // The stream slot of (block, segment) in an area holding every block's segments.
   size_t slot(int i) const { return static_cast<size_t>(block(i)) * S + segment(i); }
+};
+
+// One halving round in flight: its peer, the blocks this rank keeps, the segments it receives (in
+// arrival order) and where, the receives, and the sends of the blocks it gives away.
+struct Round {
+  int peer = -1;
+  int keep_first = 0;
+  Segments in;
+  uint8_t* rx_area = nullptr;
+  std::vector<Pending> rx, tx;
 };
 
 template <class T>
@@ -83,43 +110,38 @@ class HalvingDoubling {
     tag_gather_ = tag + 2;
     tag_out_ = tag + 3;
     const size_t all = static_cast<size_t>(rd_.pp) * S_;
+    half_ = all / 2 * cap_;
     final_ = workspace_bytes(kSlotSend1, all * cap_);
     final_len_.assign(all, 0);
-    tx_area_ = workspace_bytes(kSlotSend0, all / 2 * cap_);
-    rx_area_ = workspace_bytes(kSlotRecv, (rd_.rem > 0 ? all : all / 2) * cap_);
+    // Two rounds overlap (see halve()): a send and a receive area per round parity.
+    tx_area_ = workspace_bytes(kSlotSend0, 2 * half_);
+    rx_area_ = workspace_bytes(kSlotRecv, rd_.rem > 0 ? std::max(2 * half_, all * cap_) : 2 * half_);
     scratch_ = workspace<T>(kSlotScratch, seg_.seg_len);
   }
 
   void run() {
     const int r = comm_.rank();
-    const SegmentList everything{0, rd_.pp, S_};
+    const Segments everything{{0, rd_.pp}, {}, S_};
     if (rd_.fold_sender()) {
       std::vector<Pending> tx(static_cast<size_t>(everything.size()));
-      send(everything, r - 1, tag_fold_, final_, false, tx);
+      send(everything, r - 1, tag_fold_, final_, false, tx, {});
       finish_all(comm_, tx);
-      receive_final(everything, r - 1, tag_out_);
+      std::vector<Pending> rx = post(everything, r - 1, tag_out_, final_, true);
+      decode_final(everything, r - 1, rx, {});
       return;
     }
-    if (rd_.in_fold()) combine(everything, r + 1, tag_fold_);
-    const int nr = rd_.newrank;
-    int lo = 0;  // the current range of blocks: [lo, lo + 2 mask)
-    for (int mask = rd_.pp / 2; mask >= 1; mask /= 2) {
-      const bool upper = (nr & mask) != 0;
-      const SegmentList keep{upper ? lo + mask : lo, mask, S_};
-      const SegmentList give{upper ? lo : lo + mask, mask, S_};
-      const int peer = rd_.real_rank(nr ^ mask);
-      rx_ = std::vector<Pending>(static_cast<size_t>(keep.size()));
-      for (int i = 0; i < keep.size(); ++i) {
-        rx_[i].start(comm_.irecv(rx_area_ + i * cap_, cap_, peer, tag_half_));
-      }
-      std::vector<Pending> tx(static_cast<size_t>(give.size()));
-      send(give, peer, tag_half_, tx_area_, false, tx);
-      add_received(keep, peer, tx);
-      finish_all(comm_, tx);
-      lo = keep.first_block;
+    if (rd_.in_fold()) {  // absorb r+1
+      Round fold;
+      fold.peer = r + 1;
+      fold.in = everything;
+      fold.rx_area = rx_area_;
+      fold.rx = post(everything, r + 1, tag_fold_, rx_area_, false);
+      add(fold, 0, fold.in.size(), nullptr);
     }
+    halve();
     // Block nr is reduced: its final streams, decoded in place like everyone else's copy.
-    const SegmentList own{nr, 1, S_};
+    const int nr = rd_.newrank;
+    const Segments own{{nr, 1}, {}, S_};
     for (int i = 0; i < own.size(); ++i) {
       const size_t k = own.slot(i);
       T* const dst = values(own, i);
@@ -128,98 +150,137 @@ class HalvingDoubling {
     }
     for (int mask = 1; mask < rd_.pp; mask *= 2) {
       const int partner = nr ^ mask;
-      const SegmentList mine{nr & ~(mask - 1), mask, S_};
-      const SegmentList theirs{partner & ~(mask - 1), mask, S_};
+      const Segments mine{{nr & ~(mask - 1), mask}, {}, S_};
+      const Segments theirs{{partner & ~(mask - 1), mask}, {}, S_};
       const int peer = rd_.real_rank(partner);
+      std::vector<Pending> rx = post(theirs, peer, tag_gather_, final_, true);
       std::vector<Pending> tx(static_cast<size_t>(mine.size()));
-      rx_ = std::vector<Pending>(static_cast<size_t>(theirs.size()));
-      for (int i = 0; i < theirs.size(); ++i) {
-        rx_[i].start(comm_.irecv(final_ + theirs.slot(i) * cap_, cap_, peer, tag_gather_));
-      }
-      send(mine, peer, tag_gather_, final_, true, tx);
-      decode_received(theirs, peer, tx);
+      send(mine, peer, tag_gather_, final_, true, tx, {&rx});
+      decode_final(theirs, peer, rx, {&tx});
       finish_all(comm_, tx);
     }
     if (rd_.in_fold()) {
       std::vector<Pending> tx(static_cast<size_t>(everything.size()));
-      send(everything, r + 1, tag_out_, final_, true, tx);
+      send(everything, r + 1, tag_out_, final_, true, tx, {});
       finish_all(comm_, tx);
     }
   }
 
  private:
-  T* values(const SegmentList& l, int i) const {
+  // The recursive halving, two rounds overlapping: the segments of a round arrive in two halves,
+  // first the blocks this rank gives away in the next round; as soon as those are added, the
+  // next round's sends start, while the other half of this round is still arriving.
+  void halve() {
+    Round cur = start(rd_.pp / 2, 0, 0, nullptr);
+    for (int mask = rd_.pp / 2, k = 0; mask >= 1; mask /= 2, ++k) {
+      add(cur, 0, cur.in.split(), nullptr);
+      std::optional<Round> next;
+      if (mask > 1) next = start(mask / 2, cur.keep_first, (k + 1) % 2, &cur);
+      add(cur, cur.in.split(), cur.in.size(), next ? &*next : nullptr);
+      finish_all(comm_, cur.tx);
+      if (!next) break;
+      cur = std::move(*next);
+    }
+  }
+
+  // The blocks [first, first + mask) as newrank x receives them in the halving round of `mask`:
+  // the half x gives away in the next round first (all of it in `a` in the last round).
+  Segments arrival(int x, int first, int mask) const {
+    if (mask == 1) return Segments{{first, 1}, {first + 1, 0}, S_};
+    const int h = mask / 2;
+    const bool keeps_upper = (x & h) != 0;
+    return Segments{{keeps_upper ? first : first + h, h}, {keeps_upper ? first + h : first, h},
+                    S_};
+  }
+
+  // Starts the halving round of `mask` over the blocks [first, first + 2 mask): posts the
+  // receives of the kept half, compresses and sends the other half (in the order the peer
+  // processes it), polling `busy`'s transfers too.
+  Round start(int mask, int first, int parity, Round* busy) {
+    const int nr = rd_.newrank, q = nr ^ mask;
+    const bool upper = (nr & mask) != 0;
+    Round round;
+    round.peer = rd_.real_rank(q);
+    round.keep_first = upper ? first + mask : first;
+    round.in = arrival(nr, round.keep_first, mask);
+    round.rx_area = rx_area_ + static_cast<size_t>(parity) * half_;
+    round.rx = post(round.in, round.peer, tag_half_, round.rx_area, false);
+    const Segments out = arrival(q, upper ? first : first + mask, mask);
+    round.tx = std::vector<Pending>(static_cast<size_t>(out.size()));
+    std::vector<std::vector<Pending>*> polled = {&round.rx};
+    if (busy != nullptr) polled = {&round.rx, &busy->rx, &busy->tx};
+    send(out, round.peer, tag_half_, tx_area_ + static_cast<size_t>(parity) * half_, false,
+         round.tx, polled);
+    return round;
+  }
+
+  // Adds the decoded segments [from, to) of round `r` to the own values, polling `other`'s
+  // transfers too.
+  void add(Round& r, int from, int to, Round* other) {
+    const fz::Progress poll = [&](uint64_t, uint64_t) {
+      poll_first(comm_, r.tx);
+      if (other != nullptr) {
+        poll_first(comm_, other->rx);
+        poll_first(comm_, other->tx);
+      }
+    };
+    for (int i = from; i < to; ++i) {
+      const size_t got = r.rx[i].finish(comm_);
+      const size_t n = len(r.in, i);
+      codec_.decompress(r.rx_area + i * cap_, got, scratch_, n, r.peer, &poll);
+      T* const own = values(r.in, i);
+      kernels::reduce_into(own, own, scratch_, n, op_, cfg_.threads);
+    }
+  }
+
+  T* values(const Segments& l, int i) const {
     return buf_ + seg_.begin(l.block(i), l.segment(i));
   }
-  size_t len(const SegmentList& l, int i) const { return seg_.len(l.block(i), l.segment(i)); }
+  size_t len(const Segments& l, int i) const { return seg_.len(l.block(i), l.segment(i)); }
 
-  // Sends the segments of `l` to `peer`: from `area` at their slot when `forward` (final
-  // streams, already compressed, lengths in final_len_), else compressed now into `area` (the
-  // i-th at i * cap_, or at the slot when area is final_) while the pending receives progress.
-  void send(const SegmentList& l, int peer, int tag, uint8_t* area, bool forward,
-            std::vector<Pending>& tx) {
+  // Posts the receives of `l` from `peer`: into `area` at the segments' slots when `at_slot`
+  // (final streams), else the i-th at i * cap_.
+  std::vector<Pending> post(const Segments& l, int peer, int tag, uint8_t* area, bool at_slot) {
+    std::vector<Pending> rx(static_cast<size_t>(l.size()));
+    for (int i = 0; i < l.size(); ++i) {
+      const size_t k = at_slot ? l.slot(i) : static_cast<size_t>(i);
+      rx[i].start(comm_.irecv(area + k * cap_, cap_, peer, tag));
+    }
+    return rx;
+  }
+
+  // Sends the segments of `l` to `peer` on `tx`: when `forward`, the final streams at their slots
+  // of final_ (lengths in final_len_); else compressed now into `area` (the i-th at i * cap_, or
+  // at its slot when area is final_), while the transfers of tx and `polled` progress.
+  void send(const Segments& l, int peer, int tag, uint8_t* area, bool forward,
+            std::vector<Pending>& tx, const std::vector<std::vector<Pending>*>& polled) {
     const fz::Progress poll = [&](uint64_t, uint64_t) {
-      poll_first(comm_, rx_);
+      for (std::vector<Pending>* v : polled) poll_first(comm_, *v);
       poll_first(comm_, tx);
     };
     for (int i = 0; i < l.size(); ++i) {
       const size_t k = l.slot(i);
       uint8_t* const stream = area + (area == final_ ? k : static_cast<size_t>(i)) * cap_;
-      size_t bytes = 0;
-      if (forward) {
-        bytes = final_len_[k];
-      } else {
-        bytes = codec_.compress(values(l, i), len(l, i), stream, cap_, &poll);
-      }
+      const size_t bytes = forward ? final_len_[k]
+                                   : codec_.compress(values(l, i), len(l, i), stream, cap_, &poll);
       tx[i].start(comm_.isend(stream, bytes, peer, tag));
       st_.bytes_sent += bytes;
     }
   }
 
-  // Adds the decoded segments of `l`, arriving from `peer` into rx_area_ (posted in rx_), to the
-  // own values.
-  void add_received(const SegmentList& l, int peer, std::vector<Pending>& tx) {
-    const fz::Progress poll = [&](uint64_t, uint64_t) { poll_first(comm_, tx); };
-    for (int i = 0; i < l.size(); ++i) {
-      const size_t got = rx_[i].finish(comm_);
-      const size_t n = len(l, i);
-      codec_.decompress(rx_area_ + i * cap_, got, scratch_, n, peer, &poll);
-      T* const own = values(l, i);
-      kernels::reduce_into(own, own, scratch_, n, op_, cfg_.threads);
-    }
-  }
-
-  // The fold's receiving side: every segment of r+1, added to the own values.
-  void combine(const SegmentList& l, int peer, int tag) {
-    rx_ = std::vector<Pending>(static_cast<size_t>(l.size()));
-    for (int i = 0; i < l.size(); ++i) {
-      rx_[i].start(comm_.irecv(rx_area_ + i * cap_, cap_, peer, tag));
-    }
-    std::vector<Pending> none;
-    add_received(l, peer, none);
-  }
-
-  // Decodes the final streams of `l`, arriving from `peer` at their slots (posted in rx_), in place.
-  void decode_received(const SegmentList& l, int peer, std::vector<Pending>& tx) {
+  // Decodes the final streams of `l` from `peer`, arriving at their slots (posted in rx), in
+  // place, while the transfers of `polled` progress.
+  void decode_final(const Segments& l, int peer, std::vector<Pending>& rx,
+                    const std::vector<std::vector<Pending>*>& polled) {
     const fz::Progress poll = [&](uint64_t, uint64_t) {
-      poll_first(comm_, rx_);
-      poll_first(comm_, tx);
+      poll_first(comm_, rx);
+      for (std::vector<Pending>* v : polled) poll_first(comm_, *v);
     };
     for (int i = 0; i < l.size(); ++i) {
       const size_t k = l.slot(i);
-      final_len_[k] = rx_[i].finish(comm_);
+      final_len_[k] = rx[i].finish(comm_);
       codec_.decompress(final_ + k * cap_, final_len_[k], values(l, i), len(l, i), peer, &poll);
     }
-  }
-
-  // The fold's odd rank: every final stream from `peer`, decoded in place.
-  void receive_final(const SegmentList& l, int peer, int tag) {
-    rx_ = std::vector<Pending>(static_cast<size_t>(l.size()));
-    for (int i = 0; i < l.size(); ++i) {
-      rx_[i].start(comm_.irecv(final_ + l.slot(i) * cap_, cap_, peer, tag));
-    }
-    std::vector<Pending> none;
-    decode_received(l, peer, none);
   }
 
   Comm& comm_;
@@ -233,12 +294,12 @@ class HalvingDoubling {
   size_t cap_;
   int S_;
   int tag_fold_ = 0, tag_half_ = 0, tag_gather_ = 0, tag_out_ = 0;
+  size_t half_ = 0;              // bytes of half the blocks' stream slots
   uint8_t* final_ = nullptr;     // every block's final streams, at slot block * S + segment
   std::vector<size_t> final_len_;
-  uint8_t* tx_area_ = nullptr;   // a halving round's outgoing streams
-  uint8_t* rx_area_ = nullptr;   // a halving round's (or the fold's) incoming streams
+  uint8_t* tx_area_ = nullptr;   // the halving rounds' outgoing streams, by round parity
+  uint8_t* rx_area_ = nullptr;   // their (or the fold's) incoming streams, by round parity
   T* scratch_ = nullptr;         // one decoded segment
-  std::vector<Pending> rx_;      // the receives of the current step
 };
 
 }  // namespace
