@@ -49,7 +49,6 @@
 //     f + L + 1 compressions (fold, halving rounds, allgather), each run with
 //     eb / (f + L + 1): |result - exact| <= eb.
 //   Floating-point rounding of the reductions comes on top (see reduce_scatter_ring.cpp).
-#include <algorithm>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -113,9 +112,10 @@ class HalvingDoubling {
     half_ = all / 2 * cap_;
     final_ = workspace_bytes(kSlotSend1, all * cap_);
     final_len_.assign(all, 0);
-    // Two rounds overlap (see halve()): a send and a receive area per round parity.
+    // Two rounds overlap (see halve()): a send and a receive area per round parity. Together
+    // they hold every segment (p' is even), which the fold's streams need.
     tx_area_ = workspace_bytes(kSlotSend0, 2 * half_);
-    rx_area_ = workspace_bytes(kSlotRecv, rd_.rem > 0 ? std::max(2 * half_, all * cap_) : 2 * half_);
+    rx_area_ = workspace_bytes(kSlotRecv, 2 * half_);
     scratch_ = workspace<T>(kSlotScratch, seg_.seg_len);
   }
 
@@ -124,7 +124,7 @@ class HalvingDoubling {
     const Segments everything{{0, rd_.pp}, {}, S_};
     if (rd_.fold_sender()) {
       std::vector<Pending> tx(static_cast<size_t>(everything.size()));
-      send(everything, r - 1, tag_fold_, final_, false, tx, {});
+      send(everything, r - 1, tag_fold_, tx_area_, tx, {});
       finish_all(comm_, tx);
       std::vector<Pending> rx = post(everything, r - 1, tag_out_, final_, true);
       decode_final(everything, r - 1, rx, {});
@@ -155,13 +155,13 @@ class HalvingDoubling {
       const int peer = rd_.real_rank(partner);
       std::vector<Pending> rx = post(theirs, peer, tag_gather_, final_, true);
       std::vector<Pending> tx(static_cast<size_t>(mine.size()));
-      send(mine, peer, tag_gather_, final_, true, tx, {&rx});
+      forward(mine, peer, tag_gather_, tx);
       decode_final(theirs, peer, rx, {&tx});
       finish_all(comm_, tx);
     }
     if (rd_.in_fold()) {
       std::vector<Pending> tx(static_cast<size_t>(everything.size()));
-      send(everything, r + 1, tag_out_, final_, true, tx, {});
+      forward(everything, r + 1, tag_out_, tx);
       finish_all(comm_, tx);
     }
   }
@@ -209,8 +209,8 @@ class HalvingDoubling {
     round.tx = std::vector<Pending>(static_cast<size_t>(out.size()));
     std::vector<std::vector<Pending>*> polled = {&round.rx};
     if (busy != nullptr) polled = {&round.rx, &busy->rx, &busy->tx};
-    send(out, round.peer, tag_half_, tx_area_ + static_cast<size_t>(parity) * half_, false,
-         round.tx, polled);
+    send(out, round.peer, tag_half_, tx_area_ + static_cast<size_t>(parity) * half_, round.tx,
+         polled);
     return round;
   }
 
@@ -249,22 +249,28 @@ class HalvingDoubling {
     return rx;
   }
 
-  // Sends the segments of `l` to `peer` on `tx`: when `forward`, the final streams at their slots
-  // of final_ (lengths in final_len_); else compressed now into `area` (the i-th at i * cap_, or
-  // at its slot when area is final_), while the transfers of tx and `polled` progress.
-  void send(const Segments& l, int peer, int tag, uint8_t* area, bool forward,
-            std::vector<Pending>& tx, const std::vector<std::vector<Pending>*>& polled) {
+  // Compresses the segments of `l` into `area` (the i-th at i * cap_) and sends each to `peer`
+  // on tx[i] as soon as it is ready, while the transfers of tx and `polled` progress.
+  void send(const Segments& l, int peer, int tag, uint8_t* area, std::vector<Pending>& tx,
+            const std::vector<std::vector<Pending>*>& polled) {
     const fz::Progress poll = [&](uint64_t, uint64_t) {
       for (std::vector<Pending>* v : polled) poll_first(comm_, *v);
       poll_first(comm_, tx);
     };
     for (int i = 0; i < l.size(); ++i) {
-      const size_t k = l.slot(i);
-      uint8_t* const stream = area + (area == final_ ? k : static_cast<size_t>(i)) * cap_;
-      const size_t bytes = forward ? final_len_[k]
-                                   : codec_.compress(values(l, i), len(l, i), stream, cap_, &poll);
+      uint8_t* const stream = area + static_cast<size_t>(i) * cap_;
+      const size_t bytes = codec_.compress(values(l, i), len(l, i), stream, cap_, &poll);
       tx[i].start(comm_.isend(stream, bytes, peer, tag));
       st_.bytes_sent += bytes;
+    }
+  }
+
+  // Sends the final streams of `l` (at their slots of final_) to `peer` on tx[i].
+  void forward(const Segments& l, int peer, int tag, std::vector<Pending>& tx) {
+    for (int i = 0; i < l.size(); ++i) {
+      const size_t k = l.slot(i);
+      tx[i].start(comm_.isend(final_ + k * cap_, final_len_[k], peer, tag));
+      st_.bytes_sent += final_len_[k];
     }
   }
 
@@ -297,7 +303,7 @@ class HalvingDoubling {
   size_t half_ = 0;              // bytes of half the blocks' stream slots
   uint8_t* final_ = nullptr;     // every block's final streams, at slot block * S + segment
   std::vector<size_t> final_len_;
-  uint8_t* tx_area_ = nullptr;   // the halving rounds' outgoing streams, by round parity
+  uint8_t* tx_area_ = nullptr;   // outgoing streams: the halving rounds' by parity, the fold's
   uint8_t* rx_area_ = nullptr;   // their (or the fold's) incoming streams, by round parity
   T* scratch_ = nullptr;         // one decoded segment
 };

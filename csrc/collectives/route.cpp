@@ -107,8 +107,9 @@ double cost_rd(double n, int p, double ratio, const CostModel& m) {
 }
 
 // Halving-doubling (allreduce_halving_doubling.cpp): the ring's wire and codec work in 2 log2 p'
-// rounds that run one after the other (each adds one segment's compress + transfer + decode of
-// pipeline fill), plus the fold's whole-buffer transfer in and out when p is not a power of two.
+// rounds, each adding about one segment's compress + transfer + decode of pipeline fill (only
+// two consecutive halving rounds overlap), plus the fold's whole-buffer transfer in and out
+// when p is not a power of two.
 double cost_hd(double n, int p, double ratio, const CostModel& m) {
   const int pp = pow2_floor(p);
   const double L = log2_exact(pp), f = p > pp ? 1.0 : 0.0;
@@ -120,7 +121,8 @@ double cost_hd(double n, int p, double ratio, const CostModel& m) {
                        n / pp / m.compress + n / pp / m.decompress;
   const double fold = f * (2 * m.alpha + n * (2 * m.beta / ratio + 1 / m.compress +
                                               2 / m.decompress + m.gamma));
-  const double fill = 2 * L * (m.alpha + seg * (1 / m.compress + m.beta / ratio + 1 / m.decompress));
+  const double fill =
+      2 * L * (m.alpha + seg * (1 / m.compress + m.beta / ratio + 1 / m.decompress));
   return std::max(wire, codec) + fill + fold + 3 * std::max(1.0, n / seg) * m.kappa;
 }
 
