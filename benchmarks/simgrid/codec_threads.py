@@ -102,8 +102,13 @@ def measured_speedups(scaling: dict[str, Any]) -> list[tuple[int, float]]:
     return out
 
 
-# The zccl allreduce algorithms the driver times (impl names of its records).
-IMPLS = ("zccl_ring", "zccl_ring_int", "zccl_recursive_doubling", "zccl_halving_doubling")
+# The zccl allreduce algorithms the driver times (impl names of its records) and their columns.
+IMPLS = {
+    "zccl_ring": "ring",
+    "zccl_ring_int": "ring int",
+    "zccl_recursive_doubling": "RD",
+    "zccl_halving_doubling": "HD",
+}
 
 
 def table(rows: list[dict[str, Any]]) -> str:
@@ -112,14 +117,11 @@ def table(rows: list[dict[str, Any]]) -> str:
     def fmt(v: float | None) -> str:
         return f"{v:.2f}x" if v else "-"
 
-    lines = [f"{'Gb/s':>5} {'CPU x':>6} {'ring':>8} {'ring int':>9} {'RD':>8} {'HD':>8}  model"]
+    head = "".join(f" {label:>9}" for label in IMPLS.values())
+    lines = [f"{'Gb/s':>5} {'CPU x':>6}{head}  model"]
     for r in rows:
-        lines.append(
-            f"{r['gbps']:5g} {r['cpu_speedup']:6g} {fmt(r['zccl_ring_speedup']):>8} "
-            f"{fmt(r['zccl_ring_int_speedup']):>9} "
-            f"{fmt(r['zccl_recursive_doubling_speedup']):>8} "
-            f"{fmt(r.get('zccl_halving_doubling_speedup')):>8}  {r['model']}"
-        )
+        cells = "".join(f" {fmt(r[f'{impl}_speedup']):>9}" for impl in IMPLS)
+        lines.append(f"{r['gbps']:5g} {r['cpu_speedup']:6g}{cells}  {r['model']}")
     return "\n".join(lines)
 
 
