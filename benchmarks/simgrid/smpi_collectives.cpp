@@ -10,7 +10,7 @@
 // Usage: smpi_collectives --bytes B [--iters K] [--warmup W] [--rel R]
 //                         [--colls allreduce,broadcast,scatter,allgather,allreduce_mpi_path]
 //                         [--mpi-path-budget BYTES] [--timeout-s S] [--label TEXT]
-//                         [--impls zccl,mpi] [--skip-ring 0|1]
+//                         [--impls zccl,mpi] [--skip-ring 0|1] [--wait spin|sleep]
 //   --colls  "allreduce" times zccl ring (float hop, then integer hop: zccl_ring_int), recursive
 //            doubling, halving-doubling and auto, and MPI_Allreduce;
 //            "allreduce_mpi_path" times zccl's Algorithm::Mpi path (its own MPI_Iallreduce call);
@@ -21,6 +21,8 @@
 //            each call makes one MPI_Iallgather of 24 bytes per rank, which SMPI (like Open MPI's
 //            libnbc by default) runs as p*(p-1) concurrent messages; at p = 256 simulating that
 //            one tiny exchange takes ~9 minutes of wall time (8 s at p = 128).
+//   --wait   how zccl's waits poll (transport/backoff.h): spin (default: the backend's choice
+//            with one rank per host) or sleep (its choice on an oversubscribed host).
 //   --bytes  message size in bytes (float32): the per-rank buffer of allreduce and broadcast,
 //            the root's whole send buffer of scatter, every rank's whole output of allgather
 //            (the nccl-tests convention); blocks of scatter/allgather hold bytes / 4 / p values.
@@ -72,6 +74,11 @@ struct Options {
   bool zccl = true;  // time zccl's implementations
   bool mpi = true;   // time the plain MPI collectives
   bool skip_ring = false;  // leave out zccl's ring allreduce and ring allgather (see --skip-ring)
+  // How zccl's waits poll (--wait): Spin is what the backend's wait="auto" picks with one rank
+  // per host, the platform modelled here. Sleep is its choice on an oversubscribed host; SMPI
+  // simulates its sleeps (smpi_helpers.h maps nanosleep to smpi_nanosleep), unscaled by the
+  // CPU speed-up, as the real wake-up delays would be.
+  zccl::WaitPolicy wait = zccl::WaitPolicy::Spin;
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -108,6 +115,12 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       o.timeout_s = std::stod(v);
     } else if (a == "--label") {
       o.label = v;
+    } else if (a == "--wait") {
+      if (v != "spin" && v != "sleep") {
+        err = "--wait takes spin or sleep, got " + v;
+        return false;
+      }
+      o.wait = v == "spin" ? zccl::WaitPolicy::Spin : zccl::WaitPolicy::Sleep;
     } else if (a == "--skip-ring") {
       o.skip_ring = std::stoi(v) != 0;
     } else if (a == "--impls") {
@@ -702,6 +715,7 @@ void setup_bound(Ctx& c) {
   j.boolean("simulation", true)
       .str("label", c.opt.label)
       .str("record", "setup")
+      .str("wait", c.opt.wait == zccl::WaitPolicy::Spin ? "spin" : "sleep")
       .integer("p", c.p)
       .integer("bytes", static_cast<long long>(n * 4))
       .num("rel_eb", c.opt.rel)
@@ -740,6 +754,7 @@ int main(int argc, char** argv) {
     for (int q = 0; q < c.p; ++q) everyone[static_cast<size_t>(q)] = q;
     c.comm = zccl::transport::MpiComm::create_group(everyone, /*tag=*/1);
     c.comm->set_timeout(timeout);
+    c.comm->set_wait_policy(c.opt.wait);
     setup_bound(c);
     for (const std::string& name : c.opt.colls) {
       if (name == "allreduce" || name == "allreduce_mpi_path") {

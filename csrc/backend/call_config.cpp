@@ -84,6 +84,17 @@ CallConfig resolve_for_call(const CallConfig& defaults) {
   return c;
 }
 
+transport::WaitPolicy wait_policy(const CallConfig& c) {
+  switch (c.wait) {
+    case WaitMode::Spin: return transport::WaitPolicy::Spin;
+    case WaitMode::Sleep: return transport::WaitPolicy::Sleep;
+    case WaitMode::Auto: break;
+  }
+  const HostShare& h = host_share();
+  const int64_t want = static_cast<int64_t>(std::max(1, c.threads)) * h.local_ranks;
+  return want <= h.cores ? transport::WaitPolicy::Spin : transport::WaitPolicy::Sleep;
+}
+
 int automatic_threads() {
   static const int threads = [] {
     if (const int omp = positive_env("OMP_NUM_THREADS")) return omp;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../collectives/collectives.h"
+#include "../transport/transport.h"
 #include "settings.h"
 
 namespace zccl::backend {
@@ -19,6 +20,13 @@ enum class BoundMode : uint8_t {
   Abs,  // error_bound is absolute
   Rel,  // error_bound is relative to the value range, agreed across ranks before compressing
   Lossless,  // bit-exact: error_bound is ignored (0), chunks go through the lossless codec
+};
+
+// In the order of the "wait" setting's choices (settings.cpp).
+enum class WaitMode : uint8_t {
+  Auto,   // Spin when this host's ranks times their threads fit its cores, else Sleep
+  Spin,   // transport::WaitPolicy::Spin: poll and yield, never sleep (lowest latency)
+  Sleep,  // transport::WaitPolicy::Sleep: spin briefly, then sleep with a capped backoff
 };
 
 struct CallConfig {
@@ -38,6 +46,9 @@ struct CallConfig {
   // quantisation per value, one thread) instead of decode, add and recompress
   // (coll::Config::integer_ring; README, "Ring hop cost"). Opt-in: see the README for why.
   bool integer_ring = false;
+  // How a rank waits for its transfers (backoff.h): polling without sleeping keeps up with fast
+  // links, sleeping leaves the cores to the other ranks of an oversubscribed host.
+  WaitMode wait = WaitMode::Auto;
 };
 
 // Some settings laid over a group's defaults (a Python `config()` block), in the order of the
@@ -67,5 +78,9 @@ CallConfig resolve_for_call(const CallConfig& defaults);
 // LOCAL_WORLD_SIZE or MPI_LOCALNRANKS; 1 when none is set), at least 1. Never oversubscribes a
 // host whose launcher says how many ranks it runs.
 int automatic_threads();
+// The transport's wait policy for a call resolved by resolve_for_call (threads > 0): `wait`, with
+// Auto resolved to Spin when threads * (ranks on this host) <= the cores this process may use
+// (each polling thread then has a core of its own), else Sleep.
+transport::WaitPolicy wait_policy(const CallConfig& c);
 
 }  // namespace zccl::backend

@@ -128,6 +128,12 @@ std::vector<Setting> make_table() {
       "ring all_reduce (SUM/AVG, lossy): hops add quantisation codes as integers, `threads` "
       "segments at a time; `false`: decode, add in floating point and recompress at each hop, "
       "chunks coded by `threads` threads (same bound, `p * eb`; same bits for any `threads`)"));
+  table.push_back(enum_choice<&CallConfig::wait>(
+      "wait", "ZCCL_WAIT", {"auto", "spin", "sleep"},
+      R"(how a rank waits for its transfers: `"spin"` polls and yields, never sleeping )"
+      R"((lowest latency; fast links), `"sleep"` backs off into sleeps of up to 200 us (leaves )"
+      R"(the cores to other ranks), `"auto"`: `"spin"` when `threads` times the ranks on this )"
+      R"(host fit the cores this process may use, else `"sleep"`)"));
   return table;
 }
 

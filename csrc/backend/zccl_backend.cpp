@@ -106,6 +106,7 @@ void ZcclBackend::worker_loop() {
     }
     try {
       Device& device = *item.device;
+      comm_->set_wait_policy(wait_policy(item.config));  // comm_ is this thread's alone
       device.run(item.stream, [&] { item.job(device, item.config); });
       item.work->complete();
     } catch (...) {

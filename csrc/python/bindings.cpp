@@ -431,6 +431,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       [](const py::dict& config) { return to_python(zb::resolve_for_thread(call_config_from(config))); },
       py::arg("config"),
       "The settings a collective issued from this thread on a group with `config` runs with");
+  m.def(
+      "wait_policy",
+      [](const py::dict& config) {
+        const zb::CallConfig c = zb::resolve_for_call(call_config_from(config));
+        return zb::wait_policy(c) == zccl::WaitPolicy::Spin ? "spin" : "sleep";
+      },
+      py::arg("config"),
+      "How a collective issued from this thread on a group with `config` waits: 'spin' or 'sleep'");
   m.def("automatic_threads", &zb::automatic_threads,
         "Compression threads per rank when the threads setting is 0 (fixed per process)");
   m.def(

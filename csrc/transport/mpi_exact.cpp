@@ -69,7 +69,7 @@ void MpiComm::wait_collective(std::vector<MPI_Request>& reqs, const char* what, 
                        mpi::comm_desc(comm_) + ", waiting for " + mpi::others_desc(rank_, size_) +
                        " (a rank failed, is far behind, or called a different collective); "
                        "the communicator is no longer usable");
-  });
+  }, /*sleep_cap_us=*/200, /*idle=*/nullptr, wait_policy_);
 }
 
 void MpiComm::start_and_wait(const char* what, size_t count,

@@ -34,7 +34,11 @@ std::unique_ptr<MpiComm> MpiComm::duplicate(MPI_Comm parent, std::chrono::millis
   return out;
 }
 
-std::unique_ptr<Comm> MpiComm::duplicate() const { return duplicate(comm_, timeout_); }
+std::unique_ptr<Comm> MpiComm::duplicate() const {
+  std::unique_ptr<MpiComm> out = duplicate(comm_, timeout_);
+  out->wait_policy_ = wait_policy_;
+  return out;
+}
 
 std::unique_ptr<Comm> MpiComm::subgroup(const std::vector<int>& ranks) const {
   if (ranks.empty()) throw std::invalid_argument("zccl: subgroup needs at least one rank");
@@ -72,6 +76,7 @@ std::unique_ptr<Comm> MpiComm::subgroup(const std::vector<int>& ranks) const {
     throw;
   }
   out->timeout_ = timeout_;
+  out->wait_policy_ = wait_policy_;
   return out;
 }
 

@@ -75,9 +75,10 @@ size_t elem_size(ElemType t) {
 }
 
 void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& poll,
-                const std::function<void()>& on_timeout, int sleep_cap_us, const IdleWait& idle) {
+                const std::function<void()>& on_timeout, int sleep_cap_us, const IdleWait& idle,
+                WaitPolicy policy) {
   const auto deadline = deadline_after(timeout);
-  Backoff backoff(sleep_cap_us);
+  Backoff backoff(sleep_cap_us, policy);
   while (!poll()) {
     if (Clock::now() > deadline) {
       on_timeout();
@@ -96,7 +97,7 @@ void Comm::idle(std::chrono::microseconds max) const { std::this_thread::sleep_f
 void Comm::wait_for(const std::function<bool()>& poll, const std::function<void()>& on_timeout,
                     int sleep_cap_us) const {
   wait_until(timeout_, poll, on_timeout, sleep_cap_us,
-             [this](std::chrono::microseconds us) { idle(us); });
+             [this](std::chrono::microseconds us) { idle(us); }, wait_policy_);
 }
 
 int Comm::next_tag_base() {

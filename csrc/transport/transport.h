@@ -22,7 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "backoff.h"
+
 namespace zccl::transport {
+
+using zccl::WaitPolicy;  // how waits poll: backoff.h
 
 // Element types of the exact collectives (the bytes of float16/bfloat16 move as UInt16).
 enum class ElemType : uint8_t { UInt8, Int8, Int16, Int32, Int64, UInt16, UInt64, Float32, Float64, Bool };
@@ -78,15 +82,16 @@ class Request {
 };
 
 // Runs `poll` until it returns true; past `timeout` (from now) calls `on_timeout`, which must
-// throw. Polling backs off (spin, yield, then sleeps capped at `sleep_cap_us`) so oversubscribed
-// ranks leave the cores to the ones computing. The one wait-with-deadline: the transport's waits
-// and the collectives' own progress loops go through it.
+// throw. With WaitPolicy::Sleep polling backs off (spin, yield, then sleeps capped at
+// `sleep_cap_us`) so oversubscribed ranks leave the cores to the ones computing; with
+// WaitPolicy::Spin it polls and yields, never sleeping (backoff.h says why). The one
+// wait-with-deadline: the transport's waits and the collectives' own progress loops go through it.
 // `idle` (optional) replaces the sleeps: it blocks at most the given time and may return as
 // soon as the transport has something to progress (Comm::idle).
 using IdleWait = std::function<void(std::chrono::microseconds)>;
 void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& poll,
                 const std::function<void()>& on_timeout, int sleep_cap_us = 200,
-                const IdleWait& idle = nullptr);
+                const IdleWait& idle = nullptr, WaitPolicy policy = WaitPolicy::Sleep);
 
 // Argument checks every transport's exact collectives share (std::invalid_argument naming them).
 void check_root(int root, int size, const char* what);
@@ -113,6 +118,10 @@ class Comm {
   // Deadline applied by every wait: waits longer than `timeout` throw TimeoutError.
   void set_timeout(std::chrono::milliseconds timeout) { timeout_ = timeout; }
   std::chrono::milliseconds timeout() const { return timeout_; }
+  // How every wait on this communicator polls (backoff.h); Sleep unless set. Set only from the
+  // thread that issues the communicator's operations (the backend: before each collective).
+  void set_wait_policy(WaitPolicy policy) { wait_policy_ = policy; }
+  WaitPolicy wait_policy() const { return wait_policy_; }
 
   // A fresh tag block for one operation, so concurrent operations on one communicator never
   // match each other's messages. Each operation may use tags [base, base + kTagsPerOp).
@@ -181,6 +190,7 @@ class Comm {
   // "isend of 8 bytes to rank 1 (tag 3) on rank 0 of a communicator of 4", for errors.
   virtual std::string describe(const Request& req) const = 0;
   std::chrono::milliseconds timeout_{std::chrono::minutes(30)};
+  WaitPolicy wait_policy_ = WaitPolicy::Sleep;
 
  private:
   int tag_counter_ = 0;  // only touched by the group's worker thread

@@ -90,5 +90,8 @@ def run_checks(
         # Printed last: before the checks it raced rank 0's CHECKS line, which mpirun may join
         # to another rank's output.
         print(f"[rank {rank()}] host staging: on", flush=True)
+    # How this rank's waits polled (wait="auto" resolves per host): the launcher checks it.
+    wait = zccl_torch._C.wait_policy(zccl_torch.current_options().to_native())
+    print(f"[rank {rank()}] wait policy: {wait}", flush=True)
     dist.destroy_process_group()
     return 1 if failures else 0

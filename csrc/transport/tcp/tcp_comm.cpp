@@ -462,6 +462,7 @@ std::unique_ptr<Comm> TcpComm::duplicate() const {
   }
   auto dup = std::make_unique<TcpComm>(mesh_, id);
   dup->set_timeout(timeout());
+  dup->set_wait_policy(wait_policy());
   return dup;
 }
 
