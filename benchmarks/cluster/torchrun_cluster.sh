@@ -13,8 +13,12 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/launch_args.sh"
 (( np <= ZC_HOSTS )) || { echo "torchrun_cluster.sh: $np ranks > $ZC_HOSTS hosts" >&2; exit 2; }
 
-# Oversubscribed ranks (several per core) must not spin: OpenMP threads sleep at barriers.
+# Oversubscribed ranks (several per core) must not spin: OpenMP threads sleep at barriers, and
+# zccl's waits sleep too. Each torchrun reports one rank on its host (LOCAL_WORLD_SIZE=1), so
+# wait="auto" would poll without sleeping, but the emulated hosts share this machine's cores
+# (mpirun_cluster.sh needs no such line: its single mpirun counts every rank as local).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+export ZCCL_WAIT=${ZCCL_WAIT:-sleep}
 export PYTHONPATH=${PYTHONPATH:-} ZC_HOSTS
 port=${ZC_RDZV_PORT:-29541}
 pids=()
