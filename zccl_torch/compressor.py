@@ -190,11 +190,13 @@ def compress(
     if progress is not None and not callable(progress):
         raise TypeError("progress must be callable(chunks_done, chunks_total) or None")
     eb = resolve_error_bound(tensor, error_bound, mode)
-    src = tensor.detach().contiguous()
     chunk = _check_chunk_size(chunk_size)
-    if out is not None:
-        need = max_compressed_size(src.dtype, src.numel(), chunk_size=chunk, ndim=src.dim())
+    if out is not None:  # before a non-contiguous tensor is copied
+        need = max_compressed_size(
+            tensor.dtype, tensor.numel(), chunk_size=chunk, ndim=tensor.dim()
+        )
         _check_stream_out(out, need, tensor)
+    src = tensor.detach().contiguous()
     return _C.compress(
         src,
         code,

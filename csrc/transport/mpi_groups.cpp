@@ -36,7 +36,7 @@ std::unique_ptr<MpiComm> MpiComm::duplicate(MPI_Comm parent, std::chrono::millis
 
 std::unique_ptr<Comm> MpiComm::duplicate() const {
   std::unique_ptr<MpiComm> out = duplicate(comm_, timeout_);
-  out->wait_policy_ = wait_policy_;
+  out->take_waits_of(*this);
   return out;
 }
 
@@ -75,8 +75,7 @@ std::unique_ptr<Comm> MpiComm::subgroup(const std::vector<int>& ranks) const {
     MPI_Comm_free(&sub);
     throw;
   }
-  out->timeout_ = timeout_;
-  out->wait_policy_ = wait_policy_;
+  out->take_waits_of(*this);
   return out;
 }
 

@@ -191,6 +191,11 @@ class Comm {
   virtual std::string describe(const Request& req) const = 0;
   std::chrono::milliseconds timeout_{std::chrono::minutes(30)};
   WaitPolicy wait_policy_ = WaitPolicy::Sleep;
+  // A communicator made from `parent` (duplicate, subgroup) waits as `parent` does.
+  void take_waits_of(const Comm& parent) {
+    timeout_ = parent.timeout_;
+    wait_policy_ = parent.wait_policy_;
+  }
 
  private:
   int tag_counter_ = 0;  // only touched by the group's worker thread

@@ -461,8 +461,7 @@ std::unique_ptr<Comm> TcpComm::duplicate() const {
     id = mesh_->next_id++;  // every rank duplicates in the same order: the ids agree
   }
   auto dup = std::make_unique<TcpComm>(mesh_, id);
-  dup->set_timeout(timeout());
-  dup->set_wait_policy(wait_policy());
+  dup->take_waits_of(*this);
   return dup;
 }
 
