@@ -9,7 +9,7 @@
 # (checks = tests and sanitize, run side by side; each of those can also be named alone; data,
 # build_data, recheck and profile (ncu on the codec's kernels) are for shorter follow-up runs;
 # overlap, backend, variant_bench, variant_check and variant_compare for a run that also
-# compares codec kernel variants built ahead into .dev/binr*).
+# compares codec kernel variants built ahead into .dev/binr*; codec_checks for a codec-only run).
 # Each stage has its own time limit, and the whole run stops starting new stages once
 # ZCCL_SESSION_BUDGET_S seconds (default 480) have passed, so a slow stage costs only itself.
 #
@@ -226,7 +226,7 @@ stage_profile() {
     [[ -x $d/test_cuszp ]] || continue
     for k in encode decode; do
       step "profile_${k}_$(basename "$d")" 120 "$ncu" --clock-control none \
-        --kernel-name regex:"${k}_kernel" --launch-skip 2 \
+        --kernel-name regex:"${k}_.*kernel" --launch-skip 2 \
         --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
         --section SourceCounters "$d/test_cuszp" --bench --only bench
@@ -305,12 +305,27 @@ stage_overlap() {
     step collectives_program_p3 120 "${MPIRUN[@]}" -np 3 "$BIN/test_gpu_collectives"
     step collectives_program_p4 120 "${MPIRUN[@]}" -np 4 "$BIN/test_gpu_collectives"
   ) &
-  (
-    local d
-    for d in "$BIN" .dev/binr*; do
-      [[ -x $d/test_cuszp ]] && OMP_NUM_THREADS=4 step "codec_program_$(basename "$d")" 150 "$d/test_cuszp"
-    done
-  ) &
+  codec_programs &
+  stage_sanitize &
+  stage_profile &
+  wait
+}
+
+# .dev/bin's codec program in full, then the variants' quick groups (variant_check runs the
+# winner's program in full before it is compared with cuSZp).
+codec_programs() {
+  local d
+  [[ -x $BIN/test_cuszp ]] && OMP_NUM_THREADS=4 step codec_program_bin 150 "$BIN/test_cuszp"
+  for d in .dev/binr*; do
+    [[ -x $d/test_cuszp ]] && OMP_NUM_THREADS=4 step "codec_program_$(basename "$d")" 150 "$d/test_cuszp" --quick
+  done
+}
+
+# The codec alone (no extension build): benchmark data on the CPU while the GPU runs .dev/bin's
+# codec program in full, the variants' quick groups, the sanitizers and the kernel profile.
+stage_codec_checks() {
+  stage_data &
+  codec_programs &
   stage_sanitize &
   stage_profile &
   wait

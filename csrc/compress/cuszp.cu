@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuszp_encode_staged.cuh"
 #include "cuszp_kernels.cuh"
 #include "fzlight_format.h"
 
@@ -169,6 +170,15 @@ unsigned grid_elementwise(uint64_t n) {
 // encoder's input chunk (beside ~6.4 KiB static), the decoder's compressed chunk (beside
 // ~14.2 KiB static; larger chunks are read from global memory).
 constexpr size_t kCacheBudget = 40 * 1024;
+// encode_staged_kernel (one quantisation per value, no barrier inside its passes) for chunks
+// whose codes fit in this much dynamic shared memory (chunks of up to ~9,600 values; the default
+// is 5,120), encode_kernel for larger ones. -DZCCL_GPU_STAGED_ENCODER=0 builds the previous
+// encoder alone, to compare the two in one GPU run (scripts/gpu_build_variant.sh).
+#ifndef ZCCL_GPU_STAGED_ENCODER
+#define ZCCL_GPU_STAGED_ENCODER 1
+#endif
+constexpr bool kStagedEncoder = ZCCL_GPU_STAGED_ENCODER != 0;
+constexpr size_t kCodesBudget = 40 * 1024;
 constexpr uint32_t kStageBudget = 24 * 1024;
 
 // ------------------------------------------------------------------------------------------
@@ -251,10 +261,17 @@ void launch_compress(const void* src, uint64_t count, const fz::CompressParams& 
     a.lossy = lossy ? 1 : 0;
     a.ctl = ctl;
     a.status = words(ws);
-    const size_t dyn = a.cache_values != 0 ? cache_bytes : 0;
-    const void* fn = reinterpret_cast<const void*>(&kern::encode_kernel<K>);
-    kern::encode_kernel<K><<<grid_for(fn, dyn, chunks), kThreads, dyn, s>>>(a);
-    check_launch("encode_kernel");
+    const size_t staged = kern::staged_smem_bytes(cl);
+    if (kStagedEncoder && staged <= kCodesBudget) {
+      const void* fn = reinterpret_cast<const void*>(&kern::encode_staged_kernel<K>);
+      kern::encode_staged_kernel<K><<<grid_for(fn, staged, chunks), kThreads, staged, s>>>(a);
+      check_launch("encode_staged_kernel");
+    } else {
+      const size_t dyn = a.cache_values != 0 ? cache_bytes : 0;
+      const void* fn = reinterpret_cast<const void*>(&kern::encode_kernel<K>);
+      kern::encode_kernel<K><<<grid_for(fn, dyn, chunks), kThreads, dyn, s>>>(a);
+      check_launch("encode_kernel");
+    }
   }
 
   // The fixed header exactly as fzlight.cpp's write_header (total bytes filled on the device).
@@ -334,7 +351,7 @@ void launch_decode(const DecompressJob& j, cudaStream_t s) {
   const uint64_t bound =
       std::min(workspace_chunks(j.workspace, j.ws_bytes), (j.count + fz::kBlockLen - 1) / fz::kBlockLen);
   a.stage_bytes = kStageBudget;
-  const size_t dyn = kStageBudget + 16;
+  const size_t dyn = kStageBudget + kern::kStageSlack;
   const void* fn = reinterpret_cast<const void*>(&kern::decode_kernel<K, kMode>);
   kern::decode_kernel<K, kMode><<<grid_for(fn, dyn, bound), kThreads, dyn, s>>>(a);
   check_launch("decode_kernel");

@@ -7,7 +7,10 @@
 // Kernels, templated on the storage kind K (float, double, lane::Half, lane::BFloat16; see
 // cuszp_lane.h), in the order a call runs them:
 //   compress:    encode_kernel   (constant/repeat detection, fused quantise + Lorenzo + bit planes,
-//                                 look-back, chunk CRC; stream format version 2)
+//                                 look-back, chunk CRC; stream format version 2), or, for chunks
+//                                 whose codes fit in shared memory (the default chunk length),
+//                                 encode_staged_kernel (cuszp_encode_staged.cuh: same bytes, one
+//                                 quantisation per value)
 //                finalize_kernel (header fields, total size, header CRC)
 //   decompress:  parse_kernel    (header + table validation, chunk offsets; versions 1 and 2)
 //                decode_kernel   (chunk CRC + structure checks + decode [+ reduce])
@@ -119,6 +122,15 @@ __device__ inline void st_bits(uint8_t* p, uint16_t v) { st_u16(p, v); }
 __device__ inline void st_bits(uint8_t* p, uint32_t v) { st_u32(p, v); }
 __device__ inline void st_bits(uint8_t* p, uint64_t v) { st_u64(p, v); }
 
+// A 4-byte field at any address inside a chunk staged in shared memory by cta_stage_bytes: the
+// two aligned words around it and one funnel shift, instead of four byte loads. May read up to 7
+// bytes past the field, which the stage's kStageSlack bytes of slack cover.
+inline constexpr uint32_t kStageSlack = 32;
+__device__ inline uint32_t ld_u32_staged(const uint8_t* p) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3});
+  return __funnelshift_r(w[0], w[1], 8u * static_cast<uint32_t>(reinterpret_cast<uintptr_t>(p) & 3u));
+}
+
 // ------------------------------------------------------------------------------------------
 // Value <-> bits. Values travel as bits wherever they are only moved, so NaN payloads and
 // signed zeros are kept exactly.
@@ -179,13 +191,72 @@ __device__ inline T warp_scan(T v) {
   return v;
 }
 
-// 32x32 bit transpose across the warp (see lane::transpose_stage).
-__device__ inline uint32_t warp_transpose(uint32_t x) {
+// 32x32 bit transpose across the warp (see lane::transpose_stage). A kernel computes its lane's
+// constants once (TransposeLane, ten registers) and passes them to every transpose, so a stage is
+// a shuffle, a rotate and a select; recomputed per call they cost as much as the stage itself.
+struct TransposeLane {
+  uint32_t keep[5];
+  uint32_t rot[5];
+};
+
+__device__ inline TransposeLane transpose_lane() {
+  const unsigned lane = lane_id();
+  TransposeLane t;
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    t.keep[k] = lane::transpose_keep(lane, 16 >> k);
+    t.rot[k] = lane::transpose_rot(lane, 16 >> k);
+  }
+  return t;
+}
+
+// The same constants for every lane in shared memory, for a kernel short of registers (the
+// decoder): two conflict-free loads per stage instead of ten live registers.
+struct TransposeTable {
+  uint32_t keep[5][32];
+  uint32_t rot[5][32];
+};
+
+// Fills the table; the caller synchronises the block before the first use.
+__device__ inline void init_transpose_table(TransposeTable& t) {
+  if (threadIdx.x < 32) {
+    const TransposeLane l = transpose_lane();
+#pragma unroll
+    for (int k = 0; k < 5; ++k) {
+      t.keep[k][threadIdx.x] = l.keep[k];
+      t.rot[k][threadIdx.x] = l.rot[k];
+    }
+  }
+}
+
+// This lane's constants as registers, loaded from the table: loaded values the compiler keeps,
+// where constants it computed from the lane index it recomputes at every use.
+__device__ inline TransposeLane load_transpose_lane(const TransposeTable& t) {
+  const unsigned lane = lane_id();
+  TransposeLane l;
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    l.keep[k] = t.keep[k][lane];
+    l.rot[k] = t.rot[k][lane];
+  }
+  return l;
+}
+
+__device__ inline uint32_t warp_transpose(uint32_t x, const TransposeTable& t) {
   const unsigned lane = lane_id();
 #pragma unroll
-  for (int s = 16; s > 0; s >>= 1) {
-    const uint32_t partner = __shfl_xor_sync(kFull, x, s);
-    x = lane::transpose_stage(x, partner, s, (lane & static_cast<unsigned>(s)) != 0);
+  for (int k = 0; k < 5; ++k) {
+    const uint32_t partner = __shfl_xor_sync(kFull, x, 16 >> k);
+    x = lane::transpose_stage(x, partner, t.keep[k][lane], t.rot[k][lane]);
+  }
+  return x;
+}
+
+__device__ inline uint32_t warp_transpose(uint32_t x, const TransposeLane& t) {
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    const uint32_t partner = __shfl_xor_sync(kFull, x, 16 >> k);
+    x = lane::transpose_stage(x, partner, t.keep[k], t.rot[k]);
   }
   return x;
 }
@@ -260,6 +331,29 @@ __device__ inline uint32_t cta_crc32c(const uint8_t* p, uint64_t n, const crc::T
   }
   __syncthreads();
   return sc.result;
+}
+
+// CRC-32C of n bytes at p by one warp (the same plan with 32 slices; every lane gets the result).
+// For chunks of up to kWarpCrcMax bytes, the encoded chunks of lossy data: the other warps are
+// spared the fold loops and the block two barriers, and with several blocks per multiprocessor
+// their warps fill the time. -DZCCL_GPU_WARP_CRC_MAX=0 gives every chunk the whole block.
+#ifndef ZCCL_GPU_WARP_CRC_MAX
+#define ZCCL_GPU_WARP_CRC_MAX 4096
+#endif
+inline constexpr uint64_t kWarpCrcMax = ZCCL_GPU_WARP_CRC_MAX;
+__device__ inline uint32_t warp_crc32c(const uint8_t* p, uint64_t n, const crc::Tables& tab) {
+  if (n == 0) return 0;
+  const crc::SlicePlan plan = crc::plan_slices(n, 32, kCrcMinLog2Slice);
+  const unsigned lane = lane_id();
+  const crc::Slice s = crc::slice_of(plan, lane);
+  uint32_t v = 0;
+  if (s.end > s.begin) v = crc::update(s.first ? ~0u : 0u, p, s.begin, s.end, tab);
+#pragma unroll
+  for (int k = 0; k < 5; ++k) {
+    const uint32_t right = __shfl_down_sync(kFull, v, 1u << k);
+    if ((lane & ((2u << k) - 1u)) == 0) v = crc::fold(v, right, plan, k, c_xpow2);
+  }
+  return ~__shfl_sync(kFull, v, 0);
 }
 
 // Copies n values from global x to shared `cache` with 16-byte loads where x allows, so the whole
@@ -356,7 +450,10 @@ __device__ inline bool cta_all_equal(const B* x, uint32_t n, B v) {
 // per warp took compress from 1.66 to 1.00 ms and decompress from 1.20 to 0.79 ms; both kernels
 // are fastest held to 64 registers (4 resident blocks: decompress 0.79 ms, against 0.85 ms at
 // 80 registers and 1.04 ms at 110, although it spills a little there); 5 blocks per warp in the
-// encoder gained nothing measurable (0.985 ms). Override with -DZCCL_GPU_...=N to compare.
+// encoder gained nothing measurable (0.985 ms). encode_staged_kernel (cuszp_encode_staged.cuh)
+// has its own budget, kStagedMinBlocks: held to 5 resident blocks (48 registers, no spill) it
+// compressed in 0.618 / 0.642 / 0.742 ms at REL 1e-2 / 1e-3 / 1e-4 against 0.689 / 0.720 /
+// 0.806 ms at 4 (H200, third GPU session, run 8). Override with -DZCCL_GPU_...=N to compare.
 #ifndef ZCCL_GPU_ENCODE_BLOCKS_PER_WARP
 #define ZCCL_GPU_ENCODE_BLOCKS_PER_WARP 4
 #endif
@@ -369,10 +466,14 @@ __device__ inline bool cta_all_equal(const B* x, uint32_t n, B v) {
 #ifndef ZCCL_GPU_DECODE_MIN_BLOCKS
 #define ZCCL_GPU_DECODE_MIN_BLOCKS 4
 #endif
+#ifndef ZCCL_GPU_STAGED_MIN_BLOCKS
+#define ZCCL_GPU_STAGED_MIN_BLOCKS 5
+#endif
 inline constexpr int kEncodeBlocksPerWarp = ZCCL_GPU_ENCODE_BLOCKS_PER_WARP;
 inline constexpr int kDecodeBlocksPerWarp = ZCCL_GPU_DECODE_BLOCKS_PER_WARP;
 inline constexpr int kEncodeMinBlocks = ZCCL_GPU_ENCODE_MIN_BLOCKS;
 inline constexpr int kDecodeMinBlocks = ZCCL_GPU_DECODE_MIN_BLOCKS;
+inline constexpr int kStagedMinBlocks = ZCCL_GPU_STAGED_MIN_BLOCKS;
 static_assert(kEncodeBlocksPerWarp >= 1 && kEncodeBlocksPerWarp <= 8, "1..8 blocks per warp");
 static_assert(kDecodeBlocksPerWarp >= 1 && kWarps * kDecodeBlocksPerWarp <= 32,
               "a decoder tile's blocks must fit one warp's lanes");
@@ -393,7 +494,7 @@ template <class K, bool kWrite, int kR = kEncodeBlocksPerWarp>
 __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
                                 const typename lane::Kind<K>::S* x, uint32_t m, uint32_t nb,
                                 uint8_t* out, size_t planes_at, uint32_t payload_total,
-                                uint32_t n_out_total) {
+                                uint32_t n_out_total, const TransposeLane& tl) {
   using B = typename lane::Kind<K>::S;
   constexpr uint32_t kTileBlocks = kWarps * kR;
   const unsigned lane = lane_id();
@@ -473,7 +574,7 @@ __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
         if (b == 0 && lane == 0) sm.q_start = e;
       } else {
         const uint32_t sign = __ballot_sync(kFull, d < 0);
-        const uint32_t plane = warp_transpose(mag);
+        const uint32_t plane = warp_transpose(mag, tl);
         if (len != 0) {
           uint8_t* w = out + planes_at + pay_before;
           if (lane == 0) st_u32(w, sign);
@@ -491,6 +592,111 @@ __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
     }
   }
   return carry_out;
+}
+
+// ---- Per-chunk steps shared by encode_kernel and encode_staged_kernel (all threads call them).
+
+// The chunk a block encodes next, taken by ticket (the barrier also ends every read of the
+// previous chunk's shared state). False when none is left.
+struct ChunkRef {
+  uint64_t c;       // chunk index
+  uint64_t first;   // its first value
+  uint32_t m;       // values
+  uint32_t nb;      // 32-value blocks
+  uint32_t bm;      // bitmap bytes
+};
+
+__device__ inline bool next_chunk(Control* ctl, unsigned long long& slot, uint64_t num_chunks, uint32_t chunk_len,
+                                  uint64_t count, ChunkRef& r) {
+  if (threadIdx.x == 0) slot = atomicAdd(&ctl->ticket, 1ull);
+  __syncthreads();
+  r.c = slot;
+  if (r.c >= num_chunks) return false;
+  r.first = r.c * chunk_len;
+  r.m = static_cast<uint32_t>(min(static_cast<uint64_t>(chunk_len), count - r.first));
+  r.nb = (r.m + 31) / 32;
+  r.bm = lane::bitmap_bytes(r.nb);
+  return true;
+}
+
+// What a chunk becomes before its encoded size is known (fzlight.cpp's code_chunk): a repeat
+// (table size 0) when it and the previous chunk (always a full one) are constant with the same
+// bits, else constant when all its values have the same bits, else a candidate for encoding
+// (lossy streams, when the fixed part alone is smaller than raw), else raw. Uniform over the
+// block. `xin` is the chunk's input (maybe staged), `x` where it lies in global memory.
+struct ChunkPlan {
+  bool constant;
+  bool repeat;
+  bool encode;    // encoded unless it turns out larger than raw
+  uint64_t size;  // table size if not encoded
+};
+
+template <class B>
+__device__ inline ChunkPlan plan_chunk(const B* xin, const B* x, uint64_t c, uint32_t chunk_len, uint32_t m,
+                                       uint32_t bm, int lossy, B& v0) {
+  const uint64_t raw_bytes = 1 + static_cast<uint64_t>(m) * sizeof(B);
+  v0 = xin[0];
+  ChunkPlan p;
+  p.constant = cta_all_equal(xin, m, v0);
+  p.repeat = p.constant && c > 0 && cta_all_equal(x - chunk_len, chunk_len, v0);
+  p.encode = !p.constant && lossy != 0 && kEncodedFixed + bm < raw_bytes;
+  p.size = p.repeat ? 0 : p.constant ? 1 + sizeof(B) : raw_bytes;
+  return p;
+}
+
+// An encoded chunk's fixed fields (thread 0), bitmap and code lengths (thread j < bm: bitmap byte
+// j and the lengths of its set bits, from rank my_rank on).
+__device__ inline void write_encoded_head(uint8_t* out, int32_t q_start, uint32_t n_out, uint32_t bm,
+                                          uint32_t my_byte, uint32_t my_rank, const uint8_t* lens) {
+  if (threadIdx.x == 0) {
+    out[0] = fz::format::kChunkEncoded;
+    st_u32(out + 1, static_cast<uint32_t>(q_start));
+    st_u32(out + 5, n_out);
+  }
+  if (threadIdx.x < bm) {
+    out[kEncodedFixed + threadIdx.x] = static_cast<uint8_t>(my_byte);
+    uint8_t* lens_out = out + kEncodedFixed + bm + my_rank;
+    for (uint32_t k = 0; k < 8; ++k) {
+      if ((my_byte >> k) & 1u) *lens_out++ = lens[8 * threadIdx.x + k];
+    }
+  }
+}
+
+// A constant chunk (nothing for a repeat: its CRC is that of the constant chunk it repeats, the
+// same bytes, kept in const_bytes) or a raw one.
+template <class B>
+__device__ inline void write_plain_chunk(uint8_t* out, const ChunkPlan& p, B v0, const B* xin, uint32_t m,
+                                         uint8_t* const_bytes) {
+  if (p.constant) {
+    if (threadIdx.x == 0) {
+      const_bytes[0] = fz::format::kChunkConstant;
+      st_bits(const_bytes + 1, v0);
+      if (!p.repeat) {
+        out[0] = fz::format::kChunkConstant;
+        st_bits(out + 1, v0);
+      }
+    }
+  } else {
+    if (threadIdx.x == 0) out[0] = fz::format::kChunkRaw;
+    for (uint32_t i = threadIdx.x; i < m; i += kThreads) st_bits(out + 1 + i * sizeof(B), xin[i]);
+  }
+}
+
+// After the barrier that makes the chunk's bytes visible: its CRC and table entry. Small chunks
+// are CRC'd by warp 0 alone (the next chunk's first barrier keeps const_bytes in place until it
+// is done).
+__device__ inline void finish_chunk(const uint8_t* out, uint64_t size, bool constant, const uint8_t* const_bytes,
+                                    uint32_t elem, uint8_t* entry, const crc::Tables& tab, CrcScratch& sc) {
+  uint32_t crc = 0;
+  if (!constant && size > kWarpCrcMax) {
+    crc = cta_crc32c(out, size, tab, sc);
+  } else if (warp_id() == 0) {
+    crc = constant ? warp_crc32c(const_bytes, 1 + elem, tab) : warp_crc32c(out, size, tab);
+  }
+  if (threadIdx.x == 0) {
+    st_u32(entry, static_cast<uint32_t>(size));
+    st_u32(entry + 4, crc);
+  }
 }
 
 // Decoupled look-back by warp 0: publishes this chunk's aggregate, waits for the window of 32
@@ -538,17 +744,13 @@ __global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(Enco
   __shared__ EncodeShared sm;
   extern __shared__ uint4 dyn_smem[];  // 16-byte aligned
   B* const cache = a.cache_values != 0 ? reinterpret_cast<B*>(dyn_smem) : nullptr;
+  const TransposeLane tl = transpose_lane();
   init_crc_tables(sm.crc_tab);
-  for (;;) {
-    if (threadIdx.x == 0) sm.chunk = atomicAdd(&a.ctl->ticket, 1ull);
-    __syncthreads();
-    const uint64_t c = sm.chunk;
-    if (c >= a.num_chunks) return;
-    const uint64_t first = c * a.chunk_len;
-    const uint32_t m = static_cast<uint32_t>(min(static_cast<uint64_t>(a.chunk_len), a.count - first));
-    const uint32_t nb = (m + 31) / 32;
-    const uint32_t bm = lane::bitmap_bytes(nb);
-    const B* const x = a.src + first;
+  ChunkRef ref;
+  while (next_chunk(a.ctl, sm.chunk, a.num_chunks, a.chunk_len, a.count, ref)) {
+    const uint64_t c = ref.c;
+    const uint32_t m = ref.m, nb = ref.nb, bm = ref.bm;
+    const B* const x = a.src + ref.first;
     const uint64_t raw_bytes = 1 + static_cast<uint64_t>(m) * elem;
 
     // The encoded path reads the chunk twice (size, write): stage it once when it fits.
@@ -557,20 +759,12 @@ __global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(Enco
       cta_stage_values(cache, x, m);
       xin = cache;
     }
-    // Constant chunk, and a repeat when the previous chunk (always a full one) is constant with
-    // the same bits. Both flags are uniform over the block.
-    const B v0 = xin[0];
-    const bool constant = cta_all_equal(xin, m, v0);
-    const bool repeat = constant && c > 0 && cta_all_equal(x - a.chunk_len, a.chunk_len, v0);
-
-    // Size: fzlight's rule is "encoded unless lossless, or the fixed part alone is not smaller
-    // than raw, or the encoded chunk would be larger than raw".
-    bool encode = !constant && a.lossy != 0 && kEncodedFixed + bm < raw_bytes;
-    uint64_t size = repeat ? 0 : constant ? 1 + elem : raw_bytes;
+    B v0;
+    ChunkPlan plan = plan_chunk(xin, x, c, a.chunk_len, m, bm, a.lossy, v0);
     uint32_t payload = 0, n_out = 0, nonzero = 0;
     uint32_t my_byte = 0, my_rank = 0;  // bitmap byte threadIdx.x, rank of its first set bit
-    if (encode) {
-      n_out = encode_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0);
+    if (plan.encode) {
+      n_out = encode_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0, tl);
       __syncthreads();  // sm.lens and sm.q_start complete
       // Thread j owns bitmap byte j (blocks 8j..8j+7; bm <= kThreads). One exclusive scan ranks
       // its nonzero blocks' code-length bytes (high half) and sums the payload (low half).
@@ -592,57 +786,29 @@ __global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(Enco
       const uint64_t enc =
           kEncodedFixed + bm + nonzero + payload + static_cast<uint64_t>(n_out) * (2 + elem);
       if (enc <= raw_bytes) {
-        size = enc;
+        plan.size = enc;
       } else {
-        encode = false;
+        plan.encode = false;
       }
     }
 
     // Place the chunk: global exclusive prefix of chunk sizes.
     if (warp_id() == 0) {
-      const uint64_t off = lookback(a.status, c, size);
+      const uint64_t off = lookback(a.status, c, plan.size);
       if (lane_id() == 0) sm.offset = off;
     }
     __syncthreads();
     uint8_t* const out = a.dst + a.data_base + sm.offset;
 
-    if (encode) {
-      if (threadIdx.x == 0) {
-        out[0] = fz::format::kChunkEncoded;
-        st_u32(out + 1, static_cast<uint32_t>(sm.q_start));
-        st_u32(out + 5, n_out);
-      }
-      if (threadIdx.x < bm) {
-        out[kEncodedFixed + threadIdx.x] = static_cast<uint8_t>(my_byte);
-        uint8_t* lens_out = out + kEncodedFixed + bm + my_rank;
-        for (uint32_t k = 0; k < 8; ++k) {
-          if ((my_byte >> k) & 1u) *lens_out++ = sm.lens[8 * threadIdx.x + k];
-        }
-      }
-      encode_pass<K, true>(a, sm, xin, m, nb, out, kEncodedFixed + bm + nonzero, payload, n_out);
-    } else if (constant) {
-      // A repeat writes nothing; its CRC is that of the constant chunk it repeats (same bytes).
-      if (threadIdx.x == 0) {
-        sm.const_bytes[0] = fz::format::kChunkConstant;
-        st_bits(sm.const_bytes + 1, v0);
-        if (!repeat) {
-          out[0] = fz::format::kChunkConstant;
-          st_bits(out + 1, v0);
-        }
-      }
+    if (plan.encode) {
+      write_encoded_head(out, sm.q_start, n_out, bm, my_byte, my_rank, sm.lens);
+      encode_pass<K, true>(a, sm, xin, m, nb, out, kEncodedFixed + bm + nonzero, payload, n_out, tl);
     } else {
-      if (threadIdx.x == 0) out[0] = fz::format::kChunkRaw;
-      for (uint32_t i = threadIdx.x; i < m; i += kThreads) st_bits(out + 1 + i * elem, xin[i]);
+      write_plain_chunk(out, plan, v0, xin, m, sm.const_bytes);
     }
     __syncthreads();  // the chunk's bytes are visible to the whole block
-
-    const uint32_t crc = constant ? cta_crc32c(sm.const_bytes, 1 + elem, sm.crc_tab, sm.crc_scratch)
-                                  : cta_crc32c(out, size, sm.crc_tab, sm.crc_scratch);
-    if (threadIdx.x == 0) {
-      uint8_t* entry = a.dst + a.table_off + 8 * c;
-      st_u32(entry, static_cast<uint32_t>(size));
-      st_u32(entry + 4, crc);
-    }
+    finish_chunk(out, plan.size, plan.constant, sm.const_bytes, elem, a.dst + a.table_off + 8 * c, sm.crc_tab,
+                 sm.crc_scratch);
   }
 }
 
@@ -840,6 +1006,7 @@ struct DecodeArgs {
 
 struct DecodeShared {
   crc::Tables crc_tab;
+  TransposeTable transpose;
   CrcScratch crc_scratch;
   uint8_t lens[kMaxBlocksPerChunk];
   uint32_t outlier_bits[kMaxBlocksPerChunk];  // bit i of word b: value 32b+i is an outlier
@@ -876,7 +1043,7 @@ __device__ inline void emit(const DecodeArgs<K>& a, uint64_t at, typename lane::
 // sums carried across blocks (uint32 wrap, like the CPU), x' = narrow(C(code) * bin), outliers
 // patched in. Tiles of kWarps * kR <= 32 blocks, kR consecutive ones per warp, so one warp scan
 // over a tile's blocks gives every block's payload offset and outliers before it.
-template <class K, Mode kMode, int kR = kDecodeBlocksPerWarp>
+template <class K, Mode kMode, bool kStaged, int kR = kDecodeBlocksPerWarp>
 __device__ inline void decode_tiles(const DecodeArgs<K>& a, DecodeShared& sm,
                                     const uint8_t* planes, const uint8_t* vals,
                                     uint32_t carry, typename lane::Kind<K>::C bin,
@@ -914,9 +1081,9 @@ __device__ inline void decode_tiles(const DecodeArgs<K>& a, DecodeShared& sm,
         const uint32_t len = sm.lens[b];
         if (len != 0) {
           const uint8_t* w = planes + pay_before;
-          sign = ld_u32(w);
-          const uint32_t row = lane < len ? ld_u32(w + 4 + 4 * lane) : 0u;
-          mag = warp_transpose(row);
+          sign = kStaged ? ld_u32_staged(w) : ld_u32(w);
+          const uint32_t row = lane < len ? (kStaged ? ld_u32_staged(w + 4 + 4 * lane) : ld_u32(w + 4 + 4 * lane)) : 0u;
+          mag = warp_transpose(row, sm.transpose);
         }
       }
       const uint32_t delta = ((sign >> lane) & 1u) ? 0u - mag : mag;
@@ -957,8 +1124,9 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) decode_kernel(Deco
   using C = typename lane::Kind<K>::C;
   namespace fmt = fz::format;
   __shared__ DecodeShared sm;
-  extern __shared__ uint4 stage[];  // a.stage_bytes + 16 bytes
-  init_crc_tables(sm.crc_tab);
+  extern __shared__ uint4 stage[];  // a.stage_bytes + kStageSlack bytes
+  init_transpose_table(sm.transpose);
+  init_crc_tables(sm.crc_tab);  // synchronises the block
   const DeviceStreamInfo info = a.ctl->info;  // written by parse_kernel, earlier on the stream
   // Only parse_kernel's verdict: ctl->err may change while this kernel runs (another block's
   // chunk failing), and a block must not split on it at its barriers.
@@ -981,7 +1149,8 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) decode_kernel(Deco
     }
     // The chunk's bytes, staged in shared memory when they fit (one burst of wide loads).
     const uint8_t* p = a.src + off;
-    if (size <= a.stage_bytes) p = cta_stage_bytes(reinterpret_cast<uint8_t*>(stage), p, size);
+    const bool staged = size <= a.stage_bytes;
+    if (staged) p = cta_stage_bytes(reinterpret_cast<uint8_t*>(stage), p, size);
     const uint32_t m = static_cast<uint32_t>(chunk_values(info.count, info.chunk_len, c));
     const uint32_t nb = (m + 31) / 32;
     const uint64_t first = c * info.chunk_len;
@@ -989,13 +1158,20 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) decode_kernel(Deco
     // fzlight.cpp's decode_one + decode_chunk + check_encoded checks, in its order. Every branch
     // below is uniform over the block (the values come from shared memory or the same global
     // bytes, read once by thread 0).
-    const uint32_t crc = cta_crc32c(p, size, sm.crc_tab, sm.crc_scratch);
+    uint32_t crc = 0;
+    if (size > kWarpCrcMax) {
+      crc = cta_crc32c(p, size, sm.crc_tab, sm.crc_scratch);
+    } else if (warp_id() == 0) {
+      crc = warp_crc32c(p, size, sm.crc_tab);
+      if (lane_id() == 0) sm.crc_scratch.result = crc;
+    }
     if (threadIdx.x == 0) {
       sm.want_crc = ld_u32(table + 8 * c + 4);
       sm.mode = p[0];                                                // size >= 1 (parse)
       sm.n_out = size >= kEncodedFixed ? ld_u32(p + 5) : 0u;       // read only when present
     }
     __syncthreads();
+    if (size <= kWarpCrcMax) crc = sm.crc_scratch.result;
     const uint32_t mode = sm.mode;
     if (repeat && mode != fmt::kChunkConstant) {
       if (threadIdx.x == 0) fail(ctl, Error::RepeatNotConstant);
@@ -1111,7 +1287,11 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) decode_kernel(Deco
       continue;
     }
 
-    decode_tiles<K, kMode>(a, sm, p + header, vals, ld_u32(p + 1) /* q_start */, bin, first, m, nb);
+    if (staged) {
+      decode_tiles<K, kMode, true>(a, sm, p + header, vals, ld_u32(p + 1) /* q_start */, bin, first, m, nb);
+    } else {
+      decode_tiles<K, kMode, false>(a, sm, p + header, vals, ld_u32(p + 1) /* q_start */, bin, first, m, nb);
+    }
   }
 }
 

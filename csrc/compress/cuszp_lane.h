@@ -244,17 +244,35 @@ ZCCL_HD constexpr uint32_t block_bytes(uint32_t len) { return len == 0 ? 0u : 4u
 // the partner's columns with bit s clear into its columns with bit s set; the upper lane the
 // reverse. After the five stages lane c holds column c. Used both ways: magnitudes -> bit planes
 // (encoder) and bit planes -> magnitudes (decoder).
-ZCCL_HD constexpr uint32_t transpose_keep_mask(int s) {
+//
+// Written as one rotate and one bitwise select per lane, (mine & keep) | (rotl(partner) & ~keep),
+// so that the lower and the upper lane run the same instructions with their own constants (a
+// lower lane rotates left by s, an upper lane right by s, i.e. left by 32 - s; the rotation
+// moves no bit into a kept column, which the host test checks against the definition): three
+// instructions per stage with the shuffle, where a branch on the lane's half costs both paths.
+ZCCL_HD constexpr uint32_t transpose_low_mask(int s) {
   return s == 16 ? 0x0000FFFFu
          : s == 8 ? 0x00FF00FFu
          : s == 4 ? 0x0F0F0F0Fu
          : s == 2 ? 0x33333333u
                   : 0x55555555u;
 }
-
-ZCCL_HD constexpr uint32_t transpose_stage(uint32_t mine, uint32_t partner, int s, bool upper) {
-  const uint32_t low = transpose_keep_mask(s);  // columns with bit s clear
-  return upper ? (((partner >> s) & low) | (mine & ~low)) : ((mine & low) | ((partner << s) & ~low));
+ZCCL_HD constexpr uint32_t transpose_keep(unsigned lane, int s) {
+  return (lane & static_cast<unsigned>(s)) != 0 ? ~transpose_low_mask(s) : transpose_low_mask(s);
+}
+ZCCL_HD constexpr unsigned transpose_rot(unsigned lane, int s) {
+  return (lane & static_cast<unsigned>(s)) != 0 ? 32u - static_cast<unsigned>(s) : static_cast<unsigned>(s);
+}
+// x rotated left by r (1..31).
+ZCCL_HD inline uint32_t rotl32(uint32_t x, unsigned r) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_l(x, x, r);
+#else
+  return (x << r) | (x >> (32u - r));
+#endif
+}
+ZCCL_HD inline uint32_t transpose_stage(uint32_t mine, uint32_t partner, uint32_t keep, unsigned rot) {
+  return (mine & keep) | (rotl32(partner, rot) & ~keep);
 }
 
 // The CPU's reduce ops (csrc/collectives/reduce_kernels.h) on values, deciding which operand's

@@ -162,7 +162,9 @@ void test_crc(std::mt19937_64& rng) {
 std::vector<uint32_t> emulated_transpose(std::vector<uint32_t> x) {
   for (int s = 16; s > 0; s >>= 1) {
     std::vector<uint32_t> y(32);
-    for (unsigned l = 0; l < 32; ++l) y[l] = lane::transpose_stage(x[l], x[l ^ s], s, (l & s) != 0);
+    for (unsigned l = 0; l < 32; ++l) {
+      y[l] = lane::transpose_stage(x[l], x[l ^ s], lane::transpose_keep(l, s), lane::transpose_rot(l, s));
+    }
     x = y;
   }
   return x;
@@ -387,6 +389,138 @@ std::vector<uint64_t> model_exclusive_scan(const std::vector<uint64_t>& v, uint6
   return out;
 }
 
+// Host model of encode_staged_kernel's encoded path (cuszp_encode_staged.cuh): passes A, S1, C,
+// S2 and D as the kernel runs them, warp by warp and thread by thread. Fills lens, q_start and,
+// when out is given, the chunk's bytes from the bitmap on (the caller writes the fixed fields).
+// Returns the outlier count; payload and nonzero get S2's totals.
+constexpr int32_t kNoCode = std::numeric_limits<int32_t>::min();
+
+template <class K>
+uint32_t model_staged(const S_of<K>* x, uint32_t m, const ModelQuantizer<C_of<K>>& qz, std::vector<uint8_t>& lens,
+                      int32_t& q_start, uint32_t& payload, uint32_t& nonzero, uint8_t* out) {
+  using S = S_of<K>;
+  const uint32_t nb = (m + 31) / 32;
+  const uint32_t bm = lane::bitmap_bytes(nb);
+  std::vector<int32_t> codes(size_t{nb} * 32), carry(nb);
+  std::vector<uint32_t> omask(nb), pay_off(nb), out_off(nb);
+  // A: codes (kNoCode for an outlier or padding), each block's last quantised code.
+  for (uint32_t b = 0; b < nb; ++b) {
+    uint32_t gmask = 0;
+    int32_t q[32] = {};
+    for (unsigned l = 0; l < 32; ++l) {
+      const uint32_t i = b * 32 + l;
+      const bool good = i < m && lane::quantize_bits<K>(x[i], qz.inv_bin, qz.bin, qz.eb, q[l]);
+      codes[i] = good ? q[l] : kNoCode;
+      gmask |= uint32_t{good} << l;
+    }
+    carry[b] = gmask != 0 ? q[31 - __builtin_clz(gmask)] : kNoCode;
+  }
+  // S1: threads take runs of ceil(nb / kThreads) blocks; "latest wins" scan over the threads.
+  {
+    const uint32_t per = (nb + kThreads - 1) / kThreads;
+    std::vector<int32_t> mine(kThreads, kNoCode);
+    for (unsigned t = 0; t < kThreads; ++t) {
+      const uint32_t lo = std::min(nb, t * per), hi = std::min(nb, lo + per);
+      for (uint32_t b = lo; b < hi; ++b) {
+        if (carry[b] != kNoCode) mine[t] = carry[b];
+      }
+    }
+    int32_t before = kNoCode;
+    for (unsigned t = 0; t < kThreads; ++t) {
+      const uint32_t lo = std::min(nb, t * per), hi = std::min(nb, lo + per);
+      int32_t run = before == kNoCode ? 0 : before;
+      for (uint32_t b = lo; b < hi; ++b) {
+        const int32_t last = carry[b];
+        carry[b] = run;
+        if (last != kNoCode) run = last;
+      }
+      if (mine[t] != kNoCode) before = mine[t];
+    }
+  }
+  // C: effective codes, deltas over the codes, lengths, outlier masks.
+  for (uint32_t b = 0; b < nb; ++b) {
+    uint32_t gmask = 0;
+    for (unsigned l = 0; l < 32; ++l) gmask |= uint32_t{codes[b * 32 + l] != kNoCode} << l;
+    int32_t e[32];
+    for (unsigned l = 0; l < 32; ++l) {
+      const uint32_t upto = gmask & ((2u << l) - 1u);
+      e[l] = upto != 0 ? codes[b * 32 + 31 - __builtin_clz(upto)] : carry[b];
+    }
+    uint32_t any = 0;
+    for (unsigned l = 0; l < 32; ++l) {
+      const int32_t pred = l == 0 ? (b == 0 ? e[0] : carry[b]) : e[l - 1];
+      const int32_t d = e[l] - pred;
+      codes[b * 32 + l] = d;
+      any |= d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
+    }
+    lens[b] = static_cast<uint8_t>(any == 0 ? 0 : 32 - __builtin_clz(any));
+    const uint32_t left = m - 32 * b;
+    omask[b] = ~gmask & (left >= 32 ? ~0u : (1u << left) - 1u);
+    if (b == 0) q_start = e[0];
+  }
+  // S2: thread j owns bitmap byte j; one exclusive scan of (payload | outliers << 24 |
+  // nonzero << 48), then each thread's blocks' offsets.
+  std::vector<uint64_t> mine(kThreads, 0);
+  std::vector<uint32_t> my_byte(kThreads, 0);
+  for (unsigned j = 0; j < kThreads && j < bm; ++j) {
+    for (uint32_t k = 0; k < 8 && 8 * j + k < nb; ++k) {
+      const uint32_t b = 8 * j + k;
+      if (lens[b] != 0) my_byte[j] |= 1u << k;
+      mine[j] += lane::block_bytes(lens[b]) | static_cast<uint64_t>(__builtin_popcount(omask[b])) << 24;
+    }
+    mine[j] |= static_cast<uint64_t>(__builtin_popcount(my_byte[j])) << 48;
+  }
+  uint64_t total = 0;
+  const std::vector<uint64_t> before = model_exclusive_scan(mine, &total);
+  nonzero = static_cast<uint32_t>(total >> 48);
+  payload = static_cast<uint32_t>(total & 0xFFFFFFu);
+  const uint32_t n_out = static_cast<uint32_t>((total >> 24) & 0xFFFFFFu);
+  for (unsigned j = 0; j < kThreads && j < bm; ++j) {
+    uint32_t pay = static_cast<uint32_t>(before[j] & 0xFFFFFFu);
+    uint32_t outs = static_cast<uint32_t>((before[j] >> 24) & 0xFFFFFFu);
+    for (uint32_t k = 0; k < 8 && 8 * j + k < nb; ++k) {
+      const uint32_t b = 8 * j + k;
+      pay_off[b] = pay;
+      out_off[b] = outs;
+      pay += lane::block_bytes(lens[b]);
+      outs += static_cast<uint32_t>(__builtin_popcount(omask[b]));
+    }
+  }
+  if (out == nullptr) return n_out;
+  // The bitmap and code lengths (ranked by S2), then D: planes and outliers.
+  for (unsigned j = 0; j < bm; ++j) {
+    out[9 + j] = static_cast<uint8_t>(my_byte[j]);
+    uint8_t* lens_out = out + 9 + bm + static_cast<uint32_t>(before[j] >> 48);
+    for (uint32_t k = 0; k < 8; ++k) {
+      if ((my_byte[j] >> k) & 1u) *lens_out++ = lens[8 * j + k];
+    }
+  }
+  const size_t planes_at = 9 + size_t{bm} + nonzero, idx_at = planes_at + payload;
+  const size_t val_at = idx_at + 2 * size_t{n_out};
+  for (uint32_t b = 0; b < nb; ++b) {
+    if (lens[b] != 0) {
+      uint32_t sign = 0;
+      std::vector<uint32_t> mag(32);
+      for (unsigned l = 0; l < 32; ++l) {
+        const int32_t d = codes[b * 32 + l];
+        sign |= uint32_t{d < 0} << l;
+        mag[l] = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
+      }
+      const std::vector<uint32_t> planes = emulated_transpose(mag);
+      uint8_t* wp = out + planes_at + pay_off[b];
+      fmt::store<uint32_t>(wp, sign);
+      for (uint32_t l = 0; l < lens[b]; ++l) fmt::store<uint32_t>(wp + 4 + 4 * l, planes[l]);
+    }
+    for (unsigned l = 0; l < 32; ++l) {
+      if (!((omask[b] >> l) & 1u)) continue;
+      const uint32_t k = out_off[b] + __builtin_popcount(omask[b] & ((1u << l) - 1u));
+      fmt::store<uint16_t>(out + idx_at + 2 * size_t{k}, static_cast<uint16_t>(b * 32 + l));
+      std::memcpy(out + val_at + size_t{k} * sizeof(S), &x[b * 32 + l], sizeof(S));
+    }
+  }
+  return n_out;
+}
+
 struct ModelChunk {
   std::vector<uint8_t> bytes;  // what the kernel writes at the chunk's offset (empty: a repeat)
   uint32_t size = 0;           // its table size
@@ -396,7 +530,7 @@ struct ModelChunk {
 // encode_kernel for chunk c: `prev` is the previous (full, cl-value) chunk, nullptr for c == 0.
 template <class K>
 ModelChunk model_chunk(const S_of<K>* x, uint32_t m, const S_of<K>* prev, uint32_t cl,
-                       const ModelQuantizer<C_of<K>>& qz) {
+                       const ModelQuantizer<C_of<K>>& qz, bool staged) {
   using S = S_of<K>;
   constexpr uint32_t elem = sizeof(S);
   const uint32_t nb = (m + 31) / 32;
@@ -411,7 +545,15 @@ ModelChunk model_chunk(const S_of<K>* x, uint32_t m, const S_of<K>* prev, uint32
   int32_t q_start = 0;
   uint32_t n_out = 0, payload = 0, nonzero = 0;
   std::vector<uint32_t> my_byte(kThreads, 0), my_rank(kThreads, 0);
-  if (encode) {
+  if (encode && staged) {
+    n_out = model_staged<K>(x, m, qz, lens, q_start, payload, nonzero, nullptr);
+    const uint64_t enc = 9 + bm + nonzero + payload + uint64_t{n_out} * (2 + elem);
+    if (enc <= raw_bytes) {
+      size = enc;
+    } else {
+      encode = false;
+    }
+  } else if (encode) {
     n_out = model_pass<K, false>(x, m, qz, lens, q_start, nullptr, 0, 0, 0);
     std::vector<uint64_t> mine(kThreads, 0);
     for (unsigned j = 0; j < kThreads; ++j) {
@@ -449,7 +591,12 @@ ModelChunk model_chunk(const S_of<K>* x, uint32_t m, const S_of<K>* prev, uint32
   }
   r.bytes.assign(size, 0xEE);  // poison: every byte must be written
   uint8_t* out = r.bytes.data();
-  if (encode) {
+  if (encode && staged) {
+    out[0] = fmt::kChunkEncoded;
+    fmt::store<int32_t>(out + 1, q_start);
+    fmt::store<uint32_t>(out + 5, n_out);
+    model_staged<K>(x, m, qz, lens, q_start, payload, nonzero, out);
+  } else if (encode) {
     out[0] = fmt::kChunkEncoded;
     fmt::store<int32_t>(out + 1, q_start);
     fmt::store<uint32_t>(out + 5, n_out);
@@ -767,13 +914,16 @@ void check_model(const std::vector<S_of<K>>& x, double eb, uint32_t chunk_len, c
   for (uint64_t c = 0; c < info.num_chunks; ++c) {
     const uint32_t m = static_cast<uint32_t>(std::min<uint64_t>(chunk_len, x.size() - c * chunk_len));
     const S* xc = x.data() + c * chunk_len;
-    const ModelChunk mine = model_chunk<K>(xc, m, c > 0 ? xc - chunk_len : nullptr, chunk_len, qz);
     const uint32_t size = fmt::load<uint32_t>(table + 8 * c);
-    const bool same = mine.size == size && mine.bytes.size() == size &&
-                      (size == 0 || std::memcmp(mine.bytes.data(), stream.data() + at, size) == 0);
-    expect(same, "model chunk " + std::to_string(c) + " of " + what + " (sizes " + std::to_string(mine.size) +
-                     " vs " + std::to_string(size) + ")");
-    expect(mine.crc == fmt::load<uint32_t>(table + 8 * c + 4), "model chunk crc " + std::to_string(c) + " of " + what);
+    for (const bool staged : {false, true}) {  // encode_kernel's decomposition, encode_staged_kernel's
+      const ModelChunk mine = model_chunk<K>(xc, m, c > 0 ? xc - chunk_len : nullptr, chunk_len, qz, staged);
+      const std::string which = staged ? "staged model chunk " : "model chunk ";
+      const bool same = mine.size == size && mine.bytes.size() == size &&
+                        (size == 0 || std::memcmp(mine.bytes.data(), stream.data() + at, size) == 0);
+      expect(same, which + std::to_string(c) + " of " + what + " (sizes " + std::to_string(mine.size) + " vs " +
+                       std::to_string(size) + ")");
+      expect(mine.crc == fmt::load<uint32_t>(table + 8 * c + 4), which + "crc " + std::to_string(c) + " of " + what);
+    }
     at += size;
   }
   expect(emulated_block_crc(stream.data(), info.header_bytes - 4, kThreads, 5) ==
