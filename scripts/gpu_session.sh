@@ -21,6 +21,9 @@
 #   PATH=$(ls -d /tmp/ompi/*/data)/bin:$PATH ZCCL_CUDA_ARCH=90 python3 scripts/gpu_build_programs.py .dev/bin
 #   git archive of github.com/szcompressor/cuSZp into .dev/cuSZp (for bench_codec)
 #   codec kernel variants to compare (variant_bench): scripts/gpu_build_variant.sh .dev/binrNAME -D...
+#   the binaries are ~50 MB, near the device tool's 64 MiB limit: pack them
+#   (tar -cJf .devpack/dev.tar.xz .dev, ~5 MB), carry [".whl", ".devpack"] and begin the device
+#   command with tar -xJf .devpack/dev.tar.xz
 # Open MPI is unpacked to /tmp/ompi there too (the programs' rpath). Test programs found in
 # .dev/bin are used (they need no torch), else built there.
 set -uo pipefail
