@@ -167,8 +167,8 @@ unsigned grid_elementwise(uint64_t n) {
 }
 
 // Shared memory for staging a chunk, within the 48 KiB a block gets without opting in: the
-// encoder's input chunk (beside ~6.4 KiB static), the decoder's compressed chunk (beside
-// ~14.2 KiB static; larger chunks are read from global memory).
+// encoder's input chunk (beside ~7.6 KiB static), the decoder's compressed chunk (beside
+// ~15.4 KiB static; larger chunks are read from global memory).
 constexpr size_t kCacheBudget = 40 * 1024;
 // encode_staged_kernel (one quantisation per value, no barrier inside its passes) for chunks
 // whose codes fit in this much dynamic shared memory (chunks of up to ~9,600 values; the default

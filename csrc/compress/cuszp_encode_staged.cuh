@@ -264,13 +264,7 @@ __global__ void __launch_bounds__(kThreads, kStagedMinBlocks) encode_staged_kern
           outs += static_cast<uint32_t>(__popc(s.omask[b]));
         }
       }
-      const uint64_t enc =
-          kEncodedFixed + bm + nonzero + payload + static_cast<uint64_t>(n_out) * (2 + elem);
-      if (enc <= 1 + static_cast<uint64_t>(m) * elem) {
-        plan.size = enc;
-      } else {
-        plan.encode = false;
-      }
+      plan.settle(kEncodedFixed + bm + nonzero + payload + static_cast<uint64_t>(n_out) * (2 + elem));
     }
 
     if (warp_id() == 0) {

@@ -191,9 +191,12 @@ __device__ inline T warp_scan(T v) {
   return v;
 }
 
-// 32x32 bit transpose across the warp (see lane::transpose_stage). A kernel computes its lane's
-// constants once (TransposeLane, ten registers) and passes them to every transpose, so a stage is
-// a shuffle, a rotate and a select; recomputed per call they cost as much as the stage itself.
+// 32x32 bit transpose across the warp (see lane::transpose_stage): a shuffle, a rotate and a
+// select per stage, given the lane's constants. Every kernel builds them into a TransposeTable in
+// shared memory; a kernel with registers to spare loads its lane's column once into a
+// TransposeLane (ten registers), one short of them reads the table at every stage. Constants
+// computed from the lane index instead are recomputed by the compiler at every use, where they
+// cost as much as the stage itself (SASS of the encoder, third GPU session).
 struct TransposeLane {
   uint32_t keep[5];
   uint32_t rot[5];
@@ -210,8 +213,7 @@ __device__ inline TransposeLane transpose_lane() {
   return t;
 }
 
-// The same constants for every lane in shared memory, for a kernel short of registers (the
-// decoder): two conflict-free loads per stage instead of ten live registers.
+// The constants of every lane, [stage][lane] (conflict-free loads).
 struct TransposeTable {
   uint32_t keep[5][32];
   uint32_t rot[5][32];
@@ -423,6 +425,7 @@ struct WarpSummary {
 
 struct EncodeShared {
   crc::Tables crc_tab;
+  TransposeTable transpose;
   CrcScratch crc_scratch;
   uint8_t lens[kMaxBlocksPerChunk];   // code length per block, from the sizing pass
   WarpSummary sum[2][kWarps];         // per tile, double-buffered (one barrier per tile)
@@ -494,7 +497,7 @@ template <class K, bool kWrite, int kR = kEncodeBlocksPerWarp>
 __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
                                 const typename lane::Kind<K>::S* x, uint32_t m, uint32_t nb,
                                 uint8_t* out, size_t planes_at, uint32_t payload_total,
-                                uint32_t n_out_total, const TransposeLane& tl) {
+                                uint32_t n_out_total) {
   using B = typename lane::Kind<K>::S;
   constexpr uint32_t kTileBlocks = kWarps * kR;
   const unsigned lane = lane_id();
@@ -574,7 +577,7 @@ __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
         if (b == 0 && lane == 0) sm.q_start = e;
       } else {
         const uint32_t sign = __ballot_sync(kFull, d < 0);
-        const uint32_t plane = warp_transpose(mag, tl);
+        const uint32_t plane = warp_transpose(mag, sm.transpose);
         if (len != 0) {
           uint8_t* w = out + planes_at + pay_before;
           if (lane == 0) st_u32(w, sign);
@@ -627,20 +630,30 @@ __device__ inline bool next_chunk(Control* ctl, unsigned long long& slot, uint64
 struct ChunkPlan {
   bool constant;
   bool repeat;
-  bool encode;    // encoded unless it turns out larger than raw
-  uint64_t size;  // table size if not encoded
+  bool encode;        // encoded unless it turns out larger than raw
+  uint64_t size;      // table size
+  uint64_t raw_bytes;
+
+  // The encoded size once known: the chunk stays encoded when that is not larger than raw.
+  __device__ void settle(uint64_t encoded_bytes) {
+    if (encoded_bytes <= raw_bytes) {
+      size = encoded_bytes;
+    } else {
+      encode = false;
+    }
+  }
 };
 
 template <class B>
 __device__ inline ChunkPlan plan_chunk(const B* xin, const B* x, uint64_t c, uint32_t chunk_len, uint32_t m,
                                        uint32_t bm, int lossy, B& v0) {
-  const uint64_t raw_bytes = 1 + static_cast<uint64_t>(m) * sizeof(B);
   v0 = xin[0];
   ChunkPlan p;
+  p.raw_bytes = 1 + static_cast<uint64_t>(m) * sizeof(B);
   p.constant = cta_all_equal(xin, m, v0);
   p.repeat = p.constant && c > 0 && cta_all_equal(x - chunk_len, chunk_len, v0);
-  p.encode = !p.constant && lossy != 0 && kEncodedFixed + bm < raw_bytes;
-  p.size = p.repeat ? 0 : p.constant ? 1 + sizeof(B) : raw_bytes;
+  p.encode = !p.constant && lossy != 0 && kEncodedFixed + bm < p.raw_bytes;
+  p.size = p.repeat ? 0 : p.constant ? 1 + sizeof(B) : p.raw_bytes;
   return p;
 }
 
@@ -744,14 +757,13 @@ __global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(Enco
   __shared__ EncodeShared sm;
   extern __shared__ uint4 dyn_smem[];  // 16-byte aligned
   B* const cache = a.cache_values != 0 ? reinterpret_cast<B*>(dyn_smem) : nullptr;
-  const TransposeLane tl = transpose_lane();
-  init_crc_tables(sm.crc_tab);
+  init_transpose_table(sm.transpose);
+  init_crc_tables(sm.crc_tab);  // synchronises the block
   ChunkRef ref;
   while (next_chunk(a.ctl, sm.chunk, a.num_chunks, a.chunk_len, a.count, ref)) {
     const uint64_t c = ref.c;
     const uint32_t m = ref.m, nb = ref.nb, bm = ref.bm;
     const B* const x = a.src + ref.first;
-    const uint64_t raw_bytes = 1 + static_cast<uint64_t>(m) * elem;
 
     // The encoded path reads the chunk twice (size, write): stage it once when it fits.
     const B* xin = x;
@@ -764,7 +776,7 @@ __global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(Enco
     uint32_t payload = 0, n_out = 0, nonzero = 0;
     uint32_t my_byte = 0, my_rank = 0;  // bitmap byte threadIdx.x, rank of its first set bit
     if (plan.encode) {
-      n_out = encode_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0, tl);
+      n_out = encode_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0);
       __syncthreads();  // sm.lens and sm.q_start complete
       // Thread j owns bitmap byte j (blocks 8j..8j+7; bm <= kThreads). One exclusive scan ranks
       // its nonzero blocks' code-length bytes (high half) and sums the payload (low half).
@@ -783,13 +795,7 @@ __global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(Enco
       my_rank = static_cast<uint32_t>(cta_exclusive_scan(mine, sm.scratch, &total) >> 32);
       nonzero = static_cast<uint32_t>(total >> 32);
       payload = static_cast<uint32_t>(total);
-      const uint64_t enc =
-          kEncodedFixed + bm + nonzero + payload + static_cast<uint64_t>(n_out) * (2 + elem);
-      if (enc <= raw_bytes) {
-        plan.size = enc;
-      } else {
-        plan.encode = false;
-      }
+      plan.settle(kEncodedFixed + bm + nonzero + payload + static_cast<uint64_t>(n_out) * (2 + elem));
     }
 
     // Place the chunk: global exclusive prefix of chunk sizes.
@@ -802,7 +808,7 @@ __global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(Enco
 
     if (plan.encode) {
       write_encoded_head(out, sm.q_start, n_out, bm, my_byte, my_rank, sm.lens);
-      encode_pass<K, true>(a, sm, xin, m, nb, out, kEncodedFixed + bm + nonzero, payload, n_out, tl);
+      encode_pass<K, true>(a, sm, xin, m, nb, out, kEncodedFixed + bm + nonzero, payload, n_out);
     } else {
       write_plain_chunk(out, plan, v0, xin, m, sm.const_bytes);
     }
