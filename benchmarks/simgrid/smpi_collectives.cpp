@@ -11,10 +11,14 @@
 //                         [--colls allreduce,broadcast,scatter,allgather,allreduce_mpi_path]
 //                         [--mpi-path-budget BYTES] [--timeout-s S] [--label TEXT]
 //                         [--impls zccl,mpi] [--skip-ring 0|1] [--wait spin|sleep]
+//                         [--allreduce-algos ring,ring_int,recursive_doubling,halving_doubling]
 //   --colls  "allreduce" times zccl ring (float hop, then integer hop: zccl_ring_int), recursive
 //            doubling, halving-doubling and auto, and MPI_Allreduce;
 //            "allreduce_mpi_path" times zccl's Algorithm::Mpi path (its own MPI_Iallreduce call);
 //            the default is the first four.
+//   --allreduce-algos  which of zccl's allreduce algorithms "allreduce" times (default: all four;
+//            auto is always recorded). Recursive doubling takes most of the wall time of a
+//            16-host run and never wins at 64 MB, so experiments on the ring may leave it out.
 //   --impls  which implementations to time: zccl's, the plain MPI collectives, or both (default;
 //            an MPI-only run serves to time MPI under another smpi/coll-selector).
 //   --skip-ring 1  leaves out zccl's ring allreduce and ring allgather (reported as skipped):
@@ -79,6 +83,12 @@ struct Options {
   // simulates its sleeps (smpi_helpers.h maps nanosleep to smpi_nanosleep), unscaled by the
   // CPU speed-up, as the real wake-up delays would be.
   zccl::WaitPolicy wait = zccl::WaitPolicy::Spin;
+  std::vector<std::string> allreduce_algos = {"ring", "ring_int", "recursive_doubling",
+                                              "halving_doubling"};
+  bool times(const std::string& algo) const {
+    return std::find(allreduce_algos.begin(), allreduce_algos.end(), algo) !=
+           allreduce_algos.end();
+  }
 };
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -123,6 +133,15 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       o.wait = v == "spin" ? zccl::WaitPolicy::Spin : zccl::WaitPolicy::Sleep;
     } else if (a == "--skip-ring") {
       o.skip_ring = std::stoi(v) != 0;
+    } else if (a == "--allreduce-algos") {
+      o.allreduce_algos = split(v, ',');
+      for (const std::string& algo : o.allreduce_algos) {
+        if (algo != "ring" && algo != "ring_int" && algo != "recursive_doubling" &&
+            algo != "halving_doubling") {
+          err = "--allreduce-algos: unknown algorithm " + algo;
+          return false;
+        }
+      }
     } else if (a == "--impls") {
       const std::vector<std::string> impls = split(v, ',');
       o.zccl = std::find(impls.begin(), impls.end(), "zccl") != impls.end();
@@ -489,11 +508,17 @@ void run_allreduce(Ctx& c, bool mpi_path) {
     if (c.opt.skip_ring) {
       emit(c, skipped_record(c, "allreduce", "zccl_ring", bytes, n));
     } else {
-      zccl_allreduce(c, "zccl_ring", Algorithm::Ring, x, buf, ref);
-      zccl_allreduce(c, "zccl_ring_int", Algorithm::Ring, x, buf, ref, true);  // integer hop
+      if (c.opt.times("ring")) zccl_allreduce(c, "zccl_ring", Algorithm::Ring, x, buf, ref);
+      if (c.opt.times("ring_int")) {
+        zccl_allreduce(c, "zccl_ring_int", Algorithm::Ring, x, buf, ref, true);  // integer hop
+      }
     }
-    zccl_allreduce(c, "zccl_recursive_doubling", Algorithm::RecursiveDoubling, x, buf, ref);
-    zccl_allreduce(c, "zccl_halving_doubling", Algorithm::HalvingDoubling, x, buf, ref);
+    if (c.opt.times("recursive_doubling")) {
+      zccl_allreduce(c, "zccl_recursive_doubling", Algorithm::RecursiveDoubling, x, buf, ref);
+    }
+    if (c.opt.times("halving_doubling")) {
+      zccl_allreduce(c, "zccl_halving_doubling", Algorithm::HalvingDoubling, x, buf, ref);
+    }
     // Auto runs exactly the algorithm choose_allreduce() names: when that is one timed above,
     // record the choice instead of simulating the same code again (ring and RD are the costly
     // simulations).
@@ -502,8 +527,9 @@ void run_allreduce(Ctx& c, bool mpi_path) {
       Json j = skipped_record(c, "allreduce", "zccl_auto", bytes, n);
       j.str("algorithm", coll::algorithm_name(chosen));
       emit(c, j);
-    } else if (chosen == Algorithm::Ring || chosen == Algorithm::RecursiveDoubling ||
-               chosen == Algorithm::HalvingDoubling) {
+    } else if ((chosen == Algorithm::Ring || chosen == Algorithm::RecursiveDoubling ||
+                chosen == Algorithm::HalvingDoubling) &&
+               c.opt.times(coll::algorithm_name(chosen))) {
       Json j = base_record(c, "allreduce", "zccl_auto", bytes, n);
       j.str("algorithm", coll::algorithm_name(chosen))
           .str("same_as", std::string("zccl_") + coll::algorithm_name(chosen));

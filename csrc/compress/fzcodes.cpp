@@ -116,11 +116,13 @@ uint32_t quantize_block_f64(const T* x, const Grid& g, int32_t* q) {
   return ~ok;
 }
 
-// float32 values on a float_path grid: codes found in float32, eight lanes at a time.
+// float32 values on a float_path grid: codes found in float32, eight lanes at a time. When every
+// lane passes the shortcut of fzlight_block.h (kSureLimit), the float64 check is skipped: one
+// branch per block, so the first pass stays straight-line code.
 uint32_t quantize_block_f32(const float* x, const Grid& g, int32_t* q) {
   const __m256 inv = _mm256_set1_ps(g.inv_bin_f), limit = _mm256_set1_ps(g.code_limit_f);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  uint32_t ok = 0;
+  uint32_t range = 0, sure = 0;
   for (int k = 0; k < kLen / 8; ++k) {
     const __m256 v = _mm256_loadu_ps(x + 8 * k);
     const __m256 scaled = _mm256_mul_ps(v, inv);
@@ -128,13 +130,21 @@ uint32_t quantize_block_f32(const float* x, const Grid& g, int32_t* q) {
     const __m256 rounded = _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256i code = _mm256_cvttps_epi32(_mm256_and_ps(rounded, in_range));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 8 * k), code);
+    range |= static_cast<uint32_t>(_mm256_movemask_ps(in_range)) << (8 * k);
+    sure |= block::sure_lanes8(scaled, rounded) << (8 * k);
+  }
+  if (g.sure_path && (sure & range) == ~0u) return 0;
+  uint32_t ok = 0;
+  for (int k = 0; k < kLen / 8; ++k) {
+    const __m256 v = _mm256_loadu_ps(x + 8 * k);
+    const __m256i code = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * k));
     const uint32_t lo = verify4(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
                                 _mm256_castsi256_si128(code), g);
     const uint32_t hi = verify4(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)),
                                 _mm256_extracti128_si256(code, 1), g);
-    ok |= ((lo | (hi << 4)) & static_cast<uint32_t>(_mm256_movemask_ps(in_range))) << (8 * k);
+    ok |= (lo | (hi << 4)) << (8 * k);
   }
-  return ~ok;
+  return ~(ok & range);
 }
 
 template <class T>
@@ -376,6 +386,7 @@ std::optional<Grid> make_grid(double eb, int ranks) {
     g.bin_f = bin_f;
     g.inv_bin_f = 1.0f / bin_f;
     g.code_limit_f = std::nextafter(static_cast<float>(g.code_limit), 0.0f);
+    g.sure_path = block::sure_path_ok(eb, g.bin_f, g.inv_bin_f);
   }
   return g;
 }

@@ -73,6 +73,7 @@ struct Grid {
   float bin_f = 0.0f;
   float inv_bin_f = 0.0f;
   float code_limit_f = 0.0f;  // <= code_limit
+  bool sure_path = false;     // float_path lanes passing block::sure_lanes8 skip the check
 };
 
 // The grid for bound eb shared by `ranks` ranks; nullopt when eb cannot be met by quantisation

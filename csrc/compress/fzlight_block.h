@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #if defined(__AVX2__)
@@ -40,7 +41,32 @@ struct Quantizer {
   T bin;      // reconstruction step: x' = T(q) * bin
   T inv_bin;  // 1 / bin rounded to T; a rounding slip only ever creates an outlier
   double eb;  // the bound every reconstruction is verified against, in double
+  bool sure_path = false;  // float32: lanes passing sure_lanes8 skip the float64 check
 };
+
+// ---- Codes that need no float64 check (float32 values, float32 arithmetic) ----------------
+// Let s = fl(x * inv_bin) in float32, Q = round(s), d = |s - Q| (exact: s and Q are within 0.5
+// of each other, Sterbenz), and x' = fl(Q * bin) the float32 reconstruction (for the integer
+// codes of fzcodes.h, x' = Q * bin exactly, which only helps). With u = 2^-24, bin and inv_bin
+// normal floats and |inv_bin * bin - 1| <= 2^-23:
+//   |x / bin - s| <= |s| 2^-23 (1.5 + tiny) (+ 2^-150 if s is subnormal),
+//   |x' - Q bin| / bin <= |Q| u <= (|s| + 0.5) u,
+// so |x - x'| / bin <= d + |s| 2^-22 (1 + tiny) + 2^-25. When the float32 sum fl(d + |s| 2^-22)
+// is at most kSureLimit, d + |s| 2^-22 <= kSureLimit (1 + u) and |s| < 2^21, so |x - x'| / bin
+// < 0.5 + 2^-11 - 2^-20 + 2^-22 < 0.5 + 2^-11 <= eb / bin, which sure_path_ok() checks once per
+// bound (both codecs' bins are
+// 2 eb (1 - 2^-10) or less, so it holds for every normal bin). Such a lane is within the bound,
+// so the float64 check would pass it too: skipping the check changes no code and no outlier.
+// Others (|s| beyond ~2^21, s within ~|s| 2^-22 of a half-integer, NaN) take the float64 check.
+inline constexpr float kSureLimit = 0.5f + 0x1p-11f - 0x1p-20f;  // exact in float32
+
+inline bool sure_path_ok(double eb, float bin, float inv_bin) {
+  const double lo = static_cast<double>(std::numeric_limits<float>::min());
+  return static_cast<double>(bin) >= lo && static_cast<double>(inv_bin) >= lo &&
+         std::isfinite(bin) && std::isfinite(inv_bin) &&
+         std::fabs(static_cast<double>(inv_bin) * static_cast<double>(bin) - 1.0) <= 0x1p-23 &&
+         eb >= (0.5 + 0x1p-11) * static_cast<double>(bin) * (1.0 + 0x1p-40);
+}
 
 // --------------------------------------------------------------------------------------------
 // Storage kinds. A value is stored as S and quantised in the compute type C: float32 and float64
@@ -301,6 +327,19 @@ inline __m256 round_trip8<KindF16>(__m256 v) {
 }
 #endif
 
+// The lanes of 8 (scaled, rounded) pairs that pass the test at kSureLimit. The slack is taken
+// as max(|s|, 1) 2^-22 (larger, so still sound): |s| 2^-22 of a small |s| is subnormal, and
+// subnormal results cost a microcode assist each (the wavefield's near-zero values made the
+// shortcut 25 % slower than the float64 check it skips).
+inline uint32_t sure_lanes8(__m256 scaled, __m256 rounded) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256 d = _mm256_and_ps(_mm256_sub_ps(scaled, rounded), abs_mask);
+  const __m256 slack = _mm256_mul_ps(
+      _mm256_max_ps(_mm256_and_ps(scaled, abs_mask), _mm256_set1_ps(1.0f)), _mm256_set1_ps(0x1p-22f));
+  return static_cast<uint32_t>(_mm256_movemask_ps(
+      _mm256_cmp_ps(_mm256_add_ps(d, slack), _mm256_set1_ps(kSureLimit), _CMP_LE_OQ)));
+}
+
 // 8 float32-computed lanes (float32, or halves widened): returns the 8-bit mask of lanes to store
 // exactly; writes 8 codes. The reconstruction is checked as the decoder will store it.
 template <class K>
@@ -347,8 +386,26 @@ inline uint32_t quantize4(const double* x, const Quantizer<double>& qz, int32_t*
   return ~static_cast<uint32_t>(_mm256_movemask_pd(ok)) & 0xFu;
 }
 
+// float32 values: the codes of 32 lanes when every lane passes the shortcut (kSureLimit), i.e.
+// none needs the float64 check; false (codes unspecified) otherwise. A lane that passes has
+// |s| < 2^21, far inside kCodeLimit, and is not NaN, so no range check is needed.
+inline bool quantize_sure32(const float* x, const Quantizer<float>& qz, int32_t* q) {
+  const __m256 inv = _mm256_set1_ps(qz.inv_bin);
+  uint32_t sure = 0;
+  for (int k = 0; k < 4; ++k) {
+    const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(x + 8 * k), inv);
+    const __m256 rounded = _mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 8 * k), _mm256_cvttps_epi32(rounded));
+    sure |= sure_lanes8(scaled, rounded) << (8 * k);
+  }
+  return sure == ~0u;
+}
+
 template <class K, std::enable_if_t<std::is_same_v<typename K::C, float>, int> = 0>
 inline uint32_t quantize(const typename K::S* x, const Quantizer<float>& qz, int32_t* q) {
+  if constexpr (std::is_same_v<typename K::S, float>) {
+    if (qz.sure_path && quantize_sure32(x, qz, q)) return 0;  // same codes as quantize8's
+  }
   uint32_t bad = 0;
   for (int k = 0; k < 4; ++k) bad |= quantize8<K>(x + 8 * k, qz, q + 8 * k) << (8 * k);
   return bad;

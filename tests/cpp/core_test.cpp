@@ -43,6 +43,8 @@
 #endif
 
 #include "fzlight.h"
+#include "crc32c.h"
+#include "fzlight_block.h"
 
 namespace fz = zccl::fz;
 
@@ -1378,6 +1380,150 @@ template <typename T> static void test_misc() {
   for (size_t i = 17; i < chunk.size(); ++i) CHECK(bits_of(chunk[i]) == bits_of(sentinel));
 }
 
+// Values around the half-integers of x / bin (the rounding boundaries of the grid of step bin),
+// with codes from 1 to ~2^22 and both signs: where the float32 rounding of x * inv_bin and of the
+// reconstruction decide whether a value is within eb, so where the AVX2 kernels' shortcut that
+// skips the float64 check (fzlight_block.h, kSureLimit) must agree with the check itself.
+template <typename T> static std::vector<T> boundary_values(double bin) {
+  std::vector<T> x;
+  const T inf = std::numeric_limits<T>::infinity();
+  for (int e = 0; e <= 22; ++e) {
+    for (int r = 0; r < 6; ++r) {
+      const double k = std::floor(std::ldexp(1.0 + r / 6.0, e));
+      for (double f : {0.5, 0.5 - 0x1p-12, 0.5 + 0x1p-12, 0.5 - 0x1p-11, 0.5 + 0x1p-11,
+                       0.5 + 0x1p-10, 0.49, 0.51, 0.0}) {
+        const T v = from_d<T>((k + f) * bin);
+        for (T w : {v, std::nextafter(v, inf), std::nextafter(v, -inf)}) {
+          x.push_back(w);
+          x.push_back(-w);
+        }
+      }
+    }
+  }
+  return x;
+}
+
+// Every float within `width` steps of the half-integers (k + 0.5) bin, for `keys` codes k spread
+// geometrically over [2^8, 2^21] (where the shortcut's slack |s| 2^-22 is of the order of the
+// bound's margin), both signs.
+static std::vector<float> dense_boundary_values(double bin, int keys, int width) {
+  std::vector<float> x;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int i = 0; i < keys; ++i) {
+    const double k = std::floor(std::ldexp(1.0, 8 + (13 * i) / keys) * (1.0 + (i % 97) / 97.0));
+    float lo = static_cast<float>((k + 0.5) * bin), hi = lo;
+    for (int j = 0; j < width; ++j) {
+      lo = std::nextafter(lo, -inf);
+      hi = std::nextafter(hi, inf);
+      for (float v : {lo, hi}) {
+        x.push_back(v);
+        x.push_back(-v);
+      }
+    }
+  }
+  return x;
+}
+
+inline constexpr double kBoundaryBounds[] = {1e-3, 0.37, 2.5e-6, 1.0, 3.0517578125e-5};
+
+template <typename T> static void test_boundaries() {
+  for (double eb : kBoundaryBounds) {
+    double bin = 0.0, inv_bin = 0.0;
+    CHECK(fz::quantizer_bins(dtype_of<T>(), eb, bin, inv_bin));
+    const std::vector<T> x = boundary_values<T>(bin);
+    g_ctx = fmt("boundaries %s eb=%g", tname<T>(), eb);
+    fz::CompressParams p;
+    p.error_bound = eb;
+    p.threads = 1;
+    check_bound(x, decompress_exact<T>(compress_exact(x, p), x.size(), 1), eb);
+  }
+}
+
+// The AVX2 quantiser (with its shortcut past the float64 check) against the scalar one, which
+// checks every lane in float64: the same codes and the same lanes stored exactly, densely around
+// the grid's rounding boundaries. (In a scalar build both sides are the scalar kernel.)
+static void test_sure_shortcut() {
+  namespace blk = zccl::fz::block;
+  for (double eb : kBoundaryBounds) {
+    g_ctx = fmt("sure shortcut eb=%g", eb);
+    blk::Quantizer<float> qz{};
+    double bin = 0.0, inv_bin = 0.0;
+    CHECK(fz::quantizer_bins(fz::DType::Float32, eb, bin, inv_bin));
+    qz.bin = static_cast<float>(bin);
+    qz.inv_bin = static_cast<float>(inv_bin);
+    qz.eb = eb;
+    qz.sure_path = blk::sure_path_ok(eb, qz.bin, qz.inv_bin);
+    CHECK(qz.sure_path);
+    std::vector<float> x = dense_boundary_values(bin, 2000, 48);
+    x.resize((x.size() + 31) / 32 * 32, 0.0f);
+    uint64_t exact_lanes = 0;
+    for (size_t b = 0; b < x.size(); b += 32) {
+      int32_t q_fast[32], q_ref[32];
+      const uint32_t bad_fast = blk::quantize<blk::KindF32>(x.data() + b, qz, q_fast);
+      const uint32_t bad_ref = blk::quantize_scalar<blk::KindF32>(x.data() + b, qz, q_ref);
+      CHECK_MSG(bad_fast == bad_ref, fmt("block at %zu: exact lanes %08x, scalar %08x", b,
+                                         bad_fast, bad_ref));
+      for (int i = 0; i < 32; ++i) {
+        if ((bad_ref >> i) & 1u) continue;
+        CHECK_MSG(q_fast[i] == q_ref[i], fmt("value %.9g: code %d, scalar %d",
+                                            static_cast<double>(x[b + i]), q_fast[i], q_ref[i]));
+      }
+      exact_lanes += static_cast<uint64_t>(__builtin_popcount(bad_ref));
+    }
+    CHECK(exact_lanes > 0);  // the scan reaches values the float64 check rejects
+  }
+}
+
+template <typename T> static uint64_t digest_boundaries(uint64_t h) {
+  for (double eb : kBoundaryBounds) {
+    double bin = 0.0, inv_bin = 0.0;
+    CHECK(fz::quantizer_bins(dtype_of<T>(), eb, bin, inv_bin));
+    const std::vector<T> x = boundary_values<T>(bin);
+    fz::CompressParams p;
+    p.error_bound = eb;
+    const Bytes s = compress_exact(x, p);
+    const std::vector<T> y = decompress_exact<T>(s, x.size(), 1);
+    h = fnv1a(h, s.data(), s.size());
+    h = fnv1a(h, y.data(), y.size() * sizeof(T));
+  }
+  return h;
+}
+
+// fz::crc32c (hardware three-lane rounds, one chain, or a table, by build) against the bitwise
+// definition, for every length up to past a few three-lane rounds, at odd offsets, and chained
+// through the seed.
+static void test_crc32c() {
+  g_ctx = "crc32c";
+  auto reference = [](const uint8_t* p, size_t n, uint32_t seed) {
+    uint32_t c = ~seed;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= p[i];
+      for (int k = 0; k < 8; ++k) c = (c & 1u) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    }
+    return ~c;
+  };
+  std::vector<uint8_t> data(4096 + 8);
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  for (uint8_t& b : data) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    b = static_cast<uint8_t>(state >> 56);
+  }
+  CHECK(fz::crc32c(reinterpret_cast<const uint8_t*>("123456789"), 9) == 0xE3069283u);  // check value
+  for (size_t off : {size_t{0}, size_t{3}}) {
+    for (size_t n = 0; n <= 1600; ++n) {
+      const uint8_t* p = data.data() + off;
+      CHECK_MSG(fz::crc32c(p, n) == reference(p, n, 0), fmt("length %zu offset %zu", n, off));
+    }
+  }
+  for (size_t n : {size_t{383}, size_t{384}, size_t{385}, size_t{4096}}) {
+    const uint32_t whole = fz::crc32c(data.data(), n, 0x1234u);
+    for (size_t cut : {size_t{0}, size_t{1}, n / 3, n / 2, n}) {
+      CHECK(fz::crc32c(data.data() + cut, n - cut, fz::crc32c(data.data(), cut, 0x1234u)) == whole);
+    }
+    CHECK(whole == reference(data.data(), n, 0x1234u));
+  }
+}
+
 // Encoding the same values as float32 and float64: the streams carry their dtype.
 static void test_dtype_mismatch() {
   g_ctx = "dtype";
@@ -1424,6 +1570,8 @@ int main(int argc, char** argv) {
     h = digest_v2<double>(h);
     h = digest_v2<F16>(h);
     h = digest_v2<BF16>(h);
+    h = digest_boundaries<float>(h);
+    h = digest_boundaries<double>(h);
     h = codes_test::digest<float>(h);
     h = codes_test::digest<double>(h);
     // Which lossless codec the streams used: builds compared must agree on it too.
@@ -1460,6 +1608,12 @@ int main(int argc, char** argv) {
   step("ftz_daz<f64>", test_ftz_daz<double>);
   step("finite_range<f32>", test_finite_range<float>);
   step("finite_range<f64>", test_finite_range<double>);
+  step("crc32c", test_crc32c);
+  step("sure_shortcut", test_sure_shortcut);
+  step("boundaries<f32>", test_boundaries<float>);
+  step("boundaries<f64>", test_boundaries<double>);
+  step("codes_boundaries<f32>", codes_test::test_boundaries<float>);
+  step("codes_boundaries<f64>", codes_test::test_boundaries<double>);
   step("misc<f32>", test_misc<float>);
   step("misc<f64>", test_misc<double>);
   step("max_size<f32>", test_max_size<float>);

@@ -223,6 +223,20 @@ void test_corruption() {
                zccl::fz::ArgumentError);
 }
 
+// Values at the grid's rounding boundaries (core_test.cpp's boundary_values), one rank and four.
+template <typename T>
+void test_boundaries() {
+  for (double eb : kBoundaryBounds) {
+    for (int p : {1, 4}) {
+      const auto g = *codes::make_grid(eb, p);
+      g_ctx = fmt("codes boundaries %s eb=%g p=%d", tname<T>(), eb, p);
+      const std::vector<T> x = boundary_values<T>(g.bin);
+      const std::vector<std::vector<T>> ranks(static_cast<size_t>(p), x);
+      check_sum(ranks, decode_all<T>(chain(ranks, g), x.size(), g), eb, g_ctx.c_str());
+    }
+  }
+}
+
 // For --digest: segments and decoded values of fixed inputs (scalar and AVX2 builds agree).
 template <typename T>
 uint64_t digest(uint64_t h) {
@@ -235,6 +249,16 @@ uint64_t digest(uint64_t h) {
       h = fnv1a(h, seg.data(), seg.size());
       h = fnv1a(h, out.data(), out.size() * sizeof(T));
     }
+  }
+  for (double eb : kBoundaryBounds) {
+    const auto g = *codes::make_grid(eb, 1);
+    std::vector<T> x = boundary_values<T>(g.bin);
+    for (float v : dense_boundary_values(g.bin, 200, 24)) x.push_back(static_cast<T>(v));
+    const std::vector<std::vector<T>> ranks{x};
+    const Bytes seg = chain(ranks, g);
+    const std::vector<T> out = decode_all<T>(seg, ranks[0].size(), g);
+    h = fnv1a(h, seg.data(), seg.size());
+    h = fnv1a(h, out.data(), out.size() * sizeof(T));
   }
   return h;
 }
