@@ -1403,19 +1403,21 @@ template <typename T> static std::vector<T> boundary_values(double bin) {
   return x;
 }
 
-// Every float within `width` steps of the half-integers (k + 0.5) bin, for `keys` codes k spread
-// geometrically over [2^8, 2^21] (where the shortcut's slack |s| 2^-22 is of the order of the
-// bound's margin), both signs.
-static std::vector<float> dense_boundary_values(double bin, int keys, int width) {
-  std::vector<float> x;
-  const float inf = std::numeric_limits<float>::infinity();
+// Every value of T within `width` steps of the half-integers (k + 0.5) bin, for `keys` codes k
+// spread geometrically over [2^8, 2^top], both signs. For float32 (top 21) the shortcut's slack
+// |s| 2^-22 is of the order of the bound's margin there; float64 goes up to the code limit.
+template <typename T>
+static std::vector<T> dense_boundary_values(double bin, int keys, int width, int top = 21) {
+  std::vector<T> x;
+  const T inf = std::numeric_limits<T>::infinity();
   for (int i = 0; i < keys; ++i) {
-    const double k = std::floor(std::ldexp(1.0, 8 + (13 * i) / keys) * (1.0 + (i % 97) / 97.0));
-    float lo = static_cast<float>((k + 0.5) * bin), hi = lo;
+    const double k =
+        std::floor(std::ldexp(1.0, 8 + ((top - 8) * i) / keys) * (1.0 + (i % 97) / 97.0));
+    T lo = static_cast<T>((k + 0.5) * bin), hi = lo;
     for (int j = 0; j < width; ++j) {
       lo = std::nextafter(lo, -inf);
       hi = std::nextafter(hi, inf);
-      for (float v : {lo, hi}) {
+      for (T v : {lo, hi}) {
         x.push_back(v);
         x.push_back(-v);
       }
@@ -1427,6 +1429,26 @@ static std::vector<float> dense_boundary_values(double bin, int keys, int width)
 inline constexpr double kBoundaryBounds[] = {1e-3, 0.37, 2.5e-6, 1.0, 3.0517578125e-5};
 
 template <typename T> static void test_boundaries() {
+  // Bounds so large that Q * bin overflows for values near the type's maximum: those must be
+  // stored exactly, never reconstructed as infinity (the shortcut must not skip that check).
+  const double top = static_cast<double>(std::numeric_limits<T>::max());
+  // (bin = 2 eb (1 - 2^-10): top / bin is 4.6, 5.5, 6.7, 1.25; 1 / bin stays a normal float
+  // but for the last.)
+  for (double eb : {top / 9.2, top / 11.0, top / 13.4, top / 2.5}) {
+    g_ctx = fmt("boundaries %s huge eb=%g", tname<T>(), eb);
+    // Mostly zeros, so the chunk is coded (a chunk that does not shrink is stored raw).
+    std::vector<T> x(4096, T(0));
+    size_t at = 0;
+    for (double f : {1.0, 0.999, 0.9, 0.8, 0.75, 0.7, 0.6, 0.55, 0.5, 0.3}) {
+      x[at] = static_cast<T>(top * f);
+      x[at + 40] = static_cast<T>(-top * f);
+      at += 97;
+    }
+    fz::CompressParams p;
+    p.error_bound = eb;
+    p.threads = 1;
+    check_bound(x, decompress_exact<T>(compress_exact(x, p), x.size(), 1), eb);
+  }
   for (double eb : kBoundaryBounds) {
     double bin = 0.0, inv_bin = 0.0;
     CHECK(fz::quantizer_bins(dtype_of<T>(), eb, bin, inv_bin));
@@ -1442,35 +1464,38 @@ template <typename T> static void test_boundaries() {
 // The AVX2 quantiser (with its shortcut past the float64 check) against the scalar one, which
 // checks every lane in float64: the same codes and the same lanes stored exactly, densely around
 // the grid's rounding boundaries. (In a scalar build both sides are the scalar kernel.)
-static void test_sure_shortcut() {
+template <typename T> static void test_sure_shortcut() {
   namespace blk = zccl::fz::block;
+  using K = std::conditional_t<std::is_same_v<T, float>, blk::KindF32, blk::KindF64>;
   for (double eb : kBoundaryBounds) {
-    g_ctx = fmt("sure shortcut eb=%g", eb);
-    blk::Quantizer<float> qz{};
+    g_ctx = fmt("sure shortcut %s eb=%g", tname<T>(), eb);
+    blk::Quantizer<T> qz{};
     double bin = 0.0, inv_bin = 0.0;
-    CHECK(fz::quantizer_bins(fz::DType::Float32, eb, bin, inv_bin));
-    qz.bin = static_cast<float>(bin);
-    qz.inv_bin = static_cast<float>(inv_bin);
+    CHECK(fz::quantizer_bins(dtype_of<T>(), eb, bin, inv_bin));
+    qz.bin = static_cast<T>(bin);
+    qz.inv_bin = static_cast<T>(inv_bin);
     qz.eb = eb;
-    qz.sure_path = blk::sure_path_ok(eb, qz.bin, qz.inv_bin);
-    CHECK(qz.sure_path);
-    std::vector<float> x = dense_boundary_values(bin, 2000, 48);
-    x.resize((x.size() + 31) / 32 * 32, 0.0f);
+    if constexpr (std::is_same_v<T, float>) {  // float64 has no shortcut: AVX2 against scalar
+      qz.sure_path = blk::sure_path_ok(eb, qz.bin, qz.inv_bin);
+      CHECK(qz.sure_path);
+    }
+    std::vector<T> x = dense_boundary_values<T>(bin, 2000, 48, std::is_same_v<T, float> ? 21 : 29);
+    x.resize((x.size() + 31) / 32 * 32, T(0));
     uint64_t exact_lanes = 0;
     for (size_t b = 0; b < x.size(); b += 32) {
       int32_t q_fast[32], q_ref[32];
-      const uint32_t bad_fast = blk::quantize<blk::KindF32>(x.data() + b, qz, q_fast);
-      const uint32_t bad_ref = blk::quantize_scalar<blk::KindF32>(x.data() + b, qz, q_ref);
+      const uint32_t bad_fast = blk::quantize<K>(x.data() + b, qz, q_fast);
+      const uint32_t bad_ref = blk::quantize_scalar<K>(x.data() + b, qz, q_ref);
       CHECK_MSG(bad_fast == bad_ref, fmt("block at %zu: exact lanes %08x, scalar %08x", b,
                                          bad_fast, bad_ref));
       for (int i = 0; i < 32; ++i) {
         if ((bad_ref >> i) & 1u) continue;
-        CHECK_MSG(q_fast[i] == q_ref[i], fmt("value %.9g: code %d, scalar %d",
+        CHECK_MSG(q_fast[i] == q_ref[i], fmt("value %.17g: code %d, scalar %d",
                                             static_cast<double>(x[b + i]), q_fast[i], q_ref[i]));
       }
       exact_lanes += static_cast<uint64_t>(__builtin_popcount(bad_ref));
     }
-    CHECK(exact_lanes > 0);  // the scan reaches values the float64 check rejects
+    if (std::is_same_v<T, float>) CHECK(exact_lanes > 0);  // the scan reaches rejected values
   }
 }
 
@@ -1609,7 +1634,8 @@ int main(int argc, char** argv) {
   step("finite_range<f32>", test_finite_range<float>);
   step("finite_range<f64>", test_finite_range<double>);
   step("crc32c", test_crc32c);
-  step("sure_shortcut", test_sure_shortcut);
+  step("sure_shortcut<f32>", test_sure_shortcut<float>);
+  step("sure_shortcut<f64>", test_sure_shortcut<double>);
   step("boundaries<f32>", test_boundaries<float>);
   step("boundaries<f64>", test_boundaries<double>);
   step("codes_boundaries<f32>", codes_test::test_boundaries<float>);

@@ -253,7 +253,7 @@ uint64_t digest(uint64_t h) {
   for (double eb : kBoundaryBounds) {
     const auto g = *codes::make_grid(eb, 1);
     std::vector<T> x = boundary_values<T>(g.bin);
-    for (float v : dense_boundary_values(g.bin, 200, 24)) x.push_back(static_cast<T>(v));
+    for (T v : dense_boundary_values<T>(g.bin, 200, 24)) x.push_back(v);
     const std::vector<std::vector<T>> ranks{x};
     const Bytes seg = chain(ranks, g);
     const std::vector<T> out = decode_all<T>(seg, ranks[0].size(), g);
