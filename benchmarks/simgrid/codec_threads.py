@@ -51,9 +51,12 @@ def command(
     speedup: float,
     impls: str,
     wait: str = "spin",
+    algos: str | None = None,
 ) -> list[str]:
     """run_smpi's command line with the host speed scaled for a CPU `speedup` times faster and
-    zccl's waits polling as `wait` says (the driver's --wait)."""
+    zccl's waits polling as `wait` says (the driver's --wait); `algos` limits zccl's allreduce
+    algorithms (the driver's --allreduce-algos; None: all four)."""
+    extra = ["--allreduce-algos", algos] if algos else []
     cmd = SMPI.smpirun_command(
         smpirun,
         exe,
@@ -63,6 +66,7 @@ def command(
         [
             *("--colls", "allreduce", "--impls", impls),
             *("--label", f"x{speedup:g}-{impls}", "--wait", wait),
+            *extra,
         ],
     )
     speed = f"--cfg=smpi/host-speed:{HOST_SPEED_GF / speedup * 1e3:g}Mf"
@@ -208,6 +212,13 @@ def main() -> int:
         "per host, or sleep, its choice on an oversubscribed host (the only one before "
         "2026-11-26's fifth session)",
     )
+    parser.add_argument(
+        "--algos",
+        default=None,
+        help="zccl allreduce algorithms to simulate (comma-separated of ring, ring_int, "
+        "recursive_doubling, halving_doubling; default all). Recursive doubling takes most of "
+        "the wall time at 64 hosts and is never competitive at 64 MB",
+    )
     parser.add_argument("--iters", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--out", type=Path, default=SMPI.RESULTS / "smpi_codec_threads.json")
@@ -263,7 +274,9 @@ def main() -> int:
             if t > 1 and t not in measured
         ]
         for label, speedup in models:
-            cmd = command(smpirun, exe, case, plat, SMPI.SELECTOR_MAIN, speedup, "zccl", args.wait)
+            cmd = command(
+                smpirun, exe, case, plat, SMPI.SELECTOR_MAIN, speedup, "zccl", args.wait, args.algos
+            )
             res = SMPI.run_once(cmd, args.timeout)
             runs.append(run_record(cmd, res))
             summary = next((r for r in res.records if r.get("record") == "summary"), {})

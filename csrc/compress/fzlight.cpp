@@ -488,7 +488,9 @@ bool make_quantizer(double eb, Quantizer<typename K::C>& qz) {
   qz.bin = static_cast<C>(bin);
   qz.inv_bin = static_cast<C>(1.0 / static_cast<double>(qz.bin));
   qz.eb = eb;
-  if constexpr (std::is_same_v<C, float>) qz.sure_path = block::sure_path_ok(eb, qz.bin, qz.inv_bin);
+  if constexpr (std::is_same_v<C, float>) {
+    qz.sure_path = block::sure_path_ok(eb, qz.bin, qz.inv_bin);
+  }
   return true;
 }
 

@@ -338,8 +338,8 @@ inline __m256 round_trip8<KindF16>(__m256 v) {
 inline uint32_t sure_lanes8(__m256 scaled, __m256 rounded) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256 d = _mm256_and_ps(_mm256_sub_ps(scaled, rounded), abs_mask);
-  const __m256 slack = _mm256_mul_ps(
-      _mm256_max_ps(_mm256_and_ps(scaled, abs_mask), _mm256_set1_ps(1.0f)), _mm256_set1_ps(0x1p-22f));
+  const __m256 at_least_one = _mm256_max_ps(_mm256_and_ps(scaled, abs_mask), _mm256_set1_ps(1.0f));
+  const __m256 slack = _mm256_mul_ps(at_least_one, _mm256_set1_ps(0x1p-22f));
   return static_cast<uint32_t>(_mm256_movemask_ps(
       _mm256_cmp_ps(_mm256_add_ps(d, slack), _mm256_set1_ps(kSureLimit), _CMP_LE_OQ)));
 }

@@ -1533,7 +1533,8 @@ static void test_crc32c() {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     b = static_cast<uint8_t>(state >> 56);
   }
-  CHECK(fz::crc32c(reinterpret_cast<const uint8_t*>("123456789"), 9) == 0xE3069283u);  // check value
+  const char* check_input = "123456789";  // the CRC-32C check value
+  CHECK(fz::crc32c(reinterpret_cast<const uint8_t*>(check_input), 9) == 0xE3069283u);
   for (size_t off : {size_t{0}, size_t{3}}) {
     for (size_t n = 0; n <= 1600; ++n) {
       const uint8_t* p = data.data() + off;
