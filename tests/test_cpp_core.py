@@ -7,6 +7,9 @@ sources, so a rerun after no change only runs the programs):
 * ``san-native`` the same with -march=native (AVX2 kernels and hardware CRC on x86-64 with AVX2)
 * ``o2``         -O2 -Wall -Wextra -Werror, no sanitizers (the core stays warning-clean)
 * ``o2-native``  -O2 -march=native -ffp-contract=fast: FMA contraction allowed in the core
+* ``san-avx2``   the sanitizer build for x86-64 with AVX2 but no AVX-512 (-march=haswell): where
+                 the machine has AVX-512, -march=native takes the AVX-512 plane loops, and this
+                 build keeps the AVX2 ones tested (skipped where the CPU lacks AVX2)
 
 and runs ``tests/cpp/core_test.cpp`` (round trips, strict bound, determinism, chunking, shapes,
 progress, argument errors) and ``tests/cpp/fuzz_decoder.cpp`` (random, mutated, resealed and
@@ -84,6 +87,7 @@ VARIANTS = {
     "san-native": ([*SANITIZE, "-march=native"], SANITIZE_LINK, "san"),
     "o2": (["-O2"], [], "o2"),
     "o2-native": (["-O2", "-march=native", "-ffp-contract=fast"], [], "o2"),
+    "san-avx2": ([*SANITIZE, "-march=haswell"], SANITIZE_LINK, "san"),
 }
 TEST_ONLY_FLAGS = ["-ffp-contract=off"]
 PROGRAMS = ("core_test", "fuzz_decoder")
@@ -124,9 +128,20 @@ def build(variant: str) -> dict[str, Path]:
     }
 
 
+def _cpu_has_avx2() -> bool:
+    """Whether this machine can run -march=haswell code (x86-64 Linux with AVX2, FMA, F16C)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return all(re.search(rf"\b{f}\b", flags) for f in ("avx2", "fma", "f16c", "bmi2", "sse4_2"))
+
+
 def _build_or_fail(variant: str) -> dict[str, Path]:
     if variant.endswith("-native") and not native_supported():
         pytest.skip(f"{CXX} does not accept -march=native on this machine")
+    if variant == "san-avx2" and not _cpu_has_avx2():
+        pytest.skip("this CPU cannot run the AVX2 (-march=haswell) build")
     return build_or_fail(build, variant)
 
 
@@ -140,7 +155,7 @@ def test_core_builds_warning_clean(variant):
     assert all(p.exists() for p in progs.values())
 
 
-@pytest.mark.parametrize("variant", ["san", "san-native"])
+@pytest.mark.parametrize("variant", ["san", "san-native", "san-avx2"])
 def test_core_under_sanitizers(variant):
     progs = _build_or_fail(variant)
     # The large (~1e6 values) cases once, on the portable build outside CI.
@@ -195,8 +210,10 @@ def test_streams_identical_across_builds():
     byte-identical streams and values: float32/float64/float16/bfloat16, lossless codecs,
     constant runs (core_test --digest)."""
     digests = {}
-    for variant in ("o2", "o2-native", "san", "san-native"):
+    for variant in ("o2", "o2-native", "san", "san-native", "san-avx2"):
         if variant.endswith("-native") and not native_supported():
+            continue
+        if variant == "san-avx2" and not _cpu_has_avx2():
             continue
         progs = _build_or_fail(variant)
         proc = run([str(progs["core_test"]), "--digest"], CORE_TEST_TIMEOUT, RUN_ENV)

@@ -422,8 +422,36 @@ inline uint32_t quantize(const double* x, const Quantizer<double>& qz, int32_t* 
   return bad;
 }
 
+#if defined(__AVX512F__)
+// Under AddressSanitizer the functions holding 512-bit values stay out of line: inlined into a
+// large caller they make GCC align its whole frame to 64 bytes and zero locals with aligned
+// 512-bit stores, and ASan's fake stack (detect_stack_use_after_return) hands out frames that
+// are not 64-byte aligned, so those stores fault. The code is the same either way.
+#if defined(__SANITIZE_ADDRESS__)
+#define ZCCL_AVX512_INLINE inline __attribute__((noinline))
+#else
+#define ZCCL_AVX512_INLINE inline
+#endif
+
+// Two 256-bit halves joined, and one half taken back. The masked forms with a zero source are
+// used because GCC 12's plain ones (cast, zext, insert, extract) start from an "undefined"
+// register that -Wmaybe-uninitialized reports.
+inline __m512i join512(__m256i low, __m256i high) {
+  const __m512i zero = _mm512_setzero_si512();
+  return _mm512_mask_inserti64x4(zero, 0xFF, _mm512_mask_inserti64x4(zero, 0xFF, zero, low, 0),
+                                 high, 1);
+}
+template <int kHalf>
+inline __m256i half256(__m512i v) {
+  return _mm512_maskz_extracti64x4_epi64(0xFF, v, kHalf);
+}
+#endif
+
 // pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
-inline int pack_regs(const __m256i* codes, int32_t prev, uint32_t* words) {
+#if !defined(__AVX512F__)
+#define ZCCL_AVX512_INLINE inline
+#endif
+ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint32_t* words) {
   // Previous code for each lane: the codes shifted up by one lane across the 32, prev in lane 0.
   const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
   __m256i mag[4];
@@ -448,6 +476,16 @@ inline int pack_regs(const __m256i* codes, int32_t prev, uint32_t* words) {
   if (any == 0) return 0;
   const int len = 32 - __builtin_clz(any);
   words[0] = sign;
+#if defined(__AVX512F__)
+  // One mask test per 16 lanes and plane (the AVX2 loop below needs four movemasks and four
+  // shifts per plane for the 32 lanes).
+  const __m512i lo = join512(mag[0], mag[1]), hi = join512(mag[2], mag[3]);
+  for (int j = len - 1; j >= 0; --j) {
+    const __m512i bit = _mm512_set1_epi32(static_cast<int>(1u << j));
+    words[1 + j] = static_cast<uint32_t>(_cvtmask16_u32(_mm512_test_epi32_mask(lo, bit))) |
+                   static_cast<uint32_t>(_cvtmask16_u32(_mm512_test_epi32_mask(hi, bit))) << 16;
+  }
+#else
   // Move bit len-1 to the sign position, then walk down one plane per doubling.
   const __m128i shift = _mm_cvtsi32_si128(32 - len);
   for (int k = 0; k < 4; ++k) mag[k] = _mm256_sll_epi32(mag[k], shift);
@@ -459,6 +497,7 @@ inline int pack_regs(const __m256i* codes, int32_t prev, uint32_t* words) {
     }
     words[1 + j] = w;
   }
+#endif
   return len;
 }
 
@@ -500,7 +539,7 @@ inline void store_codes(__m256i codes, double bin, double* out) {
 
 // The codes of a packed block, eight lanes at a time: sink(k, codes of lanes 8k .. 8k+7).
 template <class Sink>
-inline void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
+ZCCL_AVX512_INLINE void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
   __m256i acc = _mm256_set1_epi32(carry);
   if (len == 0) {
     for (int k = 0; k < 4; ++k) sink(k, acc);
@@ -508,6 +547,28 @@ inline void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&
   }
   uint32_t words[33];
   std::memcpy(words, src, 4u * (len + 1));
+#if defined(__AVX512F__)
+  // 16 lanes per register: each plane is one masked OR per register instead of a broadcast,
+  // a variable shift, an AND and an OR per 8 lanes.
+  const __m512i one512 = _mm512_set1_epi32(1);
+  __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+  for (int j = len - 1; j >= 0; --j) {
+    const uint32_t w = words[1 + j];
+    lo = _mm512_mask_or_epi32(_mm512_add_epi32(lo, lo), _cvtu32_mask16(w & 0xFFFFu),
+                              _mm512_add_epi32(lo, lo), one512);
+    hi = _mm512_mask_or_epi32(_mm512_add_epi32(hi, hi), _cvtu32_mask16(w >> 16),
+                              _mm512_add_epi32(hi, hi), one512);
+  }
+  const __m512i zero512 = _mm512_setzero_si512();
+  lo = _mm512_mask_sub_epi32(lo, _cvtu32_mask16(words[0] & 0xFFFFu), zero512, lo);  // signs
+  hi = _mm512_mask_sub_epi32(hi, _cvtu32_mask16(words[0] >> 16), zero512, hi);
+  const __m256i deltas[4] = {half256<0>(lo), half256<1>(lo), half256<0>(hi), half256<1>(hi)};
+  for (int k = 0; k < 4; ++k) {
+    const __m256i codes = scan8(deltas[k], acc);
+    sink(k, codes);
+    acc = _mm256_permutevar8x32_epi32(codes, _mm256_set1_epi32(7));
+  }
+#else
   const __m256i one = _mm256_set1_epi32(1);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int k = 0; k < 4; ++k) {
@@ -526,6 +587,7 @@ inline void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&
     sink(k, codes);
     acc = _mm256_permutevar8x32_epi32(codes, _mm256_set1_epi32(7));
   }
+#endif
   carry = _mm256_cvtsi256_si32(acc);
 }
 
