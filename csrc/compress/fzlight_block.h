@@ -67,7 +67,7 @@ inline bool sure_path_ok(double eb, float bin, float inv_bin) {
   const double lo = static_cast<double>(std::numeric_limits<float>::min());
   const double hi = static_cast<double>(std::numeric_limits<float>::max()) * 0x1p-23;
   return static_cast<double>(bin) >= lo && static_cast<double>(bin) <= hi &&
-         static_cast<double>(inv_bin) >= lo && std::isfinite(inv_bin) &&
+         static_cast<double>(inv_bin) >= lo &&
          std::fabs(static_cast<double>(inv_bin) * static_cast<double>(bin) - 1.0) <= 0x1p-23 &&
          eb >= (0.5 + 0x1p-11) * static_cast<double>(bin) * (1.0 + 0x1p-40);
 }
@@ -422,17 +422,17 @@ inline uint32_t quantize(const double* x, const Quantizer<double>& qz, int32_t* 
   return bad;
 }
 
-#if defined(__AVX512F__)
 // Under AddressSanitizer the functions holding 512-bit values stay out of line: inlined into a
 // large caller they make GCC align its whole frame to 64 bytes and zero locals with aligned
 // 512-bit stores, and ASan's fake stack (detect_stack_use_after_return) hands out frames that
 // are not 64-byte aligned, so those stores fault. The code is the same either way.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__AVX512F__) && defined(__SANITIZE_ADDRESS__)
 #define ZCCL_AVX512_INLINE inline __attribute__((noinline))
 #else
 #define ZCCL_AVX512_INLINE inline
 #endif
 
+#if defined(__AVX512F__)
 // Two 256-bit halves joined, and one half taken back. The masked forms with a zero source are
 // used because GCC 12's plain ones (cast, zext, insert, extract) start from an "undefined"
 // register that -Wmaybe-uninitialized reports.
@@ -448,9 +448,6 @@ inline __m256i half256(__m512i v) {
 #endif
 
 // pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
-#if !defined(__AVX512F__)
-#define ZCCL_AVX512_INLINE inline
-#endif
 ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint32_t* words) {
   // Previous code for each lane: the codes shifted up by one lane across the 32, prev in lane 0.
   const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
@@ -554,10 +551,9 @@ ZCCL_AVX512_INLINE void unpack_codes_with(const uint8_t* src, int len, int32_t& 
   __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
   for (int j = len - 1; j >= 0; --j) {
     const uint32_t w = words[1 + j];
-    lo = _mm512_mask_or_epi32(_mm512_add_epi32(lo, lo), _cvtu32_mask16(w & 0xFFFFu),
-                              _mm512_add_epi32(lo, lo), one512);
-    hi = _mm512_mask_or_epi32(_mm512_add_epi32(hi, hi), _cvtu32_mask16(w >> 16),
-                              _mm512_add_epi32(hi, hi), one512);
+    const __m512i lo2 = _mm512_add_epi32(lo, lo), hi2 = _mm512_add_epi32(hi, hi);
+    lo = _mm512_mask_or_epi32(lo2, _cvtu32_mask16(w & 0xFFFFu), lo2, one512);
+    hi = _mm512_mask_or_epi32(hi2, _cvtu32_mask16(w >> 16), hi2, one512);
   }
   const __m512i zero512 = _mm512_setzero_si512();
   lo = _mm512_mask_sub_epi32(lo, _cvtu32_mask16(words[0] & 0xFFFFu), zero512, lo);  // signs

@@ -1429,6 +1429,12 @@ static std::vector<T> dense_boundary_values(double bin, int keys, int width, int
 inline constexpr double kBoundaryBounds[] = {1e-3, 0.37, 2.5e-6, 1.0, 3.0517578125e-5};
 
 template <typename T> static void test_boundaries() {
+  auto round_trip_within = [](const std::vector<T>& x, double eb) {
+    fz::CompressParams p;
+    p.error_bound = eb;
+    p.threads = 1;
+    check_bound(x, decompress_exact<T>(compress_exact(x, p), x.size(), 1), eb);
+  };
   // Bounds so large that Q * bin overflows for values near the type's maximum: those must be
   // stored exactly, never reconstructed as infinity (the shortcut must not skip that check).
   const double top = static_cast<double>(std::numeric_limits<T>::max());
@@ -1444,20 +1450,13 @@ template <typename T> static void test_boundaries() {
       x[at + 40] = static_cast<T>(-top * f);
       at += 97;
     }
-    fz::CompressParams p;
-    p.error_bound = eb;
-    p.threads = 1;
-    check_bound(x, decompress_exact<T>(compress_exact(x, p), x.size(), 1), eb);
+    round_trip_within(x, eb);
   }
   for (double eb : kBoundaryBounds) {
     double bin = 0.0, inv_bin = 0.0;
     CHECK(fz::quantizer_bins(dtype_of<T>(), eb, bin, inv_bin));
-    const std::vector<T> x = boundary_values<T>(bin);
     g_ctx = fmt("boundaries %s eb=%g", tname<T>(), eb);
-    fz::CompressParams p;
-    p.error_bound = eb;
-    p.threads = 1;
-    check_bound(x, decompress_exact<T>(compress_exact(x, p), x.size(), 1), eb);
+    round_trip_within(boundary_values<T>(bin), eb);
   }
 }
 
