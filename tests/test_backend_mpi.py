@@ -49,6 +49,23 @@ def test_host_staged_op_bodies(script: str) -> None:
     assert_every_check_passed(report, 3)
 
 
+@pytest.mark.parametrize("limit", ["1", "2"])
+def test_thread_limit_below_threads(limit: str) -> None:
+    """OMP_THREAD_LIMIT below the ``threads`` asked for (an HPC job's setting, or a nested
+    OpenMP region): OpenMP teams come out smaller than asked. The threaded compressor and the
+    value-range scan must not count on the size they asked for: the same bits for threads 1-3
+    (a team that skipped runs of chunks wrote corrupt streams) and the exact REL range."""
+    checks = [
+        "compression_threads_change_no_bit",
+        "rel_bound_from_the_whole_range",
+        "integer_ring_hop",
+    ]
+    done = mpirun(3, python_argv(SCRIPT, *checks), 600, {"OMP_THREAD_LIMIT": limit})
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-8000:]
+    assert_every_check_passed(report, 3)
+
+
 def test_ddp_smoke_two_ranks() -> None:
     done = mpirun(2, python_argv("tests/mpi/ddp_smoke.py"), timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]

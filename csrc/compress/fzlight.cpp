@@ -573,11 +573,15 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
     scratch.reserve(static_cast<size_t>(nt));
     for (int t = 0; t < nt; ++t) scratch.emplace_back(cl, how.zstd);
     // Thread t starts with run t (runs >= nt: the calling thread always codes chunks, so a
-    // progress hook runs at least once), then takes the next free run.
+    // progress hook runs at least once), then takes the next free run. The team may be smaller
+    // than nt (OMP_THREAD_LIMIT, a nested region): the free runs start after the team's, or the
+    // runs between team and nt would never be coded (a corrupt stream).
     std::atomic<uint64_t> next_run{static_cast<uint64_t>(nt)};
 #pragma omp parallel num_threads(nt)
     {
       const int t = omp_get_thread_num();
+#pragma omp single
+      next_run.store(static_cast<uint64_t>(omp_get_num_threads()));
       uint64_t done = 0;  // chunks this thread coded (the progress hook's estimate)
       bool go = true;
       for (uint64_t k = static_cast<uint64_t>(t); go && k < runs; k = next_run.fetch_add(1)) {
@@ -882,9 +886,12 @@ FiniteRange parallel_finite_range(uint64_t count, int threads, uint64_t per_thre
                                   SliceMinMax minmax_slice) {
   const int nt = resolve_threads(threads, count / per_thread + 1);
   std::vector<C> lo(static_cast<size_t>(nt)), hi(static_cast<size_t>(nt));
-#pragma omp parallel num_threads(nt)
-  {
-    const uint64_t t = static_cast<uint64_t>(omp_get_thread_num());
+  // nt slices shared out by `omp for`: every slice is scanned even when the team is smaller
+  // than nt (OMP_THREAD_LIMIT, a nested region); a slice left out would leave its lo/hi at 0
+  // and silently widen a REL bound's value range.
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (int s = 0; s < nt; ++s) {
+    const uint64_t t = static_cast<uint64_t>(s);
     const uint64_t begin = count * t / static_cast<uint64_t>(nt);
     const uint64_t end = count * (t + 1) / static_cast<uint64_t>(nt);
     minmax_slice(begin, end, lo[t], hi[t]);

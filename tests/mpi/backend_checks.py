@@ -446,6 +446,40 @@ def compression_threads_change_no_bit() -> None:
 
 
 @check
+def rel_bound_from_the_whole_range() -> None:
+    """mode="rel": the bound is REL x (max - min) over every value of every rank (all_reduce)
+    or of the root (broadcast), exactly as staged.h's rel_bound computes it, with the value
+    range scanned by 3 threads. Run under OMP_THREAD_LIMIT=1 too (test_backend_mpi.py): a scan
+    that split the values by the threads asked for, not the team it got, left slices unread and
+    silently widened the range (every value lies in [5, 10], so an unread slice's 0 shows)."""
+    p = world()
+    rel, n = 1e-3, 1_000_003
+    mine = 5.0 + 5.0 * torch.rand(n, generator=torch.Generator().manual_seed(900 + rank()))
+    every = [
+        5.0 + 5.0 * torch.rand(n, generator=torch.Generator().manual_seed(900 + r))
+        for r in range(p)
+    ]
+    lo = min(float(x.min()) for x in every)
+    hi = max(float(x.max()) for x in every)
+    with zccl_torch.config(mode="rel", error_bound=rel, threads=3, algorithm="ring"):
+        t = mine.clone()
+        dist.all_reduce(t)
+        st = zccl_torch.last_stats()
+        assert st["error_bound"] == rel * (hi - lo), (st["error_bound"], rel * (hi - lo))
+        b = mine.clone()
+        dist.broadcast(b, src=p - 1)
+        st = zccl_torch.last_stats()
+        root = every[p - 1]
+        expected = rel * (float(root.max()) - float(root.min()))
+        if rank() == p - 1:  # the others record the configured REL, not the root's bound
+            assert st["error_bound"] == expected, (st["error_bound"], expected)
+    exact = torch.stack([x.double() for x in every]).sum(0)
+    bound = zccl_torch._C.output_error_bound("ring", "sum", p, rel * (hi - lo), True)
+    assert_within("rel all_reduce", t, exact, bound + float_rounding(every, torch.float32))
+    assert_within("rel broadcast", b, every[p - 1].double(), expected)
+
+
+@check
 def scatter_blocks_read_in_place() -> None:
     """The compressed scatter reads each root block where it lies: non-contiguous (transposed)
     blocks, half-precision blocks, and a REL bound taken over the value range of *all* blocks
