@@ -31,6 +31,7 @@ import os
 import platform as pyplatform
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -96,7 +97,9 @@ SMPI_CFG = [
 SMPI_LOG = ["smpi_colls.thres:warning", "smpi_coll.thres:warning", "xbt_cfg.thres:warning"]
 SELECTOR_MAIN = "ompi"
 SELECTORS_MPI_ONLY = ("mvapich2",)
-RUN_ENV = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive"}
+# OMP_THREAD_LIMIT=1: the simulated ranks share one process, so a driver run with --threads T
+# (codec_threads.py) plans and schedules for T threads while one thread runs every lane.
+RUN_ENV = {"OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive", "OMP_THREAD_LIMIT": "1"}
 # zccl's Algorithm::Mpi allreduce calls MPI_Iallreduce(MPI_IN_PLACE). SMPI 3.32 copies the input
 # into a temporary that it frees when the call returns, while its simulated sends read that memory
 # later: the result is garbage (reported, check excluded) and, once glibc returns the freed block
@@ -265,22 +268,27 @@ def run_once(cmd: list[str], timeout_s: float, env: dict[str, str] | None = None
     simulation (recorded instead)."""
     res = RunResult(cmd=cmd)
     t0 = time.perf_counter()
+    # Its own session, killed whole on a timeout: smpirun is a shell script, and killing only it
+    # left its smpimain running (one kept 17 GB and a core busy after a 64-host timeout).
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **RUN_ENV, **(env or {})},
+        start_new_session=True,
+    )
     try:
-        proc = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env={**os.environ, **RUN_ENV, **(env or {})},
-            check=False,
-        )
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else e.stdout or ""
-        res.records, res.sim_report = parse_output(out, "")
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        res.records, res.sim_report = parse_output(out or "", "")
         res.returncode = -1
         res.error = f"timed out after {timeout_s:.0f} s"
         res.wall_s = time.perf_counter() - t0
         return res
+    proc = subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
     res.wall_s = time.perf_counter() - t0
     res.returncode = proc.returncode
     res.records, res.sim_report = parse_output(proc.stdout, proc.stderr)

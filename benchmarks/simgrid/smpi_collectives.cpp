@@ -12,6 +12,7 @@
 //                         [--mpi-path-budget BYTES] [--timeout-s S] [--label TEXT]
 //                         [--impls zccl,mpi] [--skip-ring 0|1] [--wait spin|sleep]
 //                         [--allreduce-algos ring,ring_int,recursive_doubling,halving_doubling]
+//                         [--threads T]
 //   --colls  "allreduce" times zccl ring (float hop, then integer hop: zccl_ring_int), recursive
 //            doubling, halving-doubling and auto, and MPI_Allreduce;
 //            "allreduce_mpi_path" times zccl's Algorithm::Mpi path (its own MPI_Iallreduce call);
@@ -27,6 +28,12 @@
 //            one tiny exchange takes ~9 minutes of wall time (8 s at p = 128).
 //   --wait   how zccl's waits poll (transport/backoff.h): spin (default: the backend's choice
 //            with one rank per host) or sleep (its choice on an oversubscribed host).
+//   --threads  zccl's Config::threads (default 1). Above 1 the process must run with
+//            OMP_THREAD_LIMIT=1 (checked): the algorithms then plan and schedule as for T threads
+//            (the integer ring codes windows of T segments) while one thread runs the lanes one
+//            after another, and codec_threads.py scales the host speed by T threads' measured
+//            speed-up. With threads = 1 the integer ring would code one segment at a time,
+//            which is not what a rank with T cores runs.
 //   --bytes  message size in bytes (float32): the per-rank buffer of allreduce and broadcast,
 //            the root's whole send buffer of scatter, every rank's whole output of allgather
 //            (the nccl-tests convention); blocks of scatter/allgather hold bytes / 4 / p values.
@@ -40,6 +47,8 @@
 // outside the timed region and compared with the documented bound. Rank 0 prints one JSON line
 // per measurement (prefixed "SMPI_JSON ") and a final summary line; the exit status is 1 if any
 // check failed.
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -71,6 +80,7 @@ struct Options {
   int iters = 3;
   int warmup = 1;
   double rel = 1e-4;
+  int threads = 1;  // zccl's Config::threads (--threads)
   std::vector<std::string> colls = {"allreduce", "broadcast", "scatter", "allgather"};
   double mpi_path_budget = 2.0 * (1u << 30);
   double timeout_s = 6 * 3600.0;  // transport deadlines are wall clock: a simulation is slow
@@ -117,6 +127,8 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       o.warmup = std::stoi(v);
     } else if (a == "--rel") {
       o.rel = std::stod(v);
+    } else if (a == "--threads") {
+      o.threads = std::stoi(v);
     } else if (a == "--colls") {
       o.colls = split(v, ',');
     } else if (a == "--mpi-path-budget") {
@@ -151,8 +163,12 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       return false;
     }
   }
-  if (o.bytes < 4 || o.iters < 1 || o.warmup < 0 || !(o.rel > 0)) {
-    err = "need --bytes >= 4, --iters >= 1, --warmup >= 0, --rel > 0";
+  if (o.bytes < 4 || o.iters < 1 || o.warmup < 0 || !(o.rel > 0) || o.threads < 1) {
+    err = "need --bytes >= 4, --iters >= 1, --warmup >= 0, --rel > 0, --threads >= 1";
+    return false;
+  }
+  if (o.threads > 1 && omp_get_thread_limit() != 1) {
+    err = "--threads above 1 needs OMP_THREAD_LIMIT=1 (the lanes run one after another)";
     return false;
   }
   return true;
@@ -397,7 +413,9 @@ void add_traffic(Json& j, const coll::Stats& st) {
 coll::Config zccl_config(const Ctx& c, Algorithm a) {
   coll::Config cfg;
   cfg.error_bound = c.eb;
-  cfg.threads = 1;  // every simulated rank shares this process: one compressor thread each
+  // Every simulated rank shares this process: lanes run one after another (OMP_THREAD_LIMIT=1
+  // when above 1, see --threads).
+  cfg.threads = c.opt.threads;
   cfg.algorithm = a;
   cfg.min_compress_bytes = 0;
   return cfg;

@@ -127,9 +127,14 @@ void ring_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb, co
     allgather_decompressed(comm, buf, blocks, eb_half, cfg, st);
     return;
   }
-  const RingSegments seg = RingSegments::interleaved(count, p, dtype_of<T>(), cfg);
-  if (!(cfg.integer_ring && integer_ring_allreduce(comm, buf, seg, eb, cfg, st))) {
-    pipelined_sum_allreduce(comm, buf, seg, op, eb, cfg, st);
+  // The integer ring codes one segment per thread: its plan gives every block kLaneSegments
+  // segments where they stay >= 64 KiB (16 hosts, 64 MB: 16 of 256 KB instead of 4 of 1 MiB).
+  const bool integer = cfg.integer_ring && integer_ring_allreduce(
+      comm, buf, RingSegments::interleaved(count, p, dtype_of<T>(), cfg, kLaneSegments), eb, cfg,
+      st);
+  if (!integer) {
+    pipelined_sum_allreduce(comm, buf, RingSegments::interleaved(count, p, dtype_of<T>(), cfg),
+                            op, eb, cfg, st);
   }
   if (op == ReduceOp::Avg) kernels::divide(buf, count, p, cfg.threads);
 }

@@ -2,8 +2,9 @@
 // as integers instead of decoding, adding floats and re-compressing at each hop (hZCCL's idea,
 // see compress/fzcodes.h for the segment format and its arithmetic).
 //
-// Same ring, blocks and segments as allreduce_ring.cpp (p ranks, rank r, block b belongs to rank
-// b, S segments of ~1 MiB per block, interleaved in the buffer, each its own message):
+// Same ring and blocks as allreduce_ring.cpp (p ranks, rank r, block b belongs to rank b, S
+// segments per block, interleaved in the buffer, each its own message; S is at least
+// kLaneSegments while segments stay >= 64 KiB, so that threads have a segment each):
 //   1. reduce-scatter, for (step s = 0 .. p-1, segment j) in order, block b = r-s-1 (mod p):
 //        s = 0:       quantise segment j of the local block b into a code segment, isend to next;
 //        1 <= s < p-1: wait for segment j of block b from prev, combine it with the local

@@ -54,12 +54,24 @@ RingSegments RingSegments::contiguous(const Blocks& blocks, DType dt, const Conf
   return plan;
 }
 
-RingSegments RingSegments::interleaved(size_t total, int p, DType dt, const Config& cfg) {
+RingSegments RingSegments::interleaved(size_t total, int p, DType dt, const Config& cfg,
+                                       int min_per_block) {
   RingSegments plan;
   plan.total_ = total;
   plan.p_ = p;
   const size_t np = static_cast<size_t>(p);
-  plan.seg_len = segment_values(ceil_div(total, np), dt, cfg);
+  const size_t longest = ceil_div(total, np);
+  plan.seg_len = segment_values(longest, dt, cfg);
+  if (cfg.segment_bytes == 0 && min_per_block > 1 && ceil_div(longest, plan.seg_len) <
+                                                         static_cast<size_t>(min_per_block)) {
+    // Smaller segments, whole 32-value code blocks, none below kMinLaneSegmentBytes.
+    constexpr size_t kMinLaneSegmentBytes = size_t{64} << 10;
+    constexpr size_t kCodeBlock = 32;
+    const size_t floor_len = kMinLaneSegmentBytes / fz::dtype_size(dt);
+    size_t len = ceil_div(longest, static_cast<size_t>(min_per_block));
+    len = ceil_div(len, kCodeBlock) * kCodeBlock;
+    plan.seg_len = std::min(plan.seg_len, std::max(len, floor_len));
+  }
   const size_t segments = ceil_div(total, plan.seg_len);
   plan.per_block = static_cast<int>(std::max<size_t>(1, ceil_div(segments, np)));
   return plan;

@@ -62,7 +62,12 @@ struct RingSegments {
   int per_block = 1;   // segments per block
 
   static RingSegments contiguous(const Blocks& blocks, DType dt, const Config& cfg);
-  static RingSegments interleaved(size_t total, int p, DType dt, const Config& cfg);
+  // min_per_block: plan at least that many segments per block (never below 64 KiB each, and
+  // only when cfg.segment_bytes leaves the size to the plan): the integer ring codes one
+  // segment per thread, so a block of fewer segments than threads would leave threads idle.
+  // The plan must not depend on anything ranks may disagree on (so not on `threads`).
+  static RingSegments interleaved(size_t total, int p, DType dt, const Config& cfg,
+                                  int min_per_block = 1);
   bool is_interleaved() const { return offset_.empty(); }
   // Where segment j of block b starts in the buffer, in values (its block's end, or the
   // buffer's, when it is empty: never past the buffer), and how many values it holds.
@@ -241,7 +246,9 @@ void allgather_decompressed(Comm& comm, T* buf, const Blocks& blocks, double eb,
 
 // allreduce_ring_integer.cpp: the ring for SUM/AVG (AVG not divided here) on integer codes, in
 // place on buf with the layout `seg`, cfg.threads segments at a time (0: the OpenMP default);
-// false (nothing done) when eb has no integer grid (eb == 0 or subnormal).
+// false (nothing done) when eb has no integer grid (eb == 0 or subnormal). Its callers plan
+// `seg` with kLaneSegments segments per block, so up to that many threads each code one.
+constexpr int kLaneSegments = 16;
 template <class T>
 bool integer_ring_allreduce(Comm& comm, T* buf, const RingSegments& seg, double eb,
                             const Config& cfg, Stats& st);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "../../csrc/collectives/collectives.h"
+#include "../../csrc/collectives/compute_common.h"
 #include "../../csrc/compress/fzlight.h"
 #include "../../csrc/transport/mpi_comm.h"
 #include "mpi_test_util.h"
@@ -439,6 +440,49 @@ void test_segmented_ring(Comm& comm) {
                                 seg * sizeof(float));
       run_reduce_scatter<double>(comm, Algorithm::Ring, ReduceOp::Avg, 1e-3, n / p, ++seed, true,
                                  seg * sizeof(double));
+    }
+  }
+}
+
+// The integer ring's plan (RingSegments::interleaved with kLaneSegments): at least that many
+// segments per block while they stay >= 64 KiB, whole 32-value code blocks, never larger than
+// the default plan's, the buffer covered exactly once; cfg.segment_bytes set: the plan asked
+// for. Pure arithmetic, checked on rank 0.
+void test_lane_plan(Comm& comm) {
+  namespace cc = zccl::coll::compute;
+  if (comm.rank() != 0) return;
+  const int lanes = cc::kLaneSegments;
+  for (DType dt : {DType::Float32, DType::Float64}) {
+    const size_t es = zccl::fz::dtype_size(dt);
+    for (int p : {1, 2, 3, 7, 16, 64}) {
+      for (size_t total : {size_t{1000}, size_t{1} << 20, size_t{16000000}, size_t{33554433}}) {
+        const Config cfg = make_cfg(Algorithm::Ring, 1e-3);
+        const cc::RingSegments plain = cc::RingSegments::interleaved(total, p, dt, cfg);
+        const cc::RingSegments plan = cc::RingSegments::interleaved(total, p, dt, cfg, lanes);
+        const std::string what = "lane plan p=" + std::to_string(p) + " n=" + std::to_string(total);
+        CHECK_MSG(plan.seg_len <= plain.seg_len, what);
+        const size_t block = (total + static_cast<size_t>(p) - 1) / static_cast<size_t>(p);
+        if (plan.seg_len != plain.seg_len) {
+          CHECK_MSG(plan.seg_len % 32 == 0 && plan.seg_len * es >= (size_t{64} << 10), what);
+        }
+        if (block * es >= static_cast<size_t>(lanes) * (size_t{64} << 10) + 32 * es * lanes) {
+          CHECK_MSG(plan.per_block >= lanes, what + " per_block " + std::to_string(plan.per_block));
+        }
+        std::vector<int> covered(total, 0);
+        for (int b = 0; b < p; ++b) {
+          for (int j = 0; j < plan.per_block; ++j) {
+            for (size_t i = plan.begin(b, j); i < plan.begin(b, j) + plan.len(b, j); ++i) {
+              ++covered[i];
+            }
+          }
+        }
+        CHECK_MSG(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }), what);
+        Config fixed = cfg;
+        fixed.segment_bytes = 4096 * es;
+        CHECK_MSG(cc::RingSegments::interleaved(total, p, dt, fixed, lanes).seg_len ==
+                      cc::RingSegments::interleaved(total, p, dt, fixed).seg_len,
+                  what + " segment_bytes");
+      }
     }
   }
 }
@@ -911,6 +955,7 @@ int main(int argc, char** argv) {
     });
     phase("integer hop threads", test_integer_hop_threads);
     phase("ring balance", test_ring_balance);
+    phase("lane plan", test_lane_plan);
     if (g_large) phase("large", test_large);
     phase("mismatch", test_mismatch);
     if (g_verbose && comm->rank() == 0) {
