@@ -87,6 +87,29 @@ def test_smpi_driver_p4_within_bounds(tmp_path: Path) -> None:
     assert 0 < zccl_bcast["err_over_bound"] <= 1
 
 
+def test_smpi_driver_models_threads(tmp_path: Path) -> None:
+    """--threads 4 (codec_threads.py's model of 4 threads): zccl plans and schedules for 4
+    threads under run_smpi's OMP_THREAD_LIMIT=1, one thread running every lane; every
+    all_reduce algorithm, the integer hop included, passes its checks. (Teams smaller than
+    asked once produced corrupt streams here.) Without the limit the driver refuses."""
+    run_smpi = _load("run_smpi")
+    exe = run_smpi.build(shutil.which("smpicxx"), run_smpi.DEFAULT_BUILD)
+    case = run_smpi.Case(p=4, gbps=10.0, mbytes=4.0, iters=1, warmup=1)
+    args = ["--colls", "allreduce", "--impls", "zccl", "--label", "pytest", "--threads", "4"]
+    cmd = run_smpi.smpirun_command(
+        shutil.which("smpirun"), exe, case, tmp_path, run_smpi.SELECTOR_MAIN, args
+    )
+    res = run_smpi.run_once(cmd, timeout_s=120)
+    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.error}"
+    summary = [r for r in res.records if r.get("record") == "summary"]
+    assert len(summary) == 1 and summary[0]["all_pass"] is True, summary
+    impls = {r["impl"] for r in res.records if r.get("collective") == "allreduce"}
+    assert {"zccl_ring", "zccl_ring_int", "zccl_halving_doubling"} <= impls, impls
+    refused = run_smpi.run_once(cmd, timeout_s=120, env={"OMP_THREAD_LIMIT": "4"})
+    assert refused.returncode != 0, refused
+    assert not [r for r in refused.records if r.get("collective")], refused.records
+
+
 def test_smpi_summary_and_table() -> None:
     """The speedup summary pairs the best zccl with the best MPI record of a group."""
     run_smpi = _load("run_smpi")
