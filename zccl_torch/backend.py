@@ -332,7 +332,9 @@ def get_backend(group: Any = None, device: str = "cpu") -> Any:
 
 def last_stats(group: Any = None, device: str = "cpu") -> dict[str, Any]:
     """Counters of the most recent compressed collective on ``group`` (on ``device``'s tensors):
-    bytes, eb, the algorithm that ran, whether the ring added integer codes (``integer_hop``),
+    bytes, eb (``error_bound``, absolute; on the receivers of a REL broadcast or scatter the
+    root's, read from the streams they decoded, NaN where the device's codec does not report
+    it), the algorithm that ran, whether the ring added integer codes (``integer_hop``),
     timings."""
     return _C.last_stats(get_backend(group, device))
 

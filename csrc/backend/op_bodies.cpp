@@ -95,6 +95,15 @@ double ZcclBackend::local_bound(Device& dev, const std::vector<at::Tensor>& part
   return rel_bound(cfg.error_bound, lo, hi);
 }
 
+// What a receiver of data only the root compressed records as its bound: the REL bound is the
+// root's (from its value range), which the receiver reads in the stream it decoded; NaN when no
+// stream said (a device whose codec does not report it).
+double ZcclBackend::received_bound(const coll::Stats& stats, const CallConfig& cfg, double eb) {
+  if (cfg.mode != BoundMode::Rel) return eb;
+  return stats.received_error_bound >= 0.0 ? stats.received_error_bound
+                                           : std::numeric_limits<double>::quiet_NaN();
+}
+
 void ZcclBackend::record(const char* op, const coll::Stats& stats, double eb) {
   std::lock_guard<std::mutex> lock(stats_mutex_);
   last_.stats = stats;
@@ -232,7 +241,7 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
                  d.broadcast(*comm_, p[0], n, compressed_dtype(s.buffer.scalar_type()), root,
                              coll_config(cfg, eb), &stats);
                });
-    record("broadcast", stats, eb);
+    record("broadcast", stats, at_root ? eb : received_bound(stats, cfg, eb));
   } else {
     const at::ScalarType type = s.buffer.scalar_type();
     on_host(dev, io, false, [&](const Pointers& p) {
@@ -397,7 +406,7 @@ void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, a
                d.scatter(*comm_, blocks, p.back(), n, compressed_dtype(out.scalar_type()), root,
                          coll_config(cfg, eb), &stats);
              });
-  record("scatter", stats, eb);
+  record("scatter", stats, comm_->rank() == root ? eb : received_bound(stats, cfg, eb));
   dst.write_back();
 }
 

@@ -76,6 +76,9 @@ struct Stats {
   double total_seconds = 0.0;
   Algorithm algorithm = Algorithm::Auto;  // the one that ran
   bool integer_hop = false;  // the ring added integer codes (Config::integer_ring took effect)
+  // The bound in the header of the last fZ-light stream this rank decoded (data movement: the
+  // sender's bound, which a REL broadcast's or scatter's receivers do not know); -1: none.
+  double received_error_bound = -1.0;
 };
 
 // ---- Data-movement framework (output error: eb per value; exact when eb == 0) ----

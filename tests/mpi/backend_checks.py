@@ -448,8 +448,9 @@ def compression_threads_change_no_bit() -> None:
 @check
 def rel_bound_from_the_whole_range() -> None:
     """mode="rel": the bound is REL x (max - min) over every value of every rank (all_reduce)
-    or of the root (broadcast), exactly as staged.h's rel_bound computes it, with the value
-    range scanned by 3 threads. Run under OMP_THREAD_LIMIT=1 too (test_backend_mpi.py): a scan
+    or of the root (broadcast, scatter: last_stats() says the root's bound on every rank, the
+    receivers reading it in the streams), exactly as staged.h's rel_bound computes it, with the
+    value range scanned by 3 threads. Run under OMP_THREAD_LIMIT=1 too (test_backend_mpi.py): a scan
     that split the values by the threads asked for, not the team it got, left slices unread and
     silently widened the range (every value lies in [5, 10], so an unread slice's 0 shows)."""
     p = world()
@@ -471,8 +472,17 @@ def rel_bound_from_the_whole_range() -> None:
         st = zccl_torch.last_stats()
         root = every[p - 1]
         expected = rel * (float(root.max()) - float(root.min()))
-        if rank() == p - 1:  # the others record the configured REL, not the root's bound
-            assert st["error_bound"] == expected, (st["error_bound"], expected)
+        # Every rank: the receivers read the root's bound in the streams they decoded.
+        assert st["error_bound"] == expected, (st["error_bound"], expected)
+        # Scatter: the root's range over all its blocks, on every rank.
+        blocks = [every[p - 1][: n // p] + k for k in range(p)]
+        got = torch.empty(n // p)
+        dist.scatter(got, scatter_list=blocks if rank() == p - 1 else None, src=p - 1)
+        hi_all = max(float(blk.max()) for blk in blocks)
+        lo_all = min(float(blk.min()) for blk in blocks)
+        st = zccl_torch.last_stats()
+        assert st["error_bound"] == rel * (hi_all - lo_all), (st["error_bound"], hi_all, lo_all)
+        assert_within("rel scatter", got, blocks[rank()].double(), rel * (hi_all - lo_all))
     exact = torch.stack([x.double() for x in every]).sum(0)
     bound = zccl_torch._C.output_error_bound("ring", "sum", p, rel * (hi - lo), True)
     assert_within("rel all_reduce", t, exact, bound + float_rounding(every, torch.float32))

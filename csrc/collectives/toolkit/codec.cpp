@@ -95,7 +95,9 @@ void Codec::check_stream(const fz::StreamInfo& info, size_t expected, int peer) 
 void Codec::decompress(const uint8_t* src, size_t len, void* dst, size_t expected, int peer,
                        const fz::Progress* progress) {
   const AddSeconds timed(stats_.decompress_seconds);
-  check_stream(fz::read_info(src, len), expected, peer);
+  const fz::StreamInfo info = fz::read_info(src, len);
+  check_stream(info, expected, peer);
+  stats_.received_error_bound = info.error_bound;
   const std::optional<fz::Progress> hook = throttled(progress);
   if (wire_ == dt_) {
     fz::decompress(src, len, dst, expected, cfg_.threads, hook ? &*hook : nullptr);
