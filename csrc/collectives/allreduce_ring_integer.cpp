@@ -19,13 +19,15 @@
 //   3. AVG: the caller divides by p at the very end.
 // The allgather's receives are all posted before the reduce-scatter starts (their own tag), so
 // the stages overlap; MPI is polled between blocks of 4096 values.
-// Threads (Config::threads, 0: the OpenMP default): the segments of a step are independent
-// streams, so they are taken W = threads at a time: the calling thread waits for the window's
-// receives in order, the W combines (or, in the allgather, decodes) run in parallel, one
-// segment per thread (run_lanes, compute_common.h), then the window's sends go out in order.
-// Only the calling thread polls and calls the transport. A segment's bytes do not depend on
-// the thread that coded it, so the result is bit-identical for every thread count; W = 1 is the
-// one-segment-at-a-time schedule.
+// Threads (Config::threads, 0: the OpenMP default; W = min(threads, S) lanes): the segments
+// are independent streams. The reduce-scatter's combines are a flow of tasks (s, j) that the
+// lanes take in order, each starting as soon as its segment has arrived (see below); only the
+// calling thread polls and calls the transport, marking tasks ready and sending finished ones
+// in order. (A first version took W segments at a time, waiting for all W receives before
+// coding any and sending none before all W were coded: with S = W a whole step was
+// store-and-forward.) The allgather's decodes run W at a time (run_lanes, compute_common.h).
+// A segment's bytes do not depend on the thread that coded it, so the result is bit-identical
+// for every thread count; W = 1 (or a team of one) is the one-segment-at-a-time schedule.
 //
 // Cost (n values of w bytes, ratio R of the code segments, link beta, hop throughput H, decode
 // throughput D): every rank quantises each of its n values once (inside the hops), runs p
@@ -39,8 +41,13 @@
 // add exactly, so SUM: |result - exact| <= p eb (the same bound as the float ring's (p-1) eb +
 // eb); AVG: eb. Rounding on top: one conversion of the exact Q * bin to T (float32), and at
 // outlier indices (NaN, Inf, values off the grid) the float64 sum of the exact partials.
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "../compress/fzlight.h"
@@ -83,39 +90,94 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const RingSegments& seg, double 
   };
   auto on_lane = [&poll](int lane) { return lane == 0 ? &poll : nullptr; };
 
-  std::vector<size_t> in_len(static_cast<size_t>(W)), out_len(static_cast<size_t>(W));
-  for (int s = 0; s <= p - 1; ++s) {
-    const int b = ring.before(s + 1);  // sent at step s, received at step s-1
-    const bool final_step = s == p - 1;
-    // The final step's segment j is the allgather's own segment j, and (the same values every
-    // other rank will decode from it) this rank's result, written over its local values.
-    auto dst_of = [&](int j) {
-      return final_step ? own_area + static_cast<size_t>(j) * cap : slots.send_buf(s, j);
-    };
-    for (int j0 = 0; j0 < S; j0 += W) {
-      const int w = std::min(W, S - j0);
-      for (int k = 0; k < w; ++k) {
-        const int j = j0 + k;
-        in_len[k] = s >= 1 ? slots.rx[slots.slot(s - 1, j)].finish(comm) : 0;
-        if (!final_step) slots.tx[slots.slot(s, j)].finish(comm);  // step s-2's send, same slot
+  // The reduce-scatter as a flow of tasks k = s * S + j (step s, segment j), taken in order by
+  // the lanes of one parallel region. Task k may run once its input (segment j of step s-1
+  // from prev) has arrived and its send slot is free; only the calling thread (lane 0) calls
+  // MPI: it marks tasks ready in order, and sends finished ones in order (one tag: the
+  // receiver matches messages in the order they were sent), reposting each consumed receive
+  // slot for step s+1. It does so while it waits and from its own combine's progress hook, so
+  // a lane starts a segment as soon as it arrives rather than when a whole window has.
+  const int total = p * S;
+  std::vector<std::atomic<int>> state(static_cast<size_t>(total));  // 0 wait, 1 ready, 2 done
+  std::vector<size_t> in_len(static_cast<size_t>(total)), out_len(static_cast<size_t>(total));
+  int ready_upto = 0, sent_upto = 0;  // lane 0's: tasks marked ready / sent, in order
+  auto step_of = [S](int k) { return k / S; };
+  auto dst_of = [&](int k) {
+    const int s = step_of(k), j = k % S;
+    return s == p - 1 ? own_area + static_cast<size_t>(j) * cap : slots.send_buf(s, j);
+  };
+  // Lane 0 only: marks what became ready, sends what finished.
+  auto service = [&] {
+    poll_first(comm, ag_rx);
+    while (ready_upto < total) {
+      const int k = ready_upto, s = step_of(k), j = k % S;
+      // From step 2 on, this slot's previous occupant (task k - 2S) must have been sent (and
+      // the receive for this step posted in its place) and its send must have completed.
+      if (s >= 2 && k - 2 * S >= sent_upto) break;
+      if (s <= p - 2) {
+        Pending& tx = slots.tx[slots.slot(s, j)];
+        tx.poll(comm);
+        if (!tx.done) break;
       }
-      run_lanes(w, W, [&](int lane, int k) {
-        const int j = j0 + k;
-        const size_t n = seg.len(b, j);
+      if (s >= 1) {
+        Pending& rx = slots.rx[slots.slot(s - 1, j)];
+        rx.poll(comm);
+        if (!rx.done) break;
+        in_len[static_cast<size_t>(k)] = rx.bytes;
+      }
+      state[static_cast<size_t>(k)].store(1, std::memory_order_release);
+      ++ready_upto;
+    }
+    while (sent_upto < total &&
+           state[static_cast<size_t>(sent_upto)].load(std::memory_order_acquire) == 2) {
+      const int k = sent_upto, s = step_of(k), j = k % S;
+      const bool final_step = s == p - 1;
+      Pending& send = final_step ? ag_tx[received + j] : slots.tx[slots.slot(s, j)];
+      const size_t bytes = out_len[static_cast<size_t>(k)];
+      send.start(comm.isend(dst_of(k), bytes, next, final_step ? ag_tag : rs_tag));
+      st.bytes_sent += bytes;
+      // The slot just consumed takes segment j of step s+1 (same parity as s-1).
+      if (s >= 1 && s + 1 <= p - 2) slots.post_recv(s + 1, j);
+      ++sent_upto;
+    }
+  };
+  const fz::Progress serve = [&](uint64_t, uint64_t) { service(); };
+  std::atomic<int> next_task{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(W));
+#pragma omp parallel num_threads(W)
+  {
+    const int lane = omp_get_thread_num();
+    try {
+      for (int k = next_task.fetch_add(1); k < total && !failed.load();
+           k = next_task.fetch_add(1)) {
+        std::atomic<int>& st_k = state[static_cast<size_t>(k)];
+        while (st_k.load(std::memory_order_acquire) != 1 && !failed.load()) {
+          if (lane == 0) {
+            service();
+          } else {
+            std::this_thread::yield();
+          }
+        }
+        if (failed.load()) break;
+        const int s = step_of(k), j = k % S, b = ring.before(s + 1);
         const uint8_t* in = s >= 1 ? slots.recv_buf(s - 1, j) : nullptr;
         T* const mine = buf + seg.begin(b, j);
-        out_len[k] = lanes[lane].combine(in, in_len[k], mine, n, dst_of(j), cap, prev,
-                                         on_lane(lane), final_step ? mine : nullptr);
-      });
-      for (int k = 0; k < w; ++k) {
-        const int j = j0 + k;
-        Pending& send = final_step ? ag_tx[received + j] : slots.tx[slots.slot(s, j)];
-        send.start(comm.isend(dst_of(j), out_len[k], next, final_step ? ag_tag : rs_tag));
-        st.bytes_sent += out_len[k];
-        // The slot just consumed takes segment j of step s+1 (same parity as s-1).
-        if (s >= 1 && s + 1 <= p - 2) slots.post_recv(s + 1, j);
+        out_len[static_cast<size_t>(k)] = lanes[static_cast<size_t>(lane)].combine(
+            in, in_len[static_cast<size_t>(k)], mine, seg.len(b, j), dst_of(k), cap, prev,
+            lane == 0 ? &serve : nullptr, s == p - 1 ? mine : nullptr);
+        st_k.store(2, std::memory_order_release);
       }
+      if (lane == 0) {
+        while (sent_upto < total && !failed.load()) service();
+      }
+    } catch (...) {
+      errors[static_cast<size_t>(lane)] = std::current_exception();
+      failed.store(true);
     }
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
   }
   finish_all(comm, slots.tx);
 
