@@ -311,8 +311,6 @@ def main() -> int:
             if t:
                 mpi_times.append(t)
         mpi = min(mpi_times) if mpi_times else None
-        # (label, CPU speed-up): one thread as measured; two threads as measured here; then
-        # t threads with perfect scaling (an extrapolation).
         # (label, CPU speed-up, threads): one thread as measured; the thread counts measured
         # here or in --scaling's file; then t threads with perfect scaling (an extrapolation).
         models = [] if args.no_one_thread else [("1 thread", 1.0, 1)]

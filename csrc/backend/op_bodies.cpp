@@ -75,6 +75,15 @@ void compressed(Device& dev, Device& cpu, DeviceOp op, at::ScalarType dtype,
   call(dev, ptrs);
 }
 
+// What a receiver of data only the root compressed records as its bound: the REL bound is the
+// root's (from its value range), which the receiver reads in the stream it decoded; NaN when no
+// stream said (a device whose codec does not report it).
+double received_bound(const coll::Stats& stats, const CallConfig& cfg, double eb) {
+  if (cfg.mode != BoundMode::Rel) return eb;
+  return stats.received_error_bound >= 0.0 ? stats.received_error_bound
+                                           : std::numeric_limits<double>::quiet_NaN();
+}
+
 }  // namespace
 
 // The absolute bound for data only this rank compresses (broadcast/scatter roots, sends): a REL
@@ -93,15 +102,6 @@ double ZcclBackend::local_bound(Device& dev, const std::vector<at::Tensor>& part
     hi = std::max(hi, r.max);
   }
   return rel_bound(cfg.error_bound, lo, hi);
-}
-
-// What a receiver of data only the root compressed records as its bound: the REL bound is the
-// root's (from its value range), which the receiver reads in the stream it decoded; NaN when no
-// stream said (a device whose codec does not report it).
-double ZcclBackend::received_bound(const coll::Stats& stats, const CallConfig& cfg, double eb) {
-  if (cfg.mode != BoundMode::Rel) return eb;
-  return stats.received_error_bound >= 0.0 ? stats.received_error_bound
-                                           : std::numeric_limits<double>::quiet_NaN();
 }
 
 void ZcclBackend::record(const char* op, const coll::Stats& stats, double eb) {

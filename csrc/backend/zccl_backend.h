@@ -175,8 +175,6 @@ class ZcclBackend : public c10d::Backend {
   std::optional<coll::ReduceOp> reduction_path(const c10d::ReduceOp& op, at::ScalarType dtype,
                                                uint64_t numel, const CallConfig& cfg) const;
   void record(const char* op, const coll::Stats& stats, double eb);
-  // The bound a non-root of a broadcast/scatter records (REL: the root's, read from its stream).
-  static double received_bound(const coll::Stats& stats, const CallConfig& cfg, double eb);
   // An uncompressed (exact transport) collective; `eb`: the bound in force when the algorithm
   // choice, not the configuration, sent it exactly.
   void record_exact(const char* op, uint64_t bytes_in, double eb = 0.0);

@@ -84,11 +84,6 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const RingSegments& seg, double 
     ag_rx[k].start(comm.irecv(ag_area + k * cap, cap, prev, ag_tag));
   }
   ParitySlots slots(comm, p, S, cap, prev, rs_tag);  // receives of steps 0 and 1 posted
-  const fz::Progress poll = [&](uint64_t, uint64_t) {
-    poll_first(comm, slots.rx);
-    poll_first(comm, ag_rx);
-  };
-  auto on_lane = [&poll](int lane) { return lane == 0 ? &poll : nullptr; };
 
   // The reduce-scatter as a flow of tasks k = s * S + j (step s, segment j), taken in order by
   // the lanes of one parallel region. Task k may run once its input (segment j of step s-1
@@ -182,7 +177,10 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const RingSegments& seg, double 
   finish_all(comm, slots.tx);
 
   // Decodes W segments at a time, in parallel, once the relay has forwarded them (each stream
-  // keeps its own slot of ag_area, so it stays valid).
+  // keeps its own slot of ag_area, so it stays valid); lane 0 polls the allgather's receives
+  // (the reduce-scatter's are all done by now).
+  const fz::Progress poll = [&](uint64_t, uint64_t) { poll_first(comm, ag_rx); };
+  auto on_lane = [&poll](int lane) { return lane == 0 ? &poll : nullptr; };
   struct Received {
     const uint8_t* stream;
     size_t bytes;

@@ -216,7 +216,7 @@ class ThreadedProgress {
     if (stop_.load(std::memory_order_relaxed)) return false;
     if (t != 0 || progress_ == nullptr) return true;
     try {
-      (*progress_)(std::min(total_, done), total_);
+      (*progress_)(done, total_);  // each chunk counts once: done <= total
     } catch (...) {
       error_ = std::current_exception();
       stop_.store(true, std::memory_order_relaxed);
