@@ -76,6 +76,7 @@ DATAMOVE = [
         "toolkit/buffers.cpp",
         "toolkit/codec.cpp",
         "toolkit/validate.cpp",
+        "toolkit/wait.cpp",
         "route.cpp",
         "datamove_common.cpp",
         "allgather_ring.cpp",

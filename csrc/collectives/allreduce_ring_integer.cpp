@@ -14,8 +14,9 @@
 //                     segment is isent to next on the allgather tag, and the combine also
 //                     writes its decoded values into buf (what every other rank decodes).
 //   2. allgather: at step t = 0 .. p-2 segment j of block r-t-1 arrives from prev; it is
-//      forwarded to next as received (t < p-2) and decoded into its place. Every rank decodes
-//      the same segment of each block, the owner included, so the replicas are bit-identical.
+//      forwarded to next as soon as it arrived (t < p-2), also in the middle of a decode, and
+//      decoded into its place. Every rank decodes the same segment of each block, the owner
+//      included, so the replicas are bit-identical.
 //   3. AVG: the caller divides by p at the very end.
 // The allgather's receives are all posted before the reduce-scatter starts (their own tag), so
 // the stages overlap; MPI is polled between blocks of 4096 values.
@@ -25,7 +26,10 @@
 // calling thread polls and calls the transport, marking tasks ready and sending finished ones
 // in order. (A first version took W segments at a time, waiting for all W receives before
 // coding any and sending none before all W were coded: with S = W a whole step was
-// store-and-forward.) The allgather's decodes run W at a time (run_lanes, compute_common.h).
+// store-and-forward.) The allgather's decodes are a flow too (RingAllgather): W lanes decode
+// received segments in order while lane 0 forwards each arrival at once (windows of W decodes
+// held each hop's forwards back by a whole window). Every wait of lane 0 is bounded by the
+// communicator's deadline (run_flow), so a peer that never sends raises TimeoutError.
 // A segment's bytes do not depend on the thread that coded it, so the result is bit-identical
 // for every thread count; W = 1 (or a team of one) is the one-segment-at-a-time schedule.
 //
@@ -41,13 +45,9 @@
 // add exactly, so SUM: |result - exact| <= p eb (the same bound as the float ring's (p-1) eb +
 // eb); AVG: eb. Rounding on top: one conversion of the exact Q * bin to T (float32), and at
 // outlier indices (NaN, Inf, values off the grid) the float64 sum of the exact partials.
-#include <omp.h>
-
 #include <algorithm>
 #include <atomic>
-#include <exception>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include "../compress/fzlight.h"
@@ -74,24 +74,17 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const RingSegments& seg, double 
   for (int t = 1; t < W; ++t) lanes.push_back(*CodeCodec::for_reduction(eb, p, lane_stats[t]));
   const size_t cap = lanes[0].capacity(seg.seg_len);
 
-  // Allgather: the own segments (S slots), then one slot per received segment (forwarded from
-  // where it landed), all receives posted first; then the reduce-scatter's parity slots.
-  const size_t received = static_cast<size_t>(p - 1) * S;
-  uint8_t* const own_area = workspace_bytes(kSlotScratch2, S * cap);
-  uint8_t* const ag_area = workspace_bytes(kSlotSend1, received * cap);
-  std::vector<Pending> ag_rx(received), ag_tx(received + S);
-  for (size_t k = 0; k < received; ++k) {
-    ag_rx[k].start(comm.irecv(ag_area + k * cap, cap, prev, ag_tag));
-  }
-  ParitySlots slots(comm, p, S, cap, prev, rs_tag);  // receives of steps 0 and 1 posted
+  uint8_t* const own_area = workspace_bytes(kSlotScratch2, S * cap);  // own final segments
+  RingAllgather allgather(comm, ring, S, cap, ag_tag, st);  // every receive posted
+  ParitySlots slots(comm, p, S, cap, prev, rs_tag);        // receives of steps 0 and 1 posted
 
-  // The reduce-scatter as a flow of tasks k = s * S + j (step s, segment j), taken in order by
-  // the lanes of one parallel region. Task k may run once its input (segment j of step s-1
-  // from prev) has arrived and its send slot is free; only the calling thread (lane 0) calls
-  // MPI: it marks tasks ready in order, and sends finished ones in order (one tag: the
-  // receiver matches messages in the order they were sent), reposting each consumed receive
-  // slot for step s+1. It does so while it waits and from its own combine's progress hook, so
-  // a lane starts a segment as soon as it arrives rather than when a whole window has.
+  // The reduce-scatter as a flow of tasks k = s * S + j (step s, segment j; run_flow). Task k
+  // is ready once its input (segment j of step s-1 from prev) has arrived and its send slot is
+  // free. Lane 0's service marks tasks ready in order and sends finished ones in order (one
+  // tag: the receiver matches messages in the order they were sent), reposting each consumed
+  // receive slot for step s+1, and forwards the allgather's arrivals; it runs while lane 0
+  // waits and from its own combine's progress hook, so a lane starts a segment as soon as it
+  // arrives rather than when a whole window has.
   const int total = p * S;
   std::vector<std::atomic<int>> state(static_cast<size_t>(total));  // 0 wait, 1 ready, 2 done
   std::vector<size_t> in_len(static_cast<size_t>(total)), out_len(static_cast<size_t>(total));
@@ -101,9 +94,13 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const RingSegments& seg, double 
     const int s = step_of(k), j = k % S;
     return s == p - 1 ? own_area + static_cast<size_t>(j) * cap : slots.send_buf(s, j);
   };
-  // Lane 0 only: marks what became ready, sends what finished.
-  auto service = [&] {
-    poll_first(comm, ag_rx);
+  FlowControl flow;
+  flow.ready = [&](int k) {
+    return state[static_cast<size_t>(k)].load(std::memory_order_acquire) != 0;
+  };
+  flow.settled = [&] { return sent_upto == total; };
+  flow.service = [&] {
+    allgather.service();
     while (ready_upto < total) {
       const int k = ready_upto, s = step_of(k), j = k % S;
       // From step 2 on, this slot's previous occupant (task k - 2S) must have been sent (and
@@ -126,81 +123,35 @@ bool integer_ring_allreduce(Comm& comm, T* buf, const RingSegments& seg, double 
     while (sent_upto < total &&
            state[static_cast<size_t>(sent_upto)].load(std::memory_order_acquire) == 2) {
       const int k = sent_upto, s = step_of(k), j = k % S;
-      const bool final_step = s == p - 1;
-      Pending& send = final_step ? ag_tx[received + j] : slots.tx[slots.slot(s, j)];
       const size_t bytes = out_len[static_cast<size_t>(k)];
-      send.start(comm.isend(dst_of(k), bytes, next, final_step ? ag_tag : rs_tag));
-      st.bytes_sent += bytes;
+      if (s == p - 1) {
+        allgather.send_own(j, dst_of(k), bytes);
+      } else {
+        slots.tx[slots.slot(s, j)].start(comm.isend(dst_of(k), bytes, next, rs_tag));
+        st.bytes_sent += bytes;
+      }
       // The slot just consumed takes segment j of step s+1 (same parity as s-1).
       if (s >= 1 && s + 1 <= p - 2) slots.post_recv(s + 1, j);
       ++sent_upto;
     }
   };
-  const fz::Progress serve = [&](uint64_t, uint64_t) { service(); };
-  std::atomic<int> next_task{0};
-  std::atomic<bool> failed{false};
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(W));
-#pragma omp parallel num_threads(W)
-  {
-    const int lane = omp_get_thread_num();
-    try {
-      for (int k = next_task.fetch_add(1); k < total && !failed.load();
-           k = next_task.fetch_add(1)) {
-        std::atomic<int>& st_k = state[static_cast<size_t>(k)];
-        while (st_k.load(std::memory_order_acquire) != 1 && !failed.load()) {
-          if (lane == 0) {
-            service();
-          } else {
-            std::this_thread::yield();
-          }
-        }
-        if (failed.load()) break;
-        const int s = step_of(k), j = k % S, b = ring.before(s + 1);
-        const uint8_t* in = s >= 1 ? slots.recv_buf(s - 1, j) : nullptr;
-        T* const mine = buf + seg.begin(b, j);
-        out_len[static_cast<size_t>(k)] = lanes[static_cast<size_t>(lane)].combine(
-            in, in_len[static_cast<size_t>(k)], mine, seg.len(b, j), dst_of(k), cap, prev,
-            lane == 0 ? &serve : nullptr, s == p - 1 ? mine : nullptr);
-        st_k.store(2, std::memory_order_release);
-      }
-      if (lane == 0) {
-        while (sent_upto < total && !failed.load()) service();
-      }
-    } catch (...) {
-      errors[static_cast<size_t>(lane)] = std::current_exception();
-      failed.store(true);
-    }
-  }
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  const fz::Progress serve = [&](uint64_t, uint64_t) { flow.service(); };
+  run_flow(comm, flow, total, W, "a reduce-scatter segment", prev, [&](int lane, int k) {
+    const int s = step_of(k), j = k % S, b = ring.before(s + 1);
+    const uint8_t* in = s >= 1 ? slots.recv_buf(s - 1, j) : nullptr;
+    T* const mine = buf + seg.begin(b, j);
+    out_len[static_cast<size_t>(k)] = lanes[static_cast<size_t>(lane)].combine(
+        in, in_len[static_cast<size_t>(k)], mine, seg.len(b, j), dst_of(k), cap, prev,
+        lane == 0 ? &serve : nullptr, s == p - 1 ? mine : nullptr);
+    state[static_cast<size_t>(k)].store(2, std::memory_order_release);
+  });
   finish_all(comm, slots.tx);
 
-  // Decodes W segments at a time, in parallel, once the relay has forwarded them (each stream
-  // keeps its own slot of ag_area, so it stays valid); lane 0 polls the allgather's receives
-  // (the reduce-scatter's are all done by now).
-  const fz::Progress poll = [&](uint64_t, uint64_t) { poll_first(comm, ag_rx); };
-  auto on_lane = [&poll](int lane) { return lane == 0 ? &poll : nullptr; };
-  struct Received {
-    const uint8_t* stream;
-    size_t bytes;
-    int block, segment;
-  };
-  std::vector<Received> window;
-  auto decode_window = [&] {
-    run_lanes(static_cast<int>(window.size()), W, [&](int lane, int k) {
-      const Received& r = window[static_cast<size_t>(k)];
-      lanes[lane].decode(r.stream, r.bytes, buf + seg.begin(r.block, r.segment),
-                         seg.len(r.block, r.segment), prev, on_lane(lane));
-    });
-    window.clear();
-  };
-  relay_allgather(comm, ring, S, ag_rx, ag_tx, ag_area, cap, ag_tag, st,
-                  [&](const uint8_t* stream, size_t got, int b, int j) {
-                    window.push_back({stream, got, b, j});
-                    if (static_cast<int>(window.size()) == W) decode_window();
-                  });
-  decode_window();
+  // The allgather: every received segment decoded on W lanes while lane 0 forwards arrivals.
+  allgather.decode_all(W, [&](int lane, const uint8_t* stream, size_t got, int b, int j) {
+    lanes[static_cast<size_t>(lane)].decode(stream, got, buf + seg.begin(b, j), seg.len(b, j),
+                                            prev, lane == 0 ? allgather.progress() : nullptr);
+  });
   for (int t = 1; t < W; ++t) st.bytes_compressed += lane_stats[t].bytes_compressed;
   return true;
 }

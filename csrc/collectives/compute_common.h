@@ -6,9 +6,8 @@
 // the schedules and the argument checks come from the toolkit.
 #pragma once
 
-#include <omp.h>
-
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -23,6 +22,7 @@
 #include "toolkit/schedules.h"
 #include "toolkit/timing.h"
 #include "toolkit/validate.h"
+#include "toolkit/wait.h"
 
 namespace zccl::coll::compute {
 
@@ -132,10 +132,10 @@ struct ParitySlots {
   std::vector<Pending> tx, rx;
 };
 
-// The allgather stage of the pipelined ring allreduce (both hops): at step t = 0 .. p-2, segment
-// j of block r-t-1 arrives from prev in rx[t*S + j] (landing at area + (t*S + j) * cap); while
-// t < p-2 it is forwarded to next as received (tx[t*S + j], on `tag`), then handed to
-// decode(stream, bytes, block, j). Waits for every send of tx (the owner's ones included).
+// The allgather stage of the float ring allreduce (allreduce_ring.cpp): at step t = 0 .. p-2,
+// segment j of block r-t-1 arrives from prev in rx[t*S + j] (landing at area + (t*S + j) *
+// cap); while t < p-2 it is forwarded to next as received (tx[t*S + j], on `tag`), then handed
+// to decode(stream, bytes, block, j). Waits for every send of tx (the owner's ones included).
 template <class Decode>
 void relay_allgather(Comm& comm, const Ring& ring, int S, std::vector<Pending>& rx,
                      std::vector<Pending>& tx, uint8_t* area, size_t cap, int tag, Stats& st,
@@ -156,36 +156,69 @@ void relay_allgather(Comm& comm, const Ring& ring, int S, std::vector<Pending>& 
   finish_all(comm, tx);
 }
 
-// Runs task(lane, k) for k = 0 .. n-1 on up to `lanes` threads. Lane 0 is the calling thread
-// (OpenMP's master), the only one that may call the transport; the others are OpenMP threads.
-// Which lane runs a task must not change its result (each task writes its own output). Every
-// task runs even if one throws; the first exception (by lane) is rethrown after all finished.
-template <class Task>
-void run_lanes(int n, int lanes, Task&& task) {
-  const int nt = std::min(n, std::max(1, lanes));
-  if (nt <= 1) {
-    for (int k = 0; k < n; ++k) task(0, k);
-    return;
-  }
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(nt));
-#pragma omp parallel num_threads(nt)
-  {
-    // The team may be smaller than asked (OMP_THREAD_LIMIT, nesting): stride by its real size.
-    const int team = omp_get_num_threads();
-    const int t = omp_get_thread_num();
-    for (int k = t; k < n; k += team) {
-      try {
-        task(t, k);
-      } catch (...) {
-        std::exception_ptr& first = errors[static_cast<size_t>(t)];
-        if (!first) first = std::current_exception();
-      }
-    }
-  }
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+// A flow of tasks k = 0 .. n-1 (run_flow): task k may start once ready(k) holds, which only
+// service() -- the transport polled, finished work sent on, new input marked ready -- can make
+// true, and only lane 0 (the calling thread) may call it.
+struct FlowControl {
+  std::function<bool(int)> ready;  // any lane, thread-safe
+  std::function<void()> service;   // lane 0 only
+  std::function<bool()> settled;   // lane 0 only: the other lanes need no more service()
+};
+
+// Runs task(lane, k) for k = 0 .. n-1 on up to `lanes` threads, taken in order: a lane takes
+// the next k and starts it once flow.ready(k) holds. Lane 0 is the calling thread (OpenMP's
+// master): it calls flow.service() while it waits, and once out of tasks until flow.settled(),
+// under the communicator's deadline ("waiting for <what> (rank <peer>)"); the other lanes
+// yield. A task on lane 0 may hand flow.service to its codec's progress hook. A task that
+// throws stops the flow (no lane takes another task; running ones finish) and the first
+// exception by lane is rethrown. Which lane runs a task must not change its result, so a flow
+// gives the same bits for every lane count (lanes = 1, or a team of one, runs tasks in order).
+void run_flow(const Comm& comm, const FlowControl& flow, int n, int lanes, const char* what,
+              int peer, const std::function<void(int, int)>& task);
+
+// The allgather stage of the integer ring allreduce as a flow. Segment j of block r-t-1
+// arrives from prev at step t = 0 .. p-2 into its own slot k = t*S + j of the kSlotSend1
+// workspace (every receive posted at construction, on `tag`, so the stage overlaps the
+// reduce-scatter). service() forwards arrived segments to next in order (t < p-2), once the
+// own block's S segments (send_own) went out (one tag: the order of sends is the receiver's
+// order of slots), and makes each ready for decoding as soon as it arrived; decode_all()
+// decodes them on up to `lanes` lanes in arrival order while lane 0 keeps forwarding. (Windows
+// of W decodes held each hop's forwards back by a whole window.) The float ring keeps
+// relay_allgather: there forwarding in the middle of a decode measured slower under SimGrid
+// (benchmarks/RESULTS.md, "The integer hop's allgather as a flow").
+class RingAllgather {
+ public:
+  RingAllgather(Comm& comm, const Ring& ring, int S, size_t cap, int tag, Stats& st);
+  RingAllgather(const RingAllgather&) = delete;
+  RingAllgather& operator=(const RingAllgather&) = delete;
+
+  // Calling thread only: forwards what arrived, in order.
+  void service();
+  // The calling thread's codec hook: service() between chunks.
+  const fz::Progress* progress() const { return &progress_; }
+  // The own block's final segment j (a stream that stays valid until decode_all returns).
+  void send_own(int j, const uint8_t* stream, size_t bytes);
+  // Runs decode(lane, stream, bytes, block, j) for every received segment (lane 0: the calling
+  // thread, whose decodes may pass progress()), then waits for every send. A decode that fails
+  // does not stop the forwarding (peers must not be left waiting): its error is rethrown once
+  // every segment went on; transport errors propagate at once.
+  using Decode = std::function<void(int, const uint8_t*, size_t, int, int)>;
+  void decode_all(int lanes, const Decode& decode);
+
+ private:
+  Comm& comm_;
+  Ring ring_;
+  int S_, tag_;
+  size_t cap_, received_;
+  Stats& st_;
+  uint8_t* area_;
+  std::vector<Pending> rx_, tx_;  // tx_: the forwards, then the S own segments
+  // The calling thread's: segments seen arrived (in order), forwarded, own segments sent.
+  size_t arrived_local_ = 0, forwarded_ = 0;
+  int own_sent_ = 0;
+  std::atomic<size_t> arrived_{0};  // arrived_local_, for the lanes
+  fz::Progress progress_;
+};
 
 // A bound for each of k compressions whose errors add up: k * result <= eb holds exactly (eb/k
 // shrunk by 2^-50 so the rounding of the division can never push the sum past eb).

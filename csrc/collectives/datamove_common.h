@@ -21,26 +21,13 @@
 #include "toolkit/schedules.h"
 #include "toolkit/timing.h"
 #include "toolkit/validate.h"
+#include "toolkit/wait.h"
 
 namespace zccl::coll::detail {
 
 
-// Runs `fn` (a codec call) unless `error` is already set. A codec or size error is recorded in
-// `error` instead of thrown, so the caller keeps relaying or draining (its peers must not be
-// left waiting); transport errors propagate, as the call cannot go on after them.
-template <class Fn>
-void run_recording(std::exception_ptr& error, Fn&& fn) {
-  if (error) return;
-  try {
-    fn();
-  } catch (const transport::TransportError&) {
-    throw;
-  } catch (const transport::TimeoutError&) {
-    throw;
-  } catch (...) {
-    error = std::current_exception();
-  }
-}
+// Codec calls whose errors wait until the relaying is done (toolkit/codec.h).
+using toolkit::run_recording;
 
 // memmove of `bytes` unless src == dst (in-place calls): own blocks are copied exactly.
 void copy_exact(const void* src, void* dst, size_t bytes);
@@ -175,11 +162,7 @@ void receive_segments(const Comm& comm, const SegmentPlan& plan, int from, int t
                       Stats& st, const char* op,
                       const std::function<void(size_t, const uint8_t*, size_t)>& decode);
 
-// Polls `done()` (which tests MPI requests and so progresses every transfer) until it holds,
-// backing off between polls (spin, yield, then short sleeps: ranks may oversubscribe the cores)
-// like Comm::wait. Throws transport::TimeoutError ("<op>: timed out ... waiting for <what>
-// (rank <peer>)") past the communicator's timeout.
-void wait_until(const Comm& comm, const std::function<bool()>& done, const char* op,
-                const char* what, int peer);
+// The labelled wait-with-deadline of the toolkit (toolkit/wait.h).
+using toolkit::wait_until;
 
 }  // namespace zccl::coll::detail

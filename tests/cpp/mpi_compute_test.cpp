@@ -722,7 +722,7 @@ void test_arguments(Comm& comm) {
 // (see the report), not something this test should trigger.
 void test_mismatch(Comm& world) {
   if (world.size() < 2) return;
-  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling}) {
+  auto run_case = [&](const Config& cfg, const std::string& name) {
     auto comm = zccl::transport::MpiComm::duplicate(MPI_COMM_WORLD);
     comm->set_timeout(std::chrono::milliseconds(2000));
     const size_t n = 1000 + (comm->rank() == 0 ? static_cast<size_t>(comm->size()) : 0);
@@ -730,7 +730,7 @@ void test_mismatch(Comm& world) {
     for (size_t i = 0; i < n; ++i) buf[i] = std::sin(0.01 * i);
     int threw = 0, mismatch = 0;
     try {
-      coll::allreduce(*comm, buf.data(), n, DType::Float64, ReduceOp::Sum, make_cfg(a, 1e-3));
+      coll::allreduce(*comm, buf.data(), n, DType::Float64, ReduceOp::Sum, cfg);
     } catch (const std::runtime_error& e) {
       threw = 1;
       if (std::string(e.what()).find("size mismatch across ranks") != std::string::npos) {
@@ -740,10 +740,20 @@ void test_mismatch(Comm& world) {
     int any_threw = 0, any_mismatch = 0;
     MPI_Allreduce(&threw, &any_threw, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Allreduce(&mismatch, &any_mismatch, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    CHECK_MSG(any_threw == 1, std::string("count mismatch went unnoticed, ") + alg_name(a));
-    CHECK_MSG(any_mismatch == 1 || a == Algorithm::RecursiveDoubling,
-              std::string("no 'size mismatch across ranks' error, ") + alg_name(a));
+    CHECK_MSG(any_threw == 1, "count mismatch went unnoticed, " + name);
+    CHECK_MSG(any_mismatch == 1 || cfg.algorithm == Algorithm::RecursiveDoubling,
+              "no 'size mismatch across ranks' error, " + name);
     world.barrier();
+  };
+  for (Algorithm a : {Algorithm::Ring, Algorithm::RecursiveDoubling, Algorithm::HalvingDoubling}) {
+    run_case(make_cfg(a, 1e-3), alg_name(a));
+  }
+  // The integer hop's task flows wait in loops of their own (one lane and two).
+  for (int lanes : {1, 2}) {
+    Config cfg = make_cfg(Algorithm::Ring, 1e-3);
+    cfg.integer_ring = true;
+    cfg.threads = lanes;
+    run_case(cfg, "integer hop, threads " + std::to_string(lanes));
   }
 }
 

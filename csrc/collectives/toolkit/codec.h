@@ -1,6 +1,7 @@
 // The compressor as the CPU collectives call it: fZ-light with one error bound, accounting into
 // Stats, with every received stream checked against the expected count and dtype before it is
-// decoded ("size mismatch across ranks" otherwise), and the errors of that check.
+// decoded ("size mismatch across ranks" otherwise), the errors of that check, and codec calls
+// whose errors wait until the relaying is done.
 #pragma once
 
 #include <cstddef>
@@ -19,6 +20,23 @@ namespace zccl::coll::toolkit {
 // it, for collectives that must finish relaying before they report it.
 [[noreturn]] void throw_size_mismatch(const char* op, const std::string& detail);
 std::exception_ptr size_mismatch(const char* op, const std::string& detail);
+
+// Runs `fn` (a codec call) unless `error` is already set. A codec or size error is recorded in
+// `error` instead of thrown, so the caller keeps relaying or draining (its peers must not be
+// left waiting); transport errors propagate, as the call cannot go on after them.
+template <class Fn>
+void run_recording(std::exception_ptr& error, Fn&& fn) {
+  if (error) return;
+  try {
+    fn();
+  } catch (const transport::TransportError&) {
+    throw;
+  } catch (const transport::TimeoutError&) {
+    throw;
+  } catch (...) {
+    error = std::current_exception();
+  }
+}
 
 class Codec {
  public:

@@ -1,0 +1,17 @@
+// Waiting with the communicator's deadline, for the collectives' own progress loops (those that
+// poll several requests or work in between): one labelled TimeoutError for every algorithm.
+#pragma once
+
+#include <functional>
+
+#include "../collectives.h"
+
+namespace zccl::coll::toolkit {
+
+// Polls `done()` (which tests requests and so progresses every transfer) until it holds,
+// backing off between polls like Comm::wait. Throws transport::TimeoutError ("zccl: <op>: Timed
+// out after ... waiting for <what> (rank <peer>)") past the communicator's timeout.
+void wait_until(const Comm& comm, const std::function<bool()>& done, const char* op,
+                const char* what, int peer);
+
+}  // namespace zccl::coll::toolkit
