@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <functional>
 #include <type_traits>
 #include <vector>
@@ -213,10 +212,11 @@ class RingAllgather {
   Stats& st_;
   uint8_t* area_;
   std::vector<Pending> rx_, tx_;  // tx_: the forwards, then the S own segments
-  // The calling thread's: segments seen arrived (in order), forwarded, own segments sent.
-  size_t arrived_local_ = 0, forwarded_ = 0;
+  // Segments seen arrived, in order (written by the calling thread only, read by the lanes);
+  // the calling thread's: segments forwarded, own segments sent.
+  std::atomic<size_t> arrived_{0};
+  size_t forwarded_ = 0;
   int own_sent_ = 0;
-  std::atomic<size_t> arrived_{0};  // arrived_local_, for the lanes
   fz::Progress progress_;
 };
 

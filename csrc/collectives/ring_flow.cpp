@@ -2,7 +2,10 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <exception>
 #include <thread>
+#include <vector>
 
 #include "compute_common.h"
 
@@ -60,15 +63,16 @@ RingAllgather::RingAllgather(Comm& comm, const Ring& ring, int S, size_t cap, in
 }
 
 void RingAllgather::service() {
-  while (arrived_local_ < received_) {
-    Pending& rx = rx_[arrived_local_];
+  size_t arrived = arrived_.load(std::memory_order_relaxed);  // only this thread writes it
+  while (arrived < received_) {
+    Pending& rx = rx_[arrived];
     rx.poll(comm_);
     if (!rx.done) break;
-    arrived_.store(++arrived_local_, std::memory_order_release);
+    arrived_.store(++arrived, std::memory_order_release);
   }
   // One tag, so the order of sends is the receiver's order of slots: the own segments first.
   const size_t last_forwarded = static_cast<size_t>(ring_.p - 2) * S_;  // steps t < p-2
-  while (own_sent_ == S_ && forwarded_ < arrived_local_) {
+  while (own_sent_ == S_ && forwarded_ < arrived) {
     if (forwarded_ < last_forwarded) {
       const size_t bytes = rx_[forwarded_].bytes;
       tx_[forwarded_].start(comm_.isend(area_ + forwarded_ * cap_, bytes, ring_.next, tag_));
@@ -102,9 +106,10 @@ void RingAllgather::decode_all(int lanes, const Decode& decode) {
                decode(lane, area_ + at * cap_, rx_[at].bytes, ring_.before(t + 1), k % S_);
              });
   });
-  wait_until(comm_, [this] {
+  // After a failed decode the lanes stopped early: forward the rest (a no-op otherwise).
+  wait_until(comm_, [&] {
     service();
-    return forwarded_ == received_;
+    return flow.settled();
   }, "all_reduce", "an allgather segment", ring_.prev);
   finish_all(comm_, tx_);
   if (error) std::rethrow_exception(error);
