@@ -10,11 +10,15 @@ sources, so a rerun after no change only runs the programs):
 * ``san-avx2``   the sanitizer build for x86-64 with AVX2 but no AVX-512 (-march=haswell): where
                  the machine has AVX-512, -march=native takes the AVX-512 plane loops, and this
                  build keeps the AVX2 ones tested (skipped where the CPU lacks AVX2)
+* ``san-avx512`` the same for AVX-512 without GFNI and AVX512-VBMI (-march=skylake-avx512):
+                 where the machine has those, -march=native transposes the bit planes with
+                 them, and this build keeps the AVX-512 plane loops tested (skipped where the
+                 CPU lacks AVX-512 F/BW/VL/DQ)
 
 and runs ``tests/cpp/core_test.cpp`` (round trips, strict bound, determinism, chunking, shapes,
 progress, argument errors) and ``tests/cpp/fuzz_decoder.cpp`` (random, mutated, resealed and
 synthesized streams through every decoder entry point) under the sanitizers, and checks that the
-four builds produce byte-identical streams and decoded values (``core_test --digest``).
+builds produce byte-identical streams and decoded values (``core_test --digest``).
 
 Where ``zstd.h`` is installed (as for the extension, see setup.py) every build defines
 ``ZCCL_WITH_ZSTD=1`` and links ``-lzstd``, so the lossless codec 1 is tested too;
@@ -88,6 +92,23 @@ VARIANTS = {
     "o2": (["-O2"], [], "o2"),
     "o2-native": (["-O2", "-march=native", "-ffp-contract=fast"], [], "o2"),
     "san-avx2": ([*SANITIZE, "-march=haswell"], SANITIZE_LINK, "san"),
+    "san-avx512": ([*SANITIZE, "-march=skylake-avx512"], SANITIZE_LINK, "san"),
+}
+# What the CPU must have to run a variant built for an older x86-64 than itself.
+CPU_FLAGS = {
+    "san-avx2": ("avx2", "fma", "f16c", "bmi2", "sse4_2"),
+    "san-avx512": (
+        "avx2",
+        "fma",
+        "f16c",
+        "bmi2",
+        "sse4_2",
+        "avx512f",
+        "avx512bw",
+        "avx512vl",
+        "avx512dq",
+        "avx512cd",
+    ),
 }
 TEST_ONLY_FLAGS = ["-ffp-contract=off"]
 PROGRAMS = ("core_test", "fuzz_decoder")
@@ -128,20 +149,24 @@ def build(variant: str) -> dict[str, Path]:
     }
 
 
-def _cpu_has_avx2() -> bool:
-    """Whether this machine can run -march=haswell code (x86-64 Linux with AVX2, FMA, F16C)."""
+def _cpu_runs(variant: str) -> bool:
+    """Whether this machine can run the variant's code (x86-64 Linux with its CPU_FLAGS)."""
+    needed = CPU_FLAGS.get(variant, ())
+    if not needed:
+        return True
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         return False
-    return all(re.search(rf"\b{f}\b", flags) for f in ("avx2", "fma", "f16c", "bmi2", "sse4_2"))
+    return all(re.search(rf"\b{f}\b", flags) for f in needed)
 
 
 def _build_or_fail(variant: str) -> dict[str, Path]:
     if variant.endswith("-native") and not native_supported():
         pytest.skip(f"{CXX} does not accept -march=native on this machine")
-    if variant == "san-avx2" and not _cpu_has_avx2():
-        pytest.skip("this CPU cannot run the AVX2 (-march=haswell) build")
+    if not _cpu_runs(variant):
+        needed = ", ".join(CPU_FLAGS[variant])
+        pytest.skip(f"this CPU cannot run the {variant} build (needs {needed})")
     return build_or_fail(build, variant)
 
 
@@ -155,7 +180,7 @@ def test_core_builds_warning_clean(variant):
     assert all(p.exists() for p in progs.values())
 
 
-@pytest.mark.parametrize("variant", ["san", "san-native", "san-avx2"])
+@pytest.mark.parametrize("variant", ["san", "san-native", "san-avx2", "san-avx512"])
 def test_core_under_sanitizers(variant):
     progs = _build_or_fail(variant)
     # The large (~1e6 values) cases once, on the portable build outside CI.
@@ -210,10 +235,10 @@ def test_streams_identical_across_builds():
     byte-identical streams and values: float32/float64/float16/bfloat16, lossless codecs,
     constant runs (core_test --digest)."""
     digests = {}
-    for variant in ("o2", "o2-native", "san", "san-native", "san-avx2"):
+    for variant in ("o2", "o2-native", "san", "san-native", "san-avx2", "san-avx512"):
         if variant.endswith("-native") and not native_supported():
             continue
-        if variant == "san-avx2" and not _cpu_has_avx2():
+        if not _cpu_runs(variant):
             continue
         progs = _build_or_fail(variant)
         proc = run([str(progs["core_test"]), "--digest"], CORE_TEST_TIMEOUT, RUN_ENV)

@@ -301,7 +301,7 @@ size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename
   bool spilled = fixed + nblocks > raw_bytes;
   alignas(32) int32_t q[kBlockLen];
   alignas(32) S padded[kBlockLen];
-  uint32_t words[kBlockLen + 1];
+  uint8_t words[4 * kBlockLen];  // a block's planes where they cannot go straight to dst
   int32_t prev = 0;
   for (uint32_t b = 0; b < nblocks; ++b) {
     const uint32_t base = b * kBlockLen;
@@ -326,7 +326,10 @@ size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename
       s.outlier_value.push_back(xb[i]);
     }
     for (uint32_t i = n; i < kBlockLen; ++i) q[i] = q[n - 1];
-    const int len = block::pack(q, prev, words);
+    // Straight into the provisional spot while a whole block's planes fit there (a copy per
+    // block, of a length known only at run time, is a library call).
+    const bool in_place = !spilled && nblocks + planes + sizeof(words) <= room;
+    const int len = block::pack(q, prev, in_place ? provisional + planes : words);
     prev = q[kBlockLen - 1];
     if (len == 0) continue;  // a zero block: one clear bit, nothing else
     const size_t need = 4u * static_cast<size_t>(len + 1);
@@ -337,7 +340,7 @@ size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename
     }
     bitmap[b / 8] = static_cast<uint8_t>(bitmap[b / 8] | (1u << (b % 8)));
     s.lengths[nonzero++] = static_cast<uint8_t>(len);
-    std::memcpy((spilled ? s.planes.data() : provisional) + planes, words, need);
+    if (!in_place) std::memcpy((spilled ? s.planes.data() : provisional) + planes, words, need);
     planes += need;
   }
   const size_t n_out = s.outlier_index.size();
@@ -670,7 +673,8 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
         run += 1 + sizeof(S);
         bytes -= 1 + sizeof(S);
       }
-      std::memmove(dst + end, run, bytes);
+      // The first run (every run, with one thread) is already in place: no move at all.
+      if (run != dst + end) std::memmove(dst + end, run, bytes);
       end += bytes;
     }
   }

@@ -200,8 +200,13 @@ inline uint32_t quantize_scalar(const typename K::S* x, const Quantizer<typename
   return bad;
 }
 
-// Lorenzo deltas against `prev`, then sign plane + L magnitude planes into words. Returns L.
-inline int pack_scalar(const int32_t* q, int32_t prev, uint32_t* words) {
+// Word j of a block's packed form (sign plane, then magnitude planes), little-endian u32 at any
+// alignment: the packers write straight into a stream.
+inline void store_word(uint8_t* words, int j, uint32_t w) { std::memcpy(words + 4 * j, &w, 4); }
+
+// Lorenzo deltas against `prev`, then sign plane + L magnitude planes into words (at most
+// 4 * 32 bytes, only the 4 * (L + 1) of the block written). Returns L.
+inline int pack_scalar(const int32_t* q, int32_t prev, uint8_t* words) {
   uint32_t mags[kLen];
   uint32_t sign = 0, all = 0;
   for (int i = 0; i < kLen; ++i) {
@@ -213,11 +218,11 @@ inline int pack_scalar(const int32_t* q, int32_t prev, uint32_t* words) {
   }
   if (all == 0) return 0;
   const int len = 32 - __builtin_clz(all);
-  words[0] = sign;
+  store_word(words, 0, sign);
   for (int j = 0; j < len; ++j) {
     uint32_t w = 0;
     for (int i = 0; i < kLen; ++i) w |= ((mags[i] >> j) & 1u) << i;
-    words[1 + j] = w;
+    store_word(words, 1 + j, w);
   }
   return len;
 }
@@ -447,8 +452,127 @@ inline __m256i half256(__m512i v) {
 }
 #endif
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && defined(__GFNI__)
+#define ZCCL_GFNI_PLANES 1
+// Bit planes by 8x8 bit-matrix transposes (GFNI's affine transform, AVX512-VBMI's byte
+// permutes): a block's 32 magnitudes and its planes are the same 32 x len bit matrix, read by
+// rows or by columns. The plane loops below cost a few instructions per plane; these cost a few
+// per 16 planes. A qword is an 8x8 matrix, one byte per row; gf2p8affine(unit, A) makes byte k of
+// the result from bit k of every row of A (row 7 - i into bit i), so the tables put rows in
+// reverse order to get the plain transpose. Same streams as every other path (core_test
+// --digest compares the builds).
+namespace planes {
+
+struct Table {
+  alignas(64) uint8_t at[64];
+};
+
+// Planes 16h .. 16h+15 as loaded (byte 4w + g: plane w's bits of values 8g .. 8g+7) -> qword
+// 4b + g holding those 8 bytes of planes 8b .. 8b+7, in reverse plane order.
+constexpr Table rows_of_planes() {
+  Table t{};
+  for (int b = 0; b < 2; ++b)
+    for (int g = 0; g < 4; ++g)
+      for (int i = 0; i < 8; ++i) {
+        t.at[8 * (4 * b + g) + 7 - i] = static_cast<uint8_t>(4 * (8 * b + i) + g);
+      }
+  return t;
+}
+// Transposed planes (byte 32b + v: byte b of value v's magnitude, planes 0-15 in the first
+// register, 16-31 in the second) -> the magnitudes of values 16h .. 16h+15, 4 bytes each.
+constexpr Table magnitudes_of_bytes(int h) {
+  Table t{};
+  for (int v = 0; v < 16; ++v)
+    for (int b = 0; b < 4; ++b) {
+      t.at[4 * v + b] = static_cast<uint8_t>(64 * (b / 2) + 32 * (b % 2) + 16 * h + v);
+    }
+  return t;
+}
+// Magnitudes (values 0-15 in the first register, 16-31 in the second) -> qword 4(b-2h) + g
+// holding byte b of values 8g .. 8g+7, in reverse value order (bytes 2h and 2h+1).
+constexpr Table rows_of_values(int h) {
+  Table t{};
+  for (int b = 2 * h; b < 2 * h + 2; ++b)
+    for (int g = 0; g < 4; ++g)
+      for (int i = 0; i < 8; ++i) {
+        const int v = 8 * g + i;
+        t.at[8 * (4 * (b - 2 * h) + g) + 7 - i] =
+            static_cast<uint8_t>(64 * (v / 16) + 4 * (v % 16) + b);
+      }
+  return t;
+}
+// Transposed magnitudes (qword 4b + g, byte k: plane 8b+k's bits of values 8g .. 8g+7) -> plane
+// words, byte 4(8b + k) + g.
+constexpr Table words_of_rows() {
+  Table t{};
+  for (int b = 0; b < 2; ++b)
+    for (int k = 0; k < 8; ++k)
+      for (int g = 0; g < 4; ++g) {
+        t.at[4 * (8 * b + k) + g] = static_cast<uint8_t>(8 * (4 * b + g) + k);
+      }
+  return t;
+}
+
+inline constexpr Table kRowsOfPlanes = rows_of_planes();
+inline constexpr Table kMagnitudesLow = magnitudes_of_bytes(0);
+inline constexpr Table kMagnitudesHigh = magnitudes_of_bytes(1);
+inline constexpr Table kRowsOfValuesLow = rows_of_values(0);
+inline constexpr Table kRowsOfValuesHigh = rows_of_values(1);
+inline constexpr Table kWordsOfRows = words_of_rows();
+
+// The masked forms with every byte selected: GCC 12's plain ones warn (see join512).
+inline constexpr __mmask64 kAll = ~0ULL;
+
+// Bytes of `v` picked by table `t`.
+inline __m512i permute(const Table& t, __m512i v) {
+  return _mm512_maskz_permutexvar_epi8(kAll, _mm512_load_si512(t.at), v);
+}
+// Bytes of the 128-byte pair (a, b) picked by table `t`.
+inline __m512i permute2(const Table& t, __m512i a, __m512i b) {
+  return _mm512_maskz_permutex2var_epi8(kAll, a, _mm512_load_si512(t.at), b);
+}
+
+// Every qword's 8x8 bit matrix transposed, rows taken in reverse order (see above).
+inline __m512i transpose8x8(__m512i rows) {
+  const __m512i unit = _mm512_set1_epi64(0x8040201008040201LL);
+  return _mm512_maskz_gf2p8affine_epi64_epi8(kAll, unit, rows, 0);
+}
+
+// The first min(n, 16) of 16 dwords.
+inline __mmask16 first(int n) {
+  return _cvtu32_mask16(n >= 16 ? 0xFFFFu : (1u << (n > 0 ? n : 0)) - 1u);
+}
+
+// Up to 16 plane words at `src` (only the first n are read) -> 32 bytes per group of 8 planes.
+inline __m512i load_transposed(const uint8_t* src, int n) {
+  return transpose8x8(permute(kRowsOfPlanes, _mm512_maskz_loadu_epi32(first(n), src)));
+}
+
+// The len planes at `src` (unaligned; nothing past them is read) -> the 32 magnitudes, values
+// 0-15 in lo and 16-31 in hi.
+ZCCL_AVX512_INLINE void to_magnitudes(const uint8_t* src, int len, __m512i& lo, __m512i& hi) {
+  const __m512i low = load_transposed(src, len);
+  const __m512i high = len > 16 ? load_transposed(src + 64, len - 16) : _mm512_setzero_si512();
+  lo = permute2(kMagnitudesLow, low, high);
+  hi = permute2(kMagnitudesHigh, low, high);
+}
+
+// Inverse: the magnitudes (all below 2^len) -> len plane words at `dst` (nothing past them is
+// written).
+ZCCL_AVX512_INLINE void from_magnitudes(__m512i lo, __m512i hi, int len, uint8_t* dst) {
+  const __m512i low = transpose8x8(permute2(kRowsOfValuesLow, lo, hi));
+  _mm512_mask_storeu_epi32(dst, first(len), permute(kWordsOfRows, low));
+  if (len > 16) {
+    const __m512i high = transpose8x8(permute2(kRowsOfValuesHigh, lo, hi));
+    _mm512_mask_storeu_epi32(dst + 64, first(len - 16), permute(kWordsOfRows, high));
+  }
+}
+
+}  // namespace planes
+#endif
+
 // pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
-ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint32_t* words) {
+ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
   // Previous code for each lane: the codes shifted up by one lane across the 32, prev in lane 0.
   const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
   __m256i mag[4];
@@ -472,15 +596,18 @@ ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint32_t* w
   const uint32_t any = static_cast<uint32_t>(_mm_cvtsi128_si32(r));
   if (any == 0) return 0;
   const int len = 32 - __builtin_clz(any);
-  words[0] = sign;
-#if defined(__AVX512F__)
+  store_word(words, 0, sign);
+#if defined(ZCCL_GFNI_PLANES)
+  planes::from_magnitudes(join512(mag[0], mag[1]), join512(mag[2], mag[3]), len, words + 4);
+#elif defined(__AVX512F__)
   // One mask test per 16 lanes and plane (the AVX2 loop below needs four movemasks and four
   // shifts per plane for the 32 lanes).
   const __m512i lo = join512(mag[0], mag[1]), hi = join512(mag[2], mag[3]);
   for (int j = len - 1; j >= 0; --j) {
     const __m512i bit = _mm512_set1_epi32(static_cast<int>(1u << j));
-    words[1 + j] = static_cast<uint32_t>(_cvtmask16_u32(_mm512_test_epi32_mask(lo, bit))) |
-                   static_cast<uint32_t>(_cvtmask16_u32(_mm512_test_epi32_mask(hi, bit))) << 16;
+    store_word(words, 1 + j,
+               static_cast<uint32_t>(_cvtmask16_u32(_mm512_test_epi32_mask(lo, bit))) |
+                   static_cast<uint32_t>(_cvtmask16_u32(_mm512_test_epi32_mask(hi, bit))) << 16);
   }
 #else
   // Move bit len-1 to the sign position, then walk down one plane per doubling.
@@ -492,13 +619,13 @@ ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint32_t* w
       w |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(mag[k]))) << (8 * k);
       mag[k] = _mm256_add_epi32(mag[k], mag[k]);
     }
-    words[1 + j] = w;
+    store_word(words, 1 + j, w);
   }
 #endif
   return len;
 }
 
-inline int pack(const int32_t* q, int32_t prev, uint32_t* words) {
+inline int pack(const int32_t* q, int32_t prev, uint8_t* words) {
   __m256i codes[4];
   for (int k = 0; k < 4; ++k) {
     codes[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * k));
@@ -514,6 +641,17 @@ inline __m256i scan8(__m256i x, __m256i carry) {
   x = _mm256_add_epi32(x, _mm256_blend_epi32(_mm256_setzero_si256(), low_total, 0xF0));
   return _mm256_add_epi32(x, carry);
 }
+
+#if defined(__AVX512F__)
+// Inclusive prefix sum of 16 int32 lanes (wrapping like uint32): four shifted adds.
+inline __m512i scan16(__m512i x) {
+  const __m512i zero = _mm512_setzero_si512();
+  x = _mm512_add_epi32(x, _mm512_maskz_alignr_epi32(0xFFFF, x, zero, 15));
+  x = _mm512_add_epi32(x, _mm512_maskz_alignr_epi32(0xFFFF, x, zero, 14));
+  x = _mm512_add_epi32(x, _mm512_maskz_alignr_epi32(0xFFFF, x, zero, 12));
+  return _mm512_add_epi32(x, _mm512_maskz_alignr_epi32(0xFFFF, x, zero, 8));
+}
+#endif
 
 template <class K>
 inline void store_codes(__m256i codes, float bin, uint16_t* out) {
@@ -537,34 +675,55 @@ inline void store_codes(__m256i codes, double bin, double* out) {
 // The codes of a packed block, eight lanes at a time: sink(k, codes of lanes 8k .. 8k+7).
 template <class Sink>
 ZCCL_AVX512_INLINE void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
-  __m256i acc = _mm256_set1_epi32(carry);
   if (len == 0) {
-    for (int k = 0; k < 4; ++k) sink(k, acc);
+    const __m256i same = _mm256_set1_epi32(carry);
+    for (int k = 0; k < 4; ++k) sink(k, same);
     return;
   }
-  uint32_t words[33];
-  std::memcpy(words, src, 4u * (len + 1));
 #if defined(__AVX512F__)
+  __m512i lo, hi;  // the magnitudes of lanes 0-15 and 16-31
+  uint32_t sign;
+  std::memcpy(&sign, src, 4);
+#if defined(ZCCL_GFNI_PLANES)
+  planes::to_magnitudes(src + 4, len, lo, hi);
+#else
   // 16 lanes per register: each plane is one masked OR per register instead of a broadcast,
   // a variable shift, an AND and an OR per 8 lanes.
+  uint32_t words[32];
+  std::memcpy(words, src + 4, 4u * len);
   const __m512i one512 = _mm512_set1_epi32(1);
-  __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512();
+  lo = _mm512_setzero_si512();
+  hi = _mm512_setzero_si512();
   for (int j = len - 1; j >= 0; --j) {
-    const uint32_t w = words[1 + j];
+    const uint32_t w = words[j];
     const __m512i lo2 = _mm512_add_epi32(lo, lo), hi2 = _mm512_add_epi32(hi, hi);
     lo = _mm512_mask_or_epi32(lo2, _cvtu32_mask16(w & 0xFFFFu), lo2, one512);
     hi = _mm512_mask_or_epi32(hi2, _cvtu32_mask16(w >> 16), hi2, one512);
   }
+#endif
   const __m512i zero512 = _mm512_setzero_si512();
-  lo = _mm512_mask_sub_epi32(lo, _cvtu32_mask16(words[0] & 0xFFFFu), zero512, lo);  // signs
-  hi = _mm512_mask_sub_epi32(hi, _cvtu32_mask16(words[0] >> 16), zero512, hi);
-  const __m256i deltas[4] = {half256<0>(lo), half256<1>(lo), half256<0>(hi), half256<1>(hi)};
-  for (int k = 0; k < 4; ++k) {
-    const __m256i codes = scan8(deltas[k], acc);
-    sink(k, codes);
-    acc = _mm256_permutevar8x32_epi32(codes, _mm256_set1_epi32(7));
-  }
+  lo = _mm512_mask_sub_epi32(lo, _cvtu32_mask16(sign & 0xFFFFu), zero512, lo);
+  hi = _mm512_mask_sub_epi32(hi, _cvtu32_mask16(sign >> 16), zero512, hi);
+  // Prefix sums inside the block first, the carry added last: from block to block only
+  // carry += total depends on the previous block (the 8-lane scans chained a cross-lane permute
+  // per 8 lanes).
+  lo = scan16(lo);
+  const __m512i low_total = _mm512_maskz_permutexvar_epi32(0xFFFF, _mm512_set1_epi32(15), lo);
+  hi = _mm512_add_epi32(scan16(hi), low_total);
+  const uint32_t total =
+      static_cast<uint32_t>(_mm512_cvtsi512_si32(_mm512_maskz_alignr_epi32(0xFFFF, hi, hi, 15)));
+  const __m512i base = _mm512_set1_epi32(carry);
+  lo = _mm512_add_epi32(lo, base);
+  hi = _mm512_add_epi32(hi, base);
+  sink(0, half256<0>(lo));
+  sink(1, half256<1>(lo));
+  sink(2, half256<0>(hi));
+  sink(3, half256<1>(hi));
+  carry = static_cast<int32_t>(static_cast<uint32_t>(carry) + total);
 #else
+  uint32_t words[33];
+  std::memcpy(words, src, 4u * (len + 1));
+  __m256i acc = _mm256_set1_epi32(carry);
   const __m256i one = _mm256_set1_epi32(1);
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   for (int k = 0; k < 4; ++k) {
@@ -583,8 +742,8 @@ ZCCL_AVX512_INLINE void unpack_codes_with(const uint8_t* src, int len, int32_t& 
     sink(k, codes);
     acc = _mm256_permutevar8x32_epi32(codes, _mm256_set1_epi32(7));
   }
-#endif
   carry = _mm256_cvtsi256_si32(acc);
+#endif
 }
 
 template <class K>
@@ -606,7 +765,7 @@ template <class K>
 inline uint32_t quantize(const typename K::S* x, const Quantizer<typename K::C>& qz, int32_t* q) {
   return quantize_scalar<K>(x, qz, q);
 }
-inline int pack(const int32_t* q, int32_t prev, uint32_t* words) { return pack_scalar(q, prev, words); }
+inline int pack(const int32_t* q, int32_t prev, uint8_t* words) { return pack_scalar(q, prev, words); }
 template <class K>
 inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
                    typename K::S* out) {

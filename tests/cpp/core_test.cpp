@@ -1549,6 +1549,56 @@ static void test_crc32c() {
   }
 }
 
+// The block kernels of this build (scalar, AVX2 plane loops, AVX-512 plane loops or GFNI
+// transposes) against the portable scalar ones, for code lengths 0..31 (each must occur): the
+// same planes, nothing written past them, and unpacking gives back the codes and the carry.
+static void test_block_planes() {
+  g_ctx = "block_planes";
+  namespace blk = fz::block;
+  uint64_t state = 0x2545F4914F6CDD1Dull;
+  auto next = [&state] {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return state >> 11;
+  };
+  const int64_t limit = static_cast<int64_t>(blk::kCodeLimit<double>);  // |code| at most this
+  auto clamp = [limit](int64_t v) { return static_cast<int32_t>(std::clamp(v, -limit, limit)); };
+  constexpr uint32_t kSentinel = 0xA5C3E1F7u;
+  bool seen[32] = {};
+  for (int len = 0; len <= 31; ++len) {
+    // Codes spread over +-2^(len-1) around prev: Lorenzo deltas of about len bits. Pattern 0
+    // swings between the extremes, 1 moves in the last lane only, the rest are random.
+    const int64_t span = len == 0 ? 0 : int64_t{1} << (len - 1);
+    for (int pattern = 0; pattern < 40; ++pattern) {
+      const int32_t prev = static_cast<int32_t>(next() % 2001) - 1000;
+      int32_t q[32];
+      for (int i = 0; i < 32; ++i) {
+        const int64_t step = span == 0 ? 0 : static_cast<int64_t>(next() % (2 * span)) - span;
+        q[i] = pattern == 0   ? clamp(i % 2 == 0 ? -span : span)
+               : pattern == 1 ? clamp(prev + (i == 31 ? span : 0))
+                              : clamp(prev + step);
+      }
+      uint32_t fast[34], scalar[34];
+      std::fill(std::begin(fast), std::end(fast), kSentinel);
+      std::fill(std::begin(scalar), std::end(scalar), kSentinel);
+      const int lf = blk::pack(q, prev, reinterpret_cast<uint8_t*>(fast));
+      const int ls = blk::pack_scalar(q, prev, reinterpret_cast<uint8_t*>(scalar));
+      const std::string what = fmt("span 2^%d pattern %d length %d", len - 1, pattern, ls);
+      CHECK_MSG(lf == ls && ls >= 0 && ls <= 31, what);
+      seen[ls] = true;
+      CHECK_MSG(std::equal(std::begin(fast), std::end(fast), std::begin(scalar)), what);
+      int32_t out_fast[32], out_scalar[32];
+      int32_t carry_fast = prev, carry_scalar = prev;
+      const auto* planes = reinterpret_cast<const uint8_t*>(scalar);
+      blk::unpack_codes(planes, ls, carry_fast, out_fast);
+      blk::unpack_codes_scalar(planes, ls, carry_scalar, out_scalar);
+      CHECK_MSG(std::equal(out_fast, out_fast + 32, q), what);
+      CHECK_MSG(std::equal(out_scalar, out_scalar + 32, q), what);
+      CHECK_MSG(carry_fast == q[31] && carry_scalar == q[31], what);
+    }
+  }
+  for (int len = 0; len <= 31; ++len) CHECK_MSG(seen[len], fmt("no block of length %d", len));
+}
+
 // Encoding the same values as float32 and float64: the streams carry their dtype.
 static void test_dtype_mismatch() {
   g_ctx = "dtype";
@@ -1634,6 +1684,7 @@ int main(int argc, char** argv) {
   step("finite_range<f32>", test_finite_range<float>);
   step("finite_range<f64>", test_finite_range<double>);
   step("crc32c", test_crc32c);
+  step("block_planes", test_block_planes);
   step("sure_shortcut<f32>", test_sure_shortcut<float>);
   step("sure_shortcut<f64>", test_sure_shortcut<double>);
   step("boundaries<f32>", test_boundaries<float>);
