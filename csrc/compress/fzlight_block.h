@@ -17,6 +17,16 @@
 
 namespace zccl::fz::block {
 
+// Under AddressSanitizer the functions holding 512-bit values stay out of line: inlined into a
+// large caller they make GCC align its whole frame to 64 bytes and zero locals with aligned
+// 512-bit stores, and ASan's fake stack (detect_stack_use_after_return) hands out frames that
+// are not 64-byte aligned, so those stores fault. The code is the same either way.
+#if defined(__AVX512F__) && defined(__SANITIZE_ADDRESS__)
+#define ZCCL_AVX512_INLINE inline __attribute__((noinline))
+#else
+#define ZCCL_AVX512_INLINE inline
+#endif
+
 inline constexpr int kLen = static_cast<int>(kBlockLen);
 
 // Largest |x / bin| quantised; beyond it a value is an outlier. Keeps |q| <= 2^30 - 1 so every
@@ -398,7 +408,25 @@ inline uint32_t quantize4(const double* x, const Quantizer<double>& qz, int32_t*
 // float32 values: the codes of 32 lanes when every lane passes the shortcut (kSureLimit), i.e.
 // none needs the float64 check; false (codes unspecified) otherwise. A lane that passes has
 // |s| < 2^21, far inside kCodeLimit, and is not NaN, so no range check is needed.
-inline bool quantize_sure32(const float* x, const Quantizer<float>& qz, int32_t* q) {
+ZCCL_AVX512_INLINE bool quantize_sure32(const float* x, const Quantizer<float>& qz,
+                                         int32_t* q) {
+#if defined(__AVX512F__)
+  // The same operations as sure_lanes8 below, 16 lanes at a time.
+  const __m512 inv = _mm512_set1_ps(qz.inv_bin);
+  __mmask16 sure = 0xFFFF;
+  for (int k = 0; k < 2; ++k) {
+    const __m512 scaled = _mm512_mul_ps(_mm512_loadu_ps(x + 16 * k), inv);
+    const __m512 rounded =
+        _mm512_maskz_roundscale_ps(0xFFFF, scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm512_storeu_si512(q + 16 * k, _mm512_maskz_cvttps_epi32(0xFFFF, rounded));
+    const __m512 d = _mm512_abs_ps(_mm512_sub_ps(scaled, rounded));
+    const __m512 at_least_one =
+        _mm512_maskz_max_ps(0xFFFF, _mm512_abs_ps(scaled), _mm512_set1_ps(1.0f));
+    const __m512 slack = _mm512_mul_ps(at_least_one, _mm512_set1_ps(0x1p-22f));
+    sure &= _mm512_cmp_ps_mask(_mm512_add_ps(d, slack), _mm512_set1_ps(kSureLimit), _CMP_LE_OQ);
+  }
+  return sure == 0xFFFF;
+#else
   const __m256 inv = _mm256_set1_ps(qz.inv_bin);
   uint32_t sure = 0;
   for (int k = 0; k < 4; ++k) {
@@ -408,6 +436,7 @@ inline bool quantize_sure32(const float* x, const Quantizer<float>& qz, int32_t*
     sure |= sure_lanes8(scaled, rounded) << (8 * k);
   }
   return sure == ~0u;
+#endif
 }
 
 template <class K, std::enable_if_t<std::is_same_v<typename K::C, float>, int> = 0>
@@ -426,16 +455,6 @@ inline uint32_t quantize(const double* x, const Quantizer<double>& qz, int32_t* 
   for (int k = 0; k < 8; ++k) bad |= quantize4(x + 4 * k, qz, q + 4 * k) << (4 * k);
   return bad;
 }
-
-// Under AddressSanitizer the functions holding 512-bit values stay out of line: inlined into a
-// large caller they make GCC align its whole frame to 64 bytes and zero locals with aligned
-// 512-bit stores, and ASan's fake stack (detect_stack_use_after_return) hands out frames that
-// are not 64-byte aligned, so those stores fault. The code is the same either way.
-#if defined(__AVX512F__) && defined(__SANITIZE_ADDRESS__)
-#define ZCCL_AVX512_INLINE inline __attribute__((noinline))
-#else
-#define ZCCL_AVX512_INLINE inline
-#endif
 
 #if defined(__AVX512F__)
 // Two 256-bit halves joined, and one half taken back. The masked forms with a zero source are
@@ -571,8 +590,54 @@ ZCCL_AVX512_INLINE void from_magnitudes(__m512i lo, __m512i hi, int len, uint8_t
 }  // namespace planes
 #endif
 
+#if defined(__AVX512F__)
+// pack() on codes in registers: lanes 0-15 in lo, 16-31 in hi.
+ZCCL_AVX512_INLINE int pack16x2(__m512i lo, __m512i hi, int32_t prev, uint8_t* words) {
+  // Previous code of each lane: the codes shifted up by one lane across the 32, prev in lane 0.
+  const __m512i dlo = _mm512_sub_epi32(
+      lo, _mm512_maskz_alignr_epi32(0xFFFF, lo, _mm512_set1_epi32(prev), 15));
+  const __m512i dhi = _mm512_sub_epi32(hi, _mm512_maskz_alignr_epi32(0xFFFF, hi, lo, 15));
+  const __m512i zero = _mm512_setzero_si512();
+  const uint32_t sign = _cvtmask16_u32(_mm512_cmplt_epi32_mask(dlo, zero)) |
+                        _cvtmask16_u32(_mm512_cmplt_epi32_mask(dhi, zero)) << 16;
+  const __m512i mlo = _mm512_maskz_abs_epi32(0xFFFF, dlo);
+  const __m512i mhi = _mm512_maskz_abs_epi32(0xFFFF, dhi);
+  // Horizontal OR of the magnitudes decides the code length.
+  const __m512i all = _mm512_or_si512(mlo, mhi);
+  __m256i r8 = _mm256_or_si256(half256<0>(all), half256<1>(all));
+  __m128i r = _mm_or_si128(_mm256_castsi256_si128(r8), _mm256_extracti128_si256(r8, 1));
+  r = _mm_or_si128(r, _mm_shuffle_epi32(r, 0x4E));
+  r = _mm_or_si128(r, _mm_shuffle_epi32(r, 0xB1));
+  const uint32_t any = static_cast<uint32_t>(_mm_cvtsi128_si32(r));
+  if (any == 0) return 0;
+  const int len = 32 - __builtin_clz(any);
+  store_word(words, 0, sign);
+#if defined(ZCCL_GFNI_PLANES)
+  planes::from_magnitudes(mlo, mhi, len, words + 4);
+#else
+  // One mask test per 16 lanes and plane (the AVX2 loop below needs four movemasks and four
+  // shifts per plane for the 32 lanes).
+  for (int j = len - 1; j >= 0; --j) {
+    const __m512i bit = _mm512_set1_epi32(static_cast<int>(1u << j));
+    store_word(words, 1 + j,
+               static_cast<uint32_t>(_cvtmask16_u32(_mm512_test_epi32_mask(mlo, bit))) |
+                   static_cast<uint32_t>(_cvtmask16_u32(_mm512_test_epi32_mask(mhi, bit))) << 16);
+  }
+#endif
+  return len;
+}
+
 // pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
 ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
+  return pack16x2(join512(codes[0], codes[1]), join512(codes[2], codes[3]), prev, words);
+}
+
+ZCCL_AVX512_INLINE int pack(const int32_t* q, int32_t prev, uint8_t* words) {
+  return pack16x2(_mm512_loadu_si512(q), _mm512_loadu_si512(q + 16), prev, words);
+}
+#else
+// pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
+inline int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
   // Previous code for each lane: the codes shifted up by one lane across the 32, prev in lane 0.
   const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
   __m256i mag[4];
@@ -597,19 +662,6 @@ ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint8_t* wo
   if (any == 0) return 0;
   const int len = 32 - __builtin_clz(any);
   store_word(words, 0, sign);
-#if defined(ZCCL_GFNI_PLANES)
-  planes::from_magnitudes(join512(mag[0], mag[1]), join512(mag[2], mag[3]), len, words + 4);
-#elif defined(__AVX512F__)
-  // One mask test per 16 lanes and plane (the AVX2 loop below needs four movemasks and four
-  // shifts per plane for the 32 lanes).
-  const __m512i lo = join512(mag[0], mag[1]), hi = join512(mag[2], mag[3]);
-  for (int j = len - 1; j >= 0; --j) {
-    const __m512i bit = _mm512_set1_epi32(static_cast<int>(1u << j));
-    store_word(words, 1 + j,
-               static_cast<uint32_t>(_cvtmask16_u32(_mm512_test_epi32_mask(lo, bit))) |
-                   static_cast<uint32_t>(_cvtmask16_u32(_mm512_test_epi32_mask(hi, bit))) << 16);
-  }
-#else
   // Move bit len-1 to the sign position, then walk down one plane per doubling.
   const __m128i shift = _mm_cvtsi32_si128(32 - len);
   for (int k = 0; k < 4; ++k) mag[k] = _mm256_sll_epi32(mag[k], shift);
@@ -621,7 +673,6 @@ ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint8_t* wo
     }
     store_word(words, 1 + j, w);
   }
-#endif
   return len;
 }
 
@@ -632,6 +683,7 @@ inline int pack(const int32_t* q, int32_t prev, uint8_t* words) {
   }
   return pack_regs(codes, prev, words);
 }
+#endif
 
 // Inclusive prefix sum of 8 int32 lanes plus `carry` (broadcast); wraps like uint32.
 inline __m256i scan8(__m256i x, __m256i carry) {
@@ -765,7 +817,9 @@ template <class K>
 inline uint32_t quantize(const typename K::S* x, const Quantizer<typename K::C>& qz, int32_t* q) {
   return quantize_scalar<K>(x, qz, q);
 }
-inline int pack(const int32_t* q, int32_t prev, uint8_t* words) { return pack_scalar(q, prev, words); }
+inline int pack(const int32_t* q, int32_t prev, uint8_t* words) {
+  return pack_scalar(q, prev, words);
+}
 template <class K>
 inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
                    typename K::S* out) {

@@ -1547,6 +1547,20 @@ static void test_crc32c() {
     }
     CHECK(whole == reference(data.data(), n, 0x1234u));
   }
+  // Long ranges (the folding path where the CPU has VPCLMULQDQ: rounds of 256 bytes, then 64,
+  // 16 and single bytes), at every offset of an 8-byte word.
+  std::vector<uint8_t> long_data(70000 + 16);
+  for (uint8_t& b : long_data) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    b = static_cast<uint8_t>(state >> 56);
+  }
+  for (size_t off = 0; off < 8; ++off) {
+    for (size_t n : {size_t{2048}, size_t{2048 + 64 + 16 + 7}, size_t{65536 + 255}, size_t{70000}}) {
+      const uint8_t* p = long_data.data() + off;
+      CHECK_MSG(fz::crc32c(p, n, 0x5A5Au) == reference(p, n, 0x5A5Au),
+                fmt("length %zu offset %zu", n, off));
+    }
+  }
 }
 
 // The block kernels of this build (scalar, AVX2 plane loops, AVX-512 plane loops or GFNI
