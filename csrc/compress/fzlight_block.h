@@ -724,15 +724,17 @@ inline void store_codes(__m256i codes, double bin, double* out) {
                    _mm256_mul_pd(_mm256_cvtepi32_pd(_mm256_extracti128_si256(codes, 1)), b));
 }
 
-// The codes of a packed block, eight lanes at a time: sink(k, codes of lanes 8k .. 8k+7).
-template <class Sink>
-ZCCL_AVX512_INLINE void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
+#if defined(__AVX512F__)
+// The codes of a packed block, sixteen lanes at a time: sink16(h, codes of lanes 16h .. 16h+15).
+template <class Sink16>
+ZCCL_AVX512_INLINE void unpack_codes16_with(const uint8_t* src, int len, int32_t& carry,
+                                            Sink16&& sink16) {
   if (len == 0) {
-    const __m256i same = _mm256_set1_epi32(carry);
-    for (int k = 0; k < 4; ++k) sink(k, same);
+    const __m512i same = _mm512_set1_epi32(carry);
+    sink16(0, same);
+    sink16(1, same);
     return;
   }
-#if defined(__AVX512F__)
   __m512i lo, hi;  // the magnitudes of lanes 0-15 and 16-31
   uint32_t sign;
   std::memcpy(&sign, src, 4);
@@ -767,12 +769,28 @@ ZCCL_AVX512_INLINE void unpack_codes_with(const uint8_t* src, int len, int32_t& 
   const __m512i base = _mm512_set1_epi32(carry);
   lo = _mm512_add_epi32(lo, base);
   hi = _mm512_add_epi32(hi, base);
-  sink(0, half256<0>(lo));
-  sink(1, half256<1>(lo));
-  sink(2, half256<0>(hi));
-  sink(3, half256<1>(hi));
+  sink16(0, lo);
+  sink16(1, hi);
   carry = static_cast<int32_t>(static_cast<uint32_t>(carry) + total);
+}
+
+// The same, eight lanes at a time: sink(k, codes of lanes 8k .. 8k+7).
+template <class Sink>
+ZCCL_AVX512_INLINE void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
+  unpack_codes16_with(src, len, carry, [&](int h, __m512i codes) {
+    sink(2 * h, half256<0>(codes));
+    sink(2 * h + 1, half256<1>(codes));
+  });
+}
 #else
+// The codes of a packed block, eight lanes at a time: sink(k, codes of lanes 8k .. 8k+7).
+template <class Sink>
+inline void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
+  if (len == 0) {
+    const __m256i same = _mm256_set1_epi32(carry);
+    for (int k = 0; k < 4; ++k) sink(k, same);
+    return;
+  }
   uint32_t words[33];
   std::memcpy(words, src, 4u * (len + 1));
   __m256i acc = _mm256_set1_epi32(carry);
@@ -795,20 +813,34 @@ ZCCL_AVX512_INLINE void unpack_codes_with(const uint8_t* src, int len, int32_t& 
     acc = _mm256_permutevar8x32_epi32(codes, _mm256_set1_epi32(7));
   }
   carry = _mm256_cvtsi256_si32(acc);
-#endif
 }
+#endif
 
 template <class K>
-inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
-                   typename K::S* out) {
+ZCCL_AVX512_INLINE void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
+                               typename K::S* out) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<K, KindF32>) {  // 16 lanes per conversion, product and store
+    const __m512 b = _mm512_set1_ps(bin);
+    unpack_codes16_with(src, len, carry, [&](int h, __m512i codes) {
+      _mm512_storeu_ps(out + 16 * h, _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, codes), b));
+    });
+    return;
+  }
+#endif
   unpack_codes_with(src, len, carry,
                     [&](int k, __m256i codes) { store_codes<K>(codes, bin, out + 8 * k); });
 }
 
-inline void unpack_codes(const uint8_t* src, int len, int32_t& carry, int32_t* q) {
+ZCCL_AVX512_INLINE void unpack_codes(const uint8_t* src, int len, int32_t& carry, int32_t* q) {
+#if defined(__AVX512F__)
+  unpack_codes16_with(src, len, carry,
+                      [q](int h, __m512i codes) { _mm512_storeu_si512(q + 16 * h, codes); });
+#else
   unpack_codes_with(src, len, carry, [q](int k, __m256i codes) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 8 * k), codes);
   });
+#endif
 }
 
 #else
