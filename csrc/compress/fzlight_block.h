@@ -590,6 +590,14 @@ ZCCL_AVX512_INLINE void from_magnitudes(__m512i lo, __m512i hi, int len, uint8_t
 }  // namespace planes
 #endif
 
+// The OR of 8 lanes: the horizontal OR of a block's magnitudes decides its code length.
+inline uint32_t or_of_lanes(__m256i v) {
+  __m128i r = _mm_or_si128(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  r = _mm_or_si128(r, _mm_shuffle_epi32(r, 0x4E));
+  r = _mm_or_si128(r, _mm_shuffle_epi32(r, 0xB1));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(r));
+}
+
 #if defined(__AVX512F__)
 // pack() on codes in registers: lanes 0-15 in lo, 16-31 in hi.
 ZCCL_AVX512_INLINE int pack16x2(__m512i lo, __m512i hi, int32_t prev, uint8_t* words) {
@@ -602,13 +610,8 @@ ZCCL_AVX512_INLINE int pack16x2(__m512i lo, __m512i hi, int32_t prev, uint8_t* w
                         _cvtmask16_u32(_mm512_cmplt_epi32_mask(dhi, zero)) << 16;
   const __m512i mlo = _mm512_maskz_abs_epi32(0xFFFF, dlo);
   const __m512i mhi = _mm512_maskz_abs_epi32(0xFFFF, dhi);
-  // Horizontal OR of the magnitudes decides the code length.
   const __m512i all = _mm512_or_si512(mlo, mhi);
-  __m256i r8 = _mm256_or_si256(half256<0>(all), half256<1>(all));
-  __m128i r = _mm_or_si128(_mm256_castsi256_si128(r8), _mm256_extracti128_si256(r8, 1));
-  r = _mm_or_si128(r, _mm_shuffle_epi32(r, 0x4E));
-  r = _mm_or_si128(r, _mm_shuffle_epi32(r, 0xB1));
-  const uint32_t any = static_cast<uint32_t>(_mm_cvtsi128_si32(r));
+  const uint32_t any = or_of_lanes(_mm256_or_si256(half256<0>(all), half256<1>(all)));
   if (any == 0) return 0;
   const int len = 32 - __builtin_clz(any);
   store_word(words, 0, sign);
@@ -654,11 +657,7 @@ inline int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
     all = _mm256_or_si256(all, mag[k]);
     carry = _mm256_permutevar8x32_epi32(cur, _mm256_set1_epi32(7));
   }
-  // Horizontal OR of the magnitudes decides the code length.
-  __m128i r = _mm_or_si128(_mm256_castsi256_si128(all), _mm256_extracti128_si256(all, 1));
-  r = _mm_or_si128(r, _mm_shuffle_epi32(r, 0x4E));
-  r = _mm_or_si128(r, _mm_shuffle_epi32(r, 0xB1));
-  const uint32_t any = static_cast<uint32_t>(_mm_cvtsi128_si32(r));
+  const uint32_t any = or_of_lanes(all);
   if (any == 0) return 0;
   const int len = 32 - __builtin_clz(any);
   store_word(words, 0, sign);
