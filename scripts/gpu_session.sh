@@ -208,6 +208,9 @@ stage_bench_ddp() {
 # codec_threads.py --scaling), and the ring hop's (both hops) with 1..16 threads.
 stage_cpu_scaling() {
   settle
+  # Which codec kernels -march=native takes there (GFNI transposes, folded CRC, or the loops).
+  step cpu_flags 10 bash -c "grep -m1 'model name' /proc/cpuinfo; grep -o -w -E \
+    'avx512f|avx512bw|avx512vbmi|gfni|vpclmulqdq|avx2' /proc/cpuinfo | sort | uniq -c"
   step codec_scaling 120 env OMP_NUM_THREADS="$CORES" python3 benchmarks/simgrid/codec_threads.py \
     --measure-threads 1,2,4,8,16 --measure-only "$RES/codec_scaling.json"
   step hop_scaling 150 env OMP_NUM_THREADS="$CORES" python3 benchmarks/integer_hop_threads.py \
