@@ -75,10 +75,11 @@ inline uint64_t load_u64(const uint8_t* p) {
 // C = L x^64 + H (L its first 8 bytes) can be moved D bits further, where it is added to the
 // data there, as L (x^(D+64) mod P) + H (x^D mod P): two carry-less products of 64 x 32 bits.
 // Four 512-bit registers take 256 bytes a round, then fold into one and down to 16 bytes, whose
-// CRC (with the tail) the crc32 instruction finishes. In a register loaded from memory bit i is
-// the coefficient of x^(127-i) (the reflected order), and a carry-less product of two such
-// 64-bit values comes out one place short (bit k is x^(126-k)), hence the constants for D - 1
-// and D + 63. The initial register goes into the first 4 bytes: raw(c, M) = raw(0, M ^ c).
+// CRC the crc32 instruction takes (the tail then goes on in crc32c below). In a register loaded
+// from memory bit i is the coefficient of x^(127-i) (the reflected order), and a carry-less
+// product of two such 64-bit values comes out one place short (bit k is x^(126-k)), hence the
+// constants for D - 1 and D + 63. The initial register goes into the first 4 bytes:
+// raw(c, M) = raw(0, M ^ c).
 struct FoldConstant {
   uint64_t first;   // x^(D+63) mod P, multiplies the first 8 bytes of a piece
   uint64_t second;  // x^(D-1) mod P, the last 8
@@ -98,12 +99,12 @@ struct FoldTables {
   __m128i by_16_bytes;
 };
 
-__m512i broadcast(FoldConstant k) {
-  return _mm512_set_epi64(static_cast<int64_t>(k.second), static_cast<int64_t>(k.first),
-                          static_cast<int64_t>(k.second), static_cast<int64_t>(k.first),
-                          static_cast<int64_t>(k.second), static_cast<int64_t>(k.first),
-                          static_cast<int64_t>(k.second), static_cast<int64_t>(k.first));
+// One 16-byte lane of constants: first in the low qword (it multiplies a piece's first 8 bytes).
+__m128i lane_of(FoldConstant k) {
+  return _mm_set_epi64x(static_cast<int64_t>(k.second), static_cast<int64_t>(k.first));
 }
+
+__m512i broadcast(FoldConstant k) { return _mm512_maskz_broadcast_i32x4(0xFFFF, lane_of(k)); }
 
 FoldTables make_fold_tables() {
   FoldTables t{};
@@ -111,15 +112,10 @@ FoldTables make_fold_tables() {
   t.by_192_bytes = broadcast(fold_constant(8 * 192));
   t.by_128_bytes = broadcast(fold_constant(8 * 128));
   t.by_64_bytes = broadcast(fold_constant(8 * 64));
-  const FoldConstant k48 = fold_constant(8 * 48), k32 = fold_constant(8 * 32),
-                     k16 = fold_constant(8 * 16);
-  t.lanes_to_last = _mm512_set_epi64(0, 0, static_cast<int64_t>(k16.second),
-                                     static_cast<int64_t>(k16.first),
-                                     static_cast<int64_t>(k32.second),
-                                     static_cast<int64_t>(k32.first),
-                                     static_cast<int64_t>(k48.second),
-                                     static_cast<int64_t>(k48.first));
-  t.by_16_bytes = _mm_set_epi64x(static_cast<int64_t>(k16.second), static_cast<int64_t>(k16.first));
+  t.by_16_bytes = lane_of(fold_constant(8 * 16));
+  const __m128i lanes[4] = {lane_of(fold_constant(8 * 48)), lane_of(fold_constant(8 * 32)),
+                            t.by_16_bytes, _mm_setzero_si128()};
+  t.lanes_to_last = _mm512_loadu_si512(lanes);
   return t;
 }
 
@@ -136,8 +132,9 @@ inline __m128i lane(__m512i v) {
   return _mm512_maskz_extracti32x4_epi32(0xF, v, kLaneIndex);
 }
 
-// raw(c, data[0, len)) for len >= 256.
-uint32_t crc_folded(uint32_t c, const uint8_t* data, size_t len) {
+// raw(c, ...) of the data up to its last len % 16 bytes (len >= 256 on entry); data and len are
+// left at that tail.
+uint32_t crc_folded(uint32_t c, const uint8_t*& data, size_t& len) {
   static const FoldTables t = make_fold_tables();  // thread-safe one-time init
   __m512i x0 = _mm512_xor_si512(load512(data), _mm512_zextsi128_si512(_mm_cvtsi32_si128(
                                                    static_cast<int>(c))));
@@ -165,13 +162,7 @@ uint32_t crc_folded(uint32_t c, const uint8_t* data, size_t len) {
   }
   uint8_t last[16];
   _mm_storeu_si128(reinterpret_cast<__m128i*>(last), r);
-  uint64_t c64 = 0;
-  c64 = _mm_crc32_u64(c64, load_u64(last));
-  c64 = _mm_crc32_u64(c64, load_u64(last + 8));
-  for (; len >= 8; len -= 8, data += 8) c64 = _mm_crc32_u64(c64, load_u64(data));
-  uint32_t out = static_cast<uint32_t>(c64);
-  for (; len > 0; --len, ++data) out = _mm_crc32_u8(out, *data);
-  return out;
+  return static_cast<uint32_t>(_mm_crc32_u64(_mm_crc32_u64(0, load_u64(last)), load_u64(last + 8)));
 }
 #endif
 
@@ -180,7 +171,7 @@ uint32_t crc_folded(uint32_t c, const uint8_t* data, size_t len) {
 uint32_t crc32c(const uint8_t* data, size_t len, uint32_t seed) {
   uint32_t c = ~seed;
 #if defined(ZCCL_CRC_FOLD)
-  if (len >= 256) return ~crc_folded(c, data, len);
+  if (len >= 256) c = crc_folded(c, data, len);
 #endif
 #if defined(__SSE4_2__)
   if (len >= 3 * kLane) {

@@ -359,6 +359,17 @@ inline uint32_t sure_lanes8(__m256 scaled, __m256 rounded) {
       _mm256_cmp_ps(_mm256_add_ps(d, slack), _mm256_set1_ps(kSureLimit), _CMP_LE_OQ)));
 }
 
+#if defined(__AVX512F__)
+// sure_lanes8 on 16 lanes: the same operations, the mask of the lanes that pass.
+ZCCL_AVX512_INLINE __mmask16 sure_lanes16(__m512 scaled, __m512 rounded) {
+  const __m512 d = _mm512_abs_ps(_mm512_sub_ps(scaled, rounded));
+  const __m512 at_least_one =
+      _mm512_maskz_max_ps(0xFFFF, _mm512_abs_ps(scaled), _mm512_set1_ps(1.0f));
+  const __m512 slack = _mm512_mul_ps(at_least_one, _mm512_set1_ps(0x1p-22f));
+  return _mm512_cmp_ps_mask(_mm512_add_ps(d, slack), _mm512_set1_ps(kSureLimit), _CMP_LE_OQ);
+}
+#endif
+
 // 8 float32-computed lanes (float32, or halves widened): returns the 8-bit mask of lanes to store
 // exactly; writes 8 codes. The reconstruction is checked as the decoder will store it.
 template <class K>
@@ -411,7 +422,6 @@ inline uint32_t quantize4(const double* x, const Quantizer<double>& qz, int32_t*
 ZCCL_AVX512_INLINE bool quantize_sure32(const float* x, const Quantizer<float>& qz,
                                          int32_t* q) {
 #if defined(__AVX512F__)
-  // The same operations as sure_lanes8 below, 16 lanes at a time.
   const __m512 inv = _mm512_set1_ps(qz.inv_bin);
   __mmask16 sure = 0xFFFF;
   for (int k = 0; k < 2; ++k) {
@@ -419,11 +429,7 @@ ZCCL_AVX512_INLINE bool quantize_sure32(const float* x, const Quantizer<float>& 
     const __m512 rounded =
         _mm512_maskz_roundscale_ps(0xFFFF, scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm512_storeu_si512(q + 16 * k, _mm512_maskz_cvttps_epi32(0xFFFF, rounded));
-    const __m512 d = _mm512_abs_ps(_mm512_sub_ps(scaled, rounded));
-    const __m512 at_least_one =
-        _mm512_maskz_max_ps(0xFFFF, _mm512_abs_ps(scaled), _mm512_set1_ps(1.0f));
-    const __m512 slack = _mm512_mul_ps(at_least_one, _mm512_set1_ps(0x1p-22f));
-    sure &= _mm512_cmp_ps_mask(_mm512_add_ps(d, slack), _mm512_set1_ps(kSureLimit), _CMP_LE_OQ);
+    sure &= sure_lanes16(scaled, rounded);
   }
   return sure == 0xFFFF;
 #else
