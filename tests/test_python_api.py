@@ -429,6 +429,63 @@ def test_decompress_bad_out(out, exc, words):
         zccl_torch.decompress(s, out=out)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_decompress_add_is_decode_then_add(dtype, threads):
+    """add=: bit for bit the decoded values plus the addend (NaN where that sum is NaN), into
+    a new tensor, into out, and in place (out=add); raw, constant and encoded chunks."""
+    x = torch.cat(
+        [
+            make_data("noise", 12_000, dtype, seed=4),
+            torch.full((6000,), 2.5, dtype=dtype),  # constant chunks
+            torch.randn(6000, dtype=torch.float64).to(dtype) * 1e30,  # raw (incompressible)
+        ]
+    )
+    x[::997] = float("nan")
+    s = zccl_torch.compress(x, 1e-3)
+    addend = make_data("sin", x.numel(), dtype, seed=5) * 100
+    addend[5] = float("inf")
+    addend[6] = float("-inf")
+    addend[7] = float("nan")
+    want = addend + zccl_torch.decompress(s)
+    nan = torch.isnan(want)
+
+    def check(got: torch.Tensor, what: str) -> None:
+        assert torch.equal(torch.isnan(got), nan), what
+        assert_bitwise_equal(got[~nan], want[~nan], what)
+
+    check(zccl_torch.decompress(s, add=addend, threads=threads), "new tensor")
+    out = torch.empty_like(addend)
+    assert zccl_torch.decompress(s, add=addend, out=out, threads=threads) is out
+    check(out, "into out")
+    acc = addend.clone()
+    zccl_torch.decompress(s, add=acc, out=acc, threads=threads)
+    check(acc, "in place")
+
+
+@pytest.mark.parametrize(
+    "add, exc, words",
+    [
+        (torch.empty(777, dtype=torch.float64), TypeError, "dtype"),
+        (torch.empty(776), ValueError, "776"),
+        (torch.empty(777 * 2)[::2], ValueError, "contiguous"),
+        ([0.0] * 777, TypeError, "torch.Tensor"),
+    ],
+    ids=["dtype", "count", "strided", "list"],
+)
+def test_decompress_bad_add(add, exc, words):
+    s = zccl_torch.compress(make_data("noise", 777, torch.float32, seed=3), 1e-3)
+    with pytest.raises(exc, match=words):
+        zccl_torch.decompress(s, add=add)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_decompress_add_refuses_half_streams(dtype):
+    s = zccl_torch.compress(make_data("noise", 100, dtype, seed=3), 1e-3)
+    with pytest.raises(TypeError, match="float32 and float64"):
+        zccl_torch.decompress(s, add=torch.zeros(100, dtype=dtype))
+
+
 # --------------------------------------------------------------------------------------------
 # Half precision, lossless mode, format version
 # --------------------------------------------------------------------------------------------

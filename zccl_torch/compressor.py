@@ -342,6 +342,7 @@ def decompress(
     threads: int | None = None,
     progress: ProgressCallback | None = None,
     out: torch.Tensor | None = None,
+    add: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Decompresses a stream made by :func:`compress`, restoring dtype and shape.
 
@@ -350,25 +351,34 @@ def decompress(
     any thread count, whatever it was compressed with. ``out``: a contiguous CPU tensor with the
     stream's dtype and number of values (any shape) to decode into and return, instead of a new
     tensor; repeated decodes of large streams then skip the allocation and its page faults.
+
+    ``add``: a contiguous CPU tensor with the stream's dtype (float32 or float64 only) and number
+    of values; the result is then ``add + decompress(stream)``, bit for bit what the separate sum
+    gives (one rounding per value), with each chunk added while it is still in cache. ``out`` may
+    be ``add``: ``decompress(s, add=acc, out=acc)`` accumulates decoded streams into ``acc``.
     """
     if progress is not None and not callable(progress):
         raise TypeError("progress must be callable(chunks_done, chunks_total) or None")
     stream = _as_stream(stream)
     if out is not None:
         _check_out(out, stream)
-    return _C.decompress(stream, _check_threads(threads), progress, out)
+    if add is not None:
+        _check_out(add, stream, "add")
+        if add.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"add= takes float32 and float64 streams, not {add.dtype}")
+    return _C.decompress(stream, _check_threads(threads), progress, out, add)
 
 
-def _check_out(out: torch.Tensor, stream: torch.Tensor) -> None:
+def _check_out(out: torch.Tensor, stream: torch.Tensor, name: str = "out") -> None:
     if not isinstance(out, torch.Tensor):
-        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
     info = stream_info(stream)
     if out.dtype != info.dtype:
-        raise TypeError(f"out has dtype {out.dtype} but the stream holds {info.dtype}")
+        raise TypeError(f"{name} has dtype {out.dtype} but the stream holds {info.dtype}")
     if out.device.type != "cpu" or not out.is_contiguous():
-        raise ValueError("out must be a contiguous CPU tensor")
+        raise ValueError(f"{name} must be a contiguous CPU tensor")
     if out.numel() != info.numel:
-        raise ValueError(f"out has {out.numel()} values but the stream holds {info.numel}")
+        raise ValueError(f"{name} has {out.numel()} values but the stream holds {info.numel}")
 
 
 def decompress_chunk(stream: torch.Tensor, index: int) -> torch.Tensor:

@@ -227,9 +227,13 @@ class HalvingDoubling {
     for (int i = from; i < to; ++i) {
       const size_t got = r.rx[i].finish(comm_);
       const size_t n = len(r.in, i);
-      codec_.decompress(r.rx_area + i * cap_, got, scratch_, n, r.peer, &poll);
       T* const own = values(r.in, i);
-      kernels::reduce_into(own, own, scratch_, n, op_, cfg_.threads);
+      if (is_min_max(op_)) {
+        codec_.decompress(r.rx_area + i * cap_, got, scratch_, n, r.peer, &poll);
+        kernels::reduce_into(own, own, scratch_, n, op_, cfg_.threads);
+      } else {  // SUM/AVG: decoded and added chunk by chunk, no pass over a scratch
+        codec_.decompress_add(r.rx_area + i * cap_, got, own, own, n, r.peer, &poll);
+      }
     }
   }
 

@@ -106,11 +106,15 @@ void tree_reduce(Comm& comm, T* buf, size_t count, ReduceOp op, int root, const 
     rbufs.emplace_back(cap);
     rx[i].start(comm.irecv(rbufs[i].data(), cap, children[i], tag));
   }
-  Buffer<T> scratch(children.empty() ? 0 : count);
+  Buffer<T> scratch(children.empty() || !is_min_max(op) ? 0 : count);  // MIN/MAX only
   for (size_t i = 0; i < children.size(); ++i) {
     const size_t got = rx[i].finish(comm);
-    codec.decompress(rbufs[i].data(), got, scratch.data(), count, children[i]);
-    kernels::reduce_into(buf, buf, scratch.data(), count, op, cfg.threads);
+    if (is_min_max(op)) {
+      codec.decompress(rbufs[i].data(), got, scratch.data(), count, children[i]);
+      kernels::reduce_into(buf, buf, scratch.data(), count, op, cfg.threads);
+    } else {
+      codec.decompress_add(rbufs[i].data(), got, buf, buf, count, children[i]);
+    }
   }
   if (tree.parent() >= 0) {
     Bytes sbuf(cap);

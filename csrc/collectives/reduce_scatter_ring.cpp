@@ -10,8 +10,8 @@
 // compressed as its own stream and sent as its own message. Rank r works through (step, segment)
 // in order; for (s, j):
 //   1. s >= 1: wait for segment j of step s-1 (block bs), decompress it (polling MPI between
-//      chunks) and reduce: local(bs)[j] + received, into the scratch it was decoded into (into
-//      acc(r)[j] at the last step). Its receive slot is reposted at once for segment j of step s+1.
+//      chunks) and reduce: local(bs)[j] + received, each chunk added as it is decoded, into the
+//      scratch (into acc(r)[j] at the last step). Its receive slot is reposted at once for segment j of step s+1.
 //   2. s <= p-2: wait until the send that last used this send slot (step s-2) finished, compress
 //      segment j of block bs chunk by chunk (polling MPI) and isend it to next.
 //   3. s = p-1 (the final reduce of the own block): segment_done(j), if given.
@@ -43,7 +43,6 @@
 #include <vector>
 
 #include "compute_common.h"
-#include "reduce_kernels.h"
 
 namespace zccl::coll::compute {
 
@@ -79,11 +78,12 @@ void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const RingSegment
       const size_t n = seg.len(b, j);
       if (s >= 1) {
         const size_t got = slots.rx[slots.slot(s - 1, j)].finish(comm);
-        codec.decompress(slots.recv_buf(s - 1, j), got, scratch, n, prev, &poll);
         // A partial sum that moves on only needs compressing: it stays in the (cached) scratch
         // instead of a write to acc and a read back; the own block's final sum goes to acc.
+        // Decoded and added chunk by chunk (no second pass over the scratch).
         T* const sum = s <= p - 2 ? scratch : io.acc(seg, b, j);
-        kernels::reduce_into(sum, io.loc(seg, b, j), scratch, n, op, cfg.threads);
+        codec.decompress_add(slots.recv_buf(s - 1, j), got, io.loc(seg, b, j), sum, n, prev,
+                             &poll);
         if (s + 1 <= p - 2) slots.post_recv(s + 1, j);  // same slot: (s+1) % 2 == (s-1) % 2
       }
       if (s <= p - 2) {

@@ -103,6 +103,14 @@ StreamInfo read_info(const uint8_t* src, size_t len);
 void decompress(const uint8_t* src, size_t len, void* dst, uint64_t dst_count, int threads = 0,
                 const Progress* progress = nullptr);
 
+// dst[i] = addend[i] + x'[i] (x' what decompress writes; one rounding, as the separate sum
+// would give) for a float32 or float64 stream, each chunk added while it is still in cache:
+// the reductions' decode-and-add in one pass. `dst` may be `addend` (elementwise); `addend`
+// needs the stream's count of values of its dtype. Other dtypes throw ArgumentError. Threads,
+// progress and stream errors as for decompress (after an error dst is partly written).
+void decompress_add(const uint8_t* src, size_t len, const void* addend, void* dst,
+                    uint64_t dst_count, int threads = 0, const Progress* progress = nullptr);
+
 // Decompresses chunk `index` alone into `dst` (room for chunk_len values; returns values written).
 // Throws std::out_of_range (IndexError in Python) when index >= num_chunks. Parses the header
 // and table on each call: for many chunks, prefer decompress().

@@ -132,8 +132,11 @@ std::optional<std::pair<double, double>> quantizer_bins(int dtype_code, double e
 
 // `out` (optional): a preallocated contiguous CPU tensor of the stream's dtype and value count
 // to decode into (any shape), so repeated decodes skip the allocation and its page faults.
+// `add` (optional): a contiguous CPU tensor of the stream's (float32/float64) dtype and count;
+// the result is then add + the decoded values (fz::decompress_add; `out` may be `add`).
 torch::Tensor decompress(const torch::Tensor& stream, int threads, const py::object& progress,
-                         const std::optional<torch::Tensor>& out_opt) {
+                         const std::optional<torch::Tensor>& out_opt,
+                         const std::optional<torch::Tensor>& add) {
   check_stream(stream);
   const uint8_t* data = stream.data_ptr<uint8_t>();
   const size_t len = static_cast<size_t>(stream.numel());
@@ -151,10 +154,22 @@ torch::Tensor decompress(const torch::Tensor& stream, int threads, const py::obj
     std::vector<int64_t> shape(info.shape.begin(), info.shape.end());
     out = torch::empty(shape, scalar_type(info.dtype));
   }
+  if (add.has_value() &&
+      (!add->device().is_cpu() || !add->is_contiguous() ||
+       add->scalar_type() != scalar_type(info.dtype) ||
+       static_cast<uint64_t>(add->numel()) != info.count)) {
+    throw std::invalid_argument("zccl decompress: add must be a contiguous CPU tensor of " +
+                                std::to_string(info.count) + " values of the stream's dtype");
+  }
   const std::optional<fz::Progress> hook = wrap_progress(progress);
   {
     py::gil_scoped_release nogil;
-    fz::decompress(data, len, out.data_ptr(), info.count, threads, hook ? &*hook : nullptr);
+    if (add.has_value()) {
+      fz::decompress_add(data, len, add->data_ptr(), out.data_ptr(), info.count, threads,
+                         hook ? &*hook : nullptr);
+    } else {
+      fz::decompress(data, len, out.data_ptr(), info.count, threads, hook ? &*hook : nullptr);
+    }
   }
   return out;
 }
@@ -337,7 +352,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return fz::lossless_codec_available(static_cast<fz::LosslessCodec>(codec));
   });
   m.def("decompress", &decompress, py::arg("stream"), py::arg("threads"), py::arg("progress"),
-        py::arg("out") = py::none());
+        py::arg("out") = py::none(), py::arg("add") = py::none());
   m.def("quantizer_bins", &quantizer_bins, py::arg("dtype_code"), py::arg("error_bound"));
   m.def("quantize", &quantize, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
         py::arg("threads"), py::arg("out"), py::arg("residual"));

@@ -447,15 +447,82 @@ static fz::LosslessCodec expected_codec(double eb, fz::LosslessCodec codec) {
                                                                       : fz::LosslessCodec::None;
 }
 
-// ------------------------------------------------------------------------------------------------
-// One full round-trip case: compress (threads 1,2,3 and pipelined), validate header, decode
-// (threads 1,2,3 and pipelined), random-access decode of every chunk, bound check.
-
+// What a round-trip case covers beyond one compress and decode.
 struct CaseOpts {
   bool threads_sweep = true;
   bool pipelined = true;
   bool chunks = true;
 };
+
+// decompress_add against decoding and then adding (one rounding per value; NaN where the sum is
+// NaN): every thread count, the pipelined path, and in place (dst == addend). The addend holds
+// +/-Inf and NaN too.
+template <typename T>
+static void check_decompress_add(const Bytes& s, const std::vector<T>& y, const CaseOpts& o) {
+  const uint64_t n = y.size();
+  Rng rng(n * 7919 + 1);
+  std::vector<T> addend(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t k = rng.below(64);
+    const T inf = std::numeric_limits<T>::infinity();
+    addend[i] = k == 0 ? inf : k == 1 ? -inf : k == 2 ? std::numeric_limits<T>::quiet_NaN()
+                                                      : static_cast<T>(rng.sym() * 1e3);
+  }
+  std::vector<T> want(n);
+  for (uint64_t i = 0; i < n; ++i) want[i] = addend[i] + y[i];
+  auto agrees = [&](const std::vector<T>& got) {
+    for (uint64_t i = 0; i < n; ++i) {
+      if (std::isnan(want[i]) ? !std::isnan(got[i])
+                              : std::memcmp(&got[i], &want[i], sizeof(T)) != 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  std::vector<int> threads = {1};
+  if (o.threads_sweep) threads = {1, 2, 3, 0};
+  for (int t : threads) {
+    std::vector<T> out(n);
+    fz::decompress_add(s.data(), s.size(), addend.data(), out.data(), n, t);
+    CHECK_MSG(agrees(out), fmt("decompress_add differs from decode + add (threads=%d)", t));
+  }
+  if (o.pipelined) {
+    uint64_t calls = 0;
+    const fz::Progress prog = [&](uint64_t, uint64_t) { ++calls; };
+    std::vector<T> out(n);
+    fz::decompress_add(s.data(), s.size(), addend.data(), out.data(), n, 1, &prog);
+    CHECK_MSG(agrees(out), "pipelined decompress_add differs from decode + add");
+    CHECK(calls == fz::read_info(s.data(), s.size()).num_chunks);
+  }
+  std::vector<T> acc = addend;
+  fz::decompress_add(s.data(), s.size(), acc.data(), acc.data(), n, 2);
+  CHECK_MSG(agrees(acc), "in-place decompress_add differs from decode + add");
+}
+
+// decompress_add's argument errors: half streams, a short destination, null pointers.
+static void test_decompress_add_args() {
+  fz::CompressParams p;
+  p.error_bound = 1e-3;
+  const std::vector<float> x(100, 1.5f);
+  const Bytes s = compress_exact(x, p);
+  std::vector<float> out(100), addend(100);
+  CHECK_THROWS(fz::decompress_add(s.data(), s.size(), addend.data(), out.data(), 99),
+               fz::ArgumentError);
+  CHECK_THROWS(fz::decompress_add(s.data(), s.size(), nullptr, out.data(), 100),
+               fz::ArgumentError);
+  CHECK_THROWS(fz::decompress_add(s.data(), s.size(), addend.data(), nullptr, 100),
+               fz::ArgumentError);
+  const std::vector<F16> h(100, F16{0x3C00});
+  const Bytes sh = compress_exact(h, p);
+  std::vector<F16> hout(100), hadd(100);
+  CHECK_THROWS(fz::decompress_add(sh.data(), sh.size(), hadd.data(), hout.data(), 100),
+               fz::ArgumentError);
+  CHECK_THROWS_LIB(fz::decompress_add(s.data(), s.size() - 1, addend.data(), out.data(), 100));
+}
+
+// ------------------------------------------------------------------------------------------------
+// One full round-trip case: compress (threads 1,2,3 and pipelined), validate header, decode
+// (threads 1,2,3 and pipelined), random-access decode of every chunk, bound check.
 
 template <typename T>
 static void roundtrip_case(const std::vector<T>& x, double eb, uint32_t chunk_len,
@@ -517,6 +584,7 @@ static void roundtrip_case(const std::vector<T>& x, double eb, uint32_t chunk_le
     CHECK_MSG(same_bits(y, yp), "pipelined decode differs");
     CHECK(ncalls == nchunks);
   }
+  if constexpr (std::is_floating_point_v<T>) check_decompress_add(s1, y, o);
 
   // Random access into an exact chunk_len buffer: every chunk, or (each call re-validates the
   // whole header and table) a sample of 64 including the first and the last ones.
@@ -1697,6 +1765,7 @@ int main(int argc, char** argv) {
   step("ftz_daz<f64>", test_ftz_daz<double>);
   step("finite_range<f32>", test_finite_range<float>);
   step("finite_range<f64>", test_finite_range<double>);
+  step("decompress_add_args", test_decompress_add_args);
   step("crc32c", test_crc32c);
   step("block_planes", test_block_planes);
   step("sure_shortcut<f32>", test_sure_shortcut<float>);

@@ -4,6 +4,7 @@
 #include <optional>
 #include <stdexcept>
 
+#include "../reduce_kernels.h"
 #include "timing.h"
 
 namespace zccl::coll::toolkit {
@@ -107,6 +108,28 @@ void Codec::decompress(const uint8_t* src, size_t len, void* dst, size_t expecte
     fz::widen_half(half, wire_, expected, static_cast<float*>(dst));
   }
 }
+
+template <class T>
+void Codec::decompress_add(const uint8_t* src, size_t len, const T* addend, T* dst,
+                           size_t expected, int peer, const fz::Progress* progress) {
+  if (wire_ != dt_) {  // half streams: widened into dst first
+    decompress(src, len, dst, expected, peer, progress);
+    const AddSeconds timed(stats_.decompress_seconds);
+    kernels::reduce_into(dst, addend, dst, expected, ReduceOp::Sum, cfg_.threads);
+    return;
+  }
+  const AddSeconds timed(stats_.decompress_seconds);
+  const fz::StreamInfo info = fz::read_info(src, len);
+  check_stream(info, expected, peer);
+  stats_.received_error_bound = info.error_bound;
+  const std::optional<fz::Progress> hook = throttled(progress);
+  fz::decompress_add(src, len, addend, dst, expected, cfg_.threads, hook ? &*hook : nullptr);
+}
+
+template void Codec::decompress_add<float>(const uint8_t*, size_t, const float*, float*, size_t,
+                                           int, const fz::Progress*);
+template void Codec::decompress_add<double>(const uint8_t*, size_t, const double*, double*,
+                                            size_t, int, const fz::Progress*);
 
 std::optional<CodeCodec> CodeCodec::for_reduction(double eb, int ranks, Stats& stats) {
   const std::optional<fz::codes::Grid> grid = fz::codes::make_grid(eb, ranks);

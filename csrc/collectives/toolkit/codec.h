@@ -68,6 +68,13 @@ class Codec {
   // decompress_seconds.
   void decompress(const uint8_t* src, size_t len, void* dst, size_t expected, int peer,
                   const fz::Progress* progress = nullptr);
+  // SUM of a received stream into a partial result: dst[i] = addend[i] + decoded[i] (float32
+  // or float64 values; dst may be addend), with the checks of decompress. Decoded and added
+  // chunk by chunk while in cache, unless the streams are half streams (cfg.wire_half: widen,
+  // then add). The time counts as decompress_seconds.
+  template <class T>
+  void decompress_add(const uint8_t* src, size_t len, const T* addend, T* dst, size_t expected,
+                      int peer, const fz::Progress* progress = nullptr);
 
  private:
   Codec(DType dt, DType wire, double eb, const Config& cfg, Stats& stats, const char* op)
