@@ -11,7 +11,8 @@
 // in order; for (s, j):
 //   1. s >= 1: wait for segment j of step s-1 (block bs), decompress it (polling MPI between
 //      chunks) and reduce: local(bs)[j] + received, each chunk added as it is decoded, into the
-//      scratch (into acc(r)[j] at the last step). Its receive slot is reposted at once for segment j of step s+1.
+//      scratch (into acc(r)[j] at the last step). Its receive slot is reposted at once for
+//      segment j of step s+1.
 //   2. s <= p-2: wait until the send that last used this send slot (step s-2) finished, compress
 //      segment j of block bs chunk by chunk (polling MPI) and isend it to next.
 //   3. s = p-1 (the final reduce of the own block): segment_done(j), if given.

@@ -1250,8 +1250,8 @@ void decompress_add(const uint8_t* src, size_t len, const void* addend, void* ds
                     uint64_t dst_count, int threads, const Progress* progress) {
   const Parsed p = parse(src, len);
   if (p.info.dtype != DType::Float32 && p.info.dtype != DType::Float64) {
-    throw ArgumentError(std::string("zccl: decompress_add takes float32 and float64 streams, not ") +
-                        dtype_name(p.info.dtype));
+    throw ArgumentError(std::string("zccl: decompress_add takes float32 and float64 streams, ") +
+                        "not " + dtype_name(p.info.dtype));
   }
   if (dst_count < p.info.count) {
     throw ArgumentError("zccl: destination holds " + std::to_string(dst_count) +
