@@ -1,10 +1,11 @@
 // The checked, accounted codec of the CPU collectives (see codec.h).
 #include "codec.h"
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
 
-#include "../reduce_kernels.h"
 #include "timing.h"
 
 namespace zccl::coll::toolkit {
@@ -112,18 +113,30 @@ void Codec::decompress(const uint8_t* src, size_t len, void* dst, size_t expecte
 template <class T>
 void Codec::decompress_add(const uint8_t* src, size_t len, const T* addend, T* dst,
                            size_t expected, int peer, const fz::Progress* progress) {
-  if (wire_ != dt_) {  // half streams: widened into dst first
-    decompress(src, len, dst, expected, peer, progress);
-    const AddSeconds timed(stats_.decompress_seconds);
-    kernels::reduce_into(dst, addend, dst, expected, ReduceOp::Sum, cfg_.threads);
-    return;
-  }
   const AddSeconds timed(stats_.decompress_seconds);
   const fz::StreamInfo info = fz::read_info(src, len);
   check_stream(info, expected, peer);
   stats_.received_error_bound = info.error_bound;
   const std::optional<fz::Progress> hook = throttled(progress);
-  fz::decompress_add(src, len, addend, dst, expected, cfg_.threads, hook ? &*hook : nullptr);
+  if (wire_ == dt_) {
+    fz::decompress_add(src, len, addend, dst, expected, cfg_.threads, hook ? &*hook : nullptr);
+    return;
+  }
+  // Half streams (float32 values): decoded as halves, then widened and added a piece at a time
+  // through a small buffer, so that dst may be addend.
+  uint8_t* const half = workspace_bytes(kSlotWireIn, expected * fz::dtype_size(wire_));
+  fz::decompress(src, len, half, expected, cfg_.threads, hook ? &*hook : nullptr);
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr size_t kPiece = 4096;
+    float widened[kPiece];
+    for (size_t i = 0; i < expected; i += kPiece) {
+      const size_t m = std::min(kPiece, expected - i);
+      fz::widen_half(half + i * fz::dtype_size(wire_), wire_, m, widened);
+      for (size_t k = 0; k < m; ++k) dst[i + k] = addend[i + k] + widened[k];
+    }
+  } else {
+    throw std::logic_error("zccl: half streams carry float32 values only");
+  }
 }
 
 template void Codec::decompress_add<float>(const uint8_t*, size_t, const float*, float*, size_t,
