@@ -72,7 +72,7 @@ struct Stats {
   uint64_t bytes_sent = 0;        // bytes this rank put on the wire
   uint64_t bytes_compressed = 0;  // uncompressed bytes this rank compressed
   double compress_seconds = 0.0;
-  double decompress_seconds = 0.0;
+  double decompress_seconds = 0.0;  // SUM/AVG: includes adding the decoded values (one pass)
   double total_seconds = 0.0;
   Algorithm algorithm = Algorithm::Auto;  // the one that ran
   bool integer_hop = false;  // the ring added integer codes (Config::integer_ring took effect)
