@@ -94,49 +94,59 @@ void Codec::check_stream(const fz::StreamInfo& info, size_t expected, int peer) 
       " (do all ranks call the collective with the same count, dtype and op?)");
 }
 
-void Codec::decompress(const uint8_t* src, size_t len, void* dst, size_t expected, int peer,
-                       const fz::Progress* progress) {
+template <class Decode>
+void Codec::decode_checked(const uint8_t* src, size_t len, size_t expected, int peer,
+                           const fz::Progress* progress, Decode&& decode) {
   const AddSeconds timed(stats_.decompress_seconds);
   const fz::StreamInfo info = fz::read_info(src, len);
   check_stream(info, expected, peer);
   stats_.received_error_bound = info.error_bound;
   const std::optional<fz::Progress> hook = throttled(progress);
-  if (wire_ == dt_) {
-    fz::decompress(src, len, dst, expected, cfg_.threads, hook ? &*hook : nullptr);
-  } else {
-    uint8_t* half = workspace_bytes(kSlotWireIn, expected * fz::dtype_size(wire_));
-    fz::decompress(src, len, half, expected, cfg_.threads, hook ? &*hook : nullptr);
-    fz::widen_half(half, wire_, expected, static_cast<float*>(dst));
-  }
+  decode(hook ? &*hook : nullptr);
+}
+
+uint8_t* Codec::decode_half(const uint8_t* src, size_t len, size_t expected,
+                            const fz::Progress* hook) {
+  uint8_t* const half = workspace_bytes(kSlotWireIn, expected * fz::dtype_size(wire_));
+  fz::decompress(src, len, half, expected, cfg_.threads, hook);
+  return half;
+}
+
+void Codec::decompress(const uint8_t* src, size_t len, void* dst, size_t expected, int peer,
+                       const fz::Progress* progress) {
+  decode_checked(src, len, expected, peer, progress, [&](const fz::Progress* hook) {
+    if (wire_ == dt_) {
+      fz::decompress(src, len, dst, expected, cfg_.threads, hook);
+    } else {
+      fz::widen_half(decode_half(src, len, expected, hook), wire_, expected,
+                     static_cast<float*>(dst));
+    }
+  });
 }
 
 template <class T>
 void Codec::decompress_add(const uint8_t* src, size_t len, const T* addend, T* dst,
                            size_t expected, int peer, const fz::Progress* progress) {
-  const AddSeconds timed(stats_.decompress_seconds);
-  const fz::StreamInfo info = fz::read_info(src, len);
-  check_stream(info, expected, peer);
-  stats_.received_error_bound = info.error_bound;
-  const std::optional<fz::Progress> hook = throttled(progress);
-  if (wire_ == dt_) {
-    fz::decompress_add(src, len, addend, dst, expected, cfg_.threads, hook ? &*hook : nullptr);
-    return;
-  }
-  // Half streams (float32 values): decoded as halves, then widened and added a piece at a time
-  // through a small buffer, so that dst may be addend.
-  uint8_t* const half = workspace_bytes(kSlotWireIn, expected * fz::dtype_size(wire_));
-  fz::decompress(src, len, half, expected, cfg_.threads, hook ? &*hook : nullptr);
-  if constexpr (std::is_same_v<T, float>) {
-    constexpr size_t kPiece = 4096;
-    float widened[kPiece];
-    for (size_t i = 0; i < expected; i += kPiece) {
-      const size_t m = std::min(kPiece, expected - i);
-      fz::widen_half(half + i * fz::dtype_size(wire_), wire_, m, widened);
-      for (size_t k = 0; k < m; ++k) dst[i + k] = addend[i + k] + widened[k];
+  decode_checked(src, len, expected, peer, progress, [&](const fz::Progress* hook) {
+    if (wire_ == dt_) {
+      fz::decompress_add(src, len, addend, dst, expected, cfg_.threads, hook);
+      return;
     }
-  } else {
-    throw std::logic_error("zccl: half streams carry float32 values only");
-  }
+    if constexpr (std::is_same_v<T, float>) {
+      // Half streams: widened and added a piece at a time through a small buffer, so that dst
+      // may be addend.
+      const uint8_t* const half = decode_half(src, len, expected, hook);
+      constexpr size_t kPiece = 4096;
+      float widened[kPiece];
+      for (size_t i = 0; i < expected; i += kPiece) {
+        const size_t m = std::min(kPiece, expected - i);
+        fz::widen_half(half + i * fz::dtype_size(wire_), wire_, m, widened);
+        for (size_t k = 0; k < m; ++k) dst[i + k] = addend[i + k] + widened[k];
+      }
+    } else {
+      throw std::logic_error("zccl: half streams carry float32 values only");
+    }
+  });
 }
 
 template void Codec::decompress_add<float>(const uint8_t*, size_t, const float*, float*, size_t,

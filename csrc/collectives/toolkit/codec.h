@@ -81,6 +81,13 @@ class Codec {
       : dt_(dt), wire_(wire), eb_(eb), cfg_(cfg), stats_(stats), op_(op) {}
   static DType reduction_wire(DType dt, const Config& cfg);
   void check_stream(const fz::StreamInfo& info, size_t expected, int peer) const;
+  // What decompress and decompress_add share: timed into decompress_seconds, the stream checked
+  // against `expected` values from `peer`, then decode(the throttled progress hook or nullptr).
+  template <class Decode>
+  void decode_checked(const uint8_t* src, size_t len, size_t expected, int peer,
+                      const fz::Progress* progress, Decode&& decode);
+  // A half stream (wire_ != dt_) decoded into the kSlotWireIn workspace; returns it.
+  uint8_t* decode_half(const uint8_t* src, size_t len, size_t expected, const fz::Progress* hook);
 
   DType dt_;    // the values the algorithm works on
   DType wire_;  // the values the streams hold (dt_, or the half type of cfg.wire_half)
