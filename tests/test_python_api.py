@@ -473,6 +473,66 @@ def test_decompress_add_refuses_half_streams(dtype):
         zccl_torch.decompress(s, add=torch.zeros(100, dtype=dtype))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("eb", [1e-3, 0.0], ids=["lossy", "lossless"])
+def test_recompress_add_is_compress_of_the_sum(dtype, threads, eb):
+    """recompress_add: byte for byte compress(decompress(s, add=a)) with the stream's chunk size
+    and the addend's shape, into a new tensor and into out; encoded, constant (and repeated:
+    the sum is 0 where the addend is -x'), raw and non-finite chunks."""
+    x = torch.cat(
+        [
+            make_data("noise", 12_000, dtype, seed=6),
+            torch.randn(6000, dtype=torch.float64).to(dtype) * 1e30,  # raw (incompressible)
+            make_data("sin", 12_000, dtype, seed=7),
+        ]
+    )
+    x[::991] = float("nan")
+    s = zccl_torch.compress(x, 1e-3, chunk_size=1024)
+    decoded = zccl_torch.decompress(s)
+    addend = (make_data("sin", x.numel(), dtype, seed=8) * 100).reshape(6, -1)
+    addend.view(-1)[12_000:20_000] = -decoded[12_000:20_000]  # constant chunks of +0
+    addend.view(-1)[3] = float("inf")
+    want = zccl_torch.compress(
+        zccl_torch.decompress(s, add=addend.view(-1)).reshape(6, -1), eb, chunk_size=1024
+    )
+    got = zccl_torch.recompress_add(s, addend, eb, threads=threads)
+    assert torch.equal(got, want)
+    assert zccl_torch.stream_info(got).shape == (6, x.numel() // 6)
+    out = torch.empty(zccl_torch.max_compressed_size(dtype, x.numel(), chunk_size=1024, ndim=2), dtype=torch.uint8)
+    into = zccl_torch.recompress_add(s, addend, eb, threads=threads, out=out)
+    assert into.data_ptr() == out.data_ptr()
+    assert torch.equal(into, want)
+
+
+def test_recompress_add_refuses_bad_arguments():
+    """Each bad argument raises, naming it; a corrupt stream raises CorruptStreamError."""
+    x = make_data("noise", 777, torch.float32, seed=9)
+    s = zccl_torch.compress(x, 1e-3)
+    ok = torch.zeros(777)
+    with pytest.raises(TypeError, match="add has dtype"):
+        zccl_torch.recompress_add(s, ok.double(), 1e-3)
+    with pytest.raises(ValueError, match="add has 776 values"):
+        zccl_torch.recompress_add(s, ok[:776], 1e-3)
+    with pytest.raises(ValueError, match="error_bound must be finite"):
+        zccl_torch.recompress_add(s, ok, -1.0)
+    with pytest.raises(TypeError, match="error_bound must be a real number"):
+        zccl_torch.recompress_add(s, ok, "1e-3")
+    with pytest.raises(ValueError, match="out holds"):
+        zccl_torch.recompress_add(s, ok, 1e-3, out=torch.empty(10, dtype=torch.uint8))
+    both = torch.zeros(zccl_torch.max_compressed_size(torch.float32, 777) + s.numel(), dtype=torch.uint8)
+    both[: s.numel()] = s
+    with pytest.raises(ValueError, match="overlaps"):
+        zccl_torch.recompress_add(both[: s.numel()], ok, 1e-3, out=both)
+    half = zccl_torch.compress(x.half(), 1e-3)
+    with pytest.raises(TypeError, match="float32 and float64"):
+        zccl_torch.recompress_add(half, ok.half(), 1e-3)
+    bad = s.clone()
+    bad[-1] ^= 0x5A
+    with pytest.raises(zccl_torch.CorruptStreamError):
+        zccl_torch.recompress_add(bad, ok, 1e-3, threads=2)
+
+
 # --------------------------------------------------------------------------------------------
 # Half precision, lossless mode, format version
 # --------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from zccl_torch.compressor import (
     lossless_codec,
     max_compressed_size,
     quantize,
+    recompress_add,
     resolve_error_bound,
     stream_info,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "max_compressed_size",
     "policy",
     "quantize",
+    "recompress_add",
     "resolve_error_bound",
     "stream_info",
 ]

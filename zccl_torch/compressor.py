@@ -233,7 +233,7 @@ def _check_stream_out(out: torch.Tensor, need: int, src: torch.Tensor) -> None:
     lo, hi = _byte_span(out)
     src_lo, src_hi = _byte_span(src)
     if src_lo < src_hi and lo < src_hi and src_lo < hi:
-        raise ValueError("out overlaps the tensor being compressed")
+        raise ValueError("out overlaps the tensor being compressed (or the input stream)")
 
 
 def quantize(
@@ -367,6 +367,49 @@ def decompress(
         if add.dtype not in (torch.float32, torch.float64):
             raise TypeError(f"add= takes float32 and float64 streams, not {add.dtype}")
     return _C.decompress(stream, _check_threads(threads), progress, out, add)
+
+
+def recompress_add(
+    stream: torch.Tensor,
+    add: torch.Tensor,
+    error_bound: float,
+    *,
+    threads: int | None = None,
+    progress: ProgressCallback | None = None,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Compresses ``add + decompress(stream)`` without ever materialising the sum.
+
+    One hop of a ring reduction as one call: each chunk of ``stream`` is decoded, ``add``'s
+    values are added (the arithmetic of ``decompress(stream, add=add)``) and the sum is
+    compressed while still in cache. The result is byte for byte
+    ``compress(decompress(stream, add=add), error_bound, chunk_size=<the stream's>)``, with
+    ``add``'s shape, for any ``threads``; ``error_bound`` is absolute (a relative bound would
+    need the sum's value range, i.e. the sum itself).
+
+    Args:
+        stream: a float32 or float64 stream from :func:`compress`.
+        add: contiguous CPU tensor of the stream's dtype and number of values (any shape).
+        error_bound: absolute bound of the new stream (0: lossless).
+        threads, progress: as for :func:`compress`.
+        out: as for :func:`compress`; it must overlap neither ``stream`` nor ``add``.
+
+    Returns:
+        The new stream, a 1-D ``torch.uint8`` tensor (a view of ``out`` when given).
+    """
+    if progress is not None and not callable(progress):
+        raise TypeError("progress must be callable(chunks_done, chunks_total) or None")
+    stream = _as_stream(stream)
+    _check_out(add, stream, "add")
+    if add.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"recompress_add takes float32 and float64 streams, not {add.dtype}")
+    eb = resolve_error_bound(add, error_bound, "abs")
+    if out is not None:
+        chunk = stream_info(stream).chunk_size
+        need = max_compressed_size(add.dtype, add.numel(), chunk_size=chunk, ndim=add.dim())
+        _check_stream_out(out, need, add)
+        _check_stream_out(out, need, stream)
+    return _C.recompress_add(stream, add, eb, _check_threads(threads), progress, out)
 
 
 def _check_out(out: torch.Tensor, stream: torch.Tensor, name: str = "out") -> None:

@@ -71,6 +71,7 @@ struct Stats {
   uint64_t bytes_in = 0;          // uncompressed payload bytes this rank contributed
   uint64_t bytes_sent = 0;        // bytes this rank put on the wire
   uint64_t bytes_compressed = 0;  // uncompressed bytes this rank compressed
+  // The ring's SUM/AVG hops decode, add and compress in one pass: compress_seconds holds them.
   double compress_seconds = 0.0;
   double decompress_seconds = 0.0;  // SUM/AVG: includes adding the decoded values (one pass)
   double total_seconds = 0.0;

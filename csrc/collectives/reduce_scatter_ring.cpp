@@ -9,13 +9,15 @@
 // Segments (compute_common.h, RingSegments): each block is cut into S segments of ~1 MiB, each
 // compressed as its own stream and sent as its own message. Rank r works through (step, segment)
 // in order; for (s, j):
-//   1. s >= 1: wait for segment j of step s-1 (block bs), decompress it (polling MPI between
-//      chunks) and reduce: local(bs)[j] + received, each chunk added as it is decoded, into the
-//      scratch (into acc(r)[j] at the last step). Its receive slot is reposted at once for
+//   1. s = 0: compress segment j of the own values of block bs chunk by chunk (polling MPI) and
+//      isend it to next.
+//   2. 1 <= s <= p-2: wait for segment j of step s-1 (block bs) and until the send that last
+//      used this send slot (step s-2) finished; then, chunk by chunk (polling MPI), decode it,
+//      add local(bs)[j] and compress the sum into the send slot (Codec::recompress_add: the
+//      partial sum is never written to memory); isend it, and repost its receive slot for
 //      segment j of step s+1.
-//   2. s <= p-2: wait until the send that last used this send slot (step s-2) finished, compress
-//      segment j of block bs chunk by chunk (polling MPI) and isend it to next.
-//   3. s = p-1 (the final reduce of the own block): segment_done(j), if given.
+//   3. s = p-1 (the final reduce of the own block): decode segment j, adding local(r)[j], into
+//      acc(r)[j]; segment_done(j), if given.
 // So while segment j is compressed, the segments before it are on the wire, and a segment moves
 // on to the next rank as soon as it arrived (cut-through), instead of each step compressing a
 // whole block, sending it, and waiting for the whole incoming block before decompressing it
@@ -73,30 +75,38 @@ void ring_reduce_scatter(Comm& comm, const RingBuffers<T>& io, const RingSegment
     poll_first(comm, slots.tx);
   };
 
+  // Compresses segment j of step s with `code(dst)` into its send slot (once the send that last
+  // used it, at step s-2, is done) and sends it to next.
+  auto send_segment = [&](int s, int j, auto&& code) {
+    Pending& send = slots.tx[slots.slot(s, j)];
+    send.finish(comm);
+    uint8_t* const dst = slots.send_buf(s, j);
+    const size_t bytes = code(dst);
+    send.start(comm.isend(dst, bytes, next, tag));
+    st.bytes_sent += bytes;
+  };
   for (int s = 0; s <= p - 1; ++s) {
     const int b = ring.before(s + 1);  // sent at step s, received at step s-1
     for (int j = 0; j < S; ++j) {
       const size_t n = seg.len(b, j);
-      if (s >= 1) {
-        const size_t got = slots.rx[slots.slot(s - 1, j)].finish(comm);
-        // A partial sum that moves on only needs compressing: it stays in the (cached) scratch
-        // instead of a write to acc and a read back; the own block's final sum goes to acc.
-        // Decoded and added chunk by chunk (no second pass over the scratch).
-        T* const sum = s <= p - 2 ? scratch : io.acc(seg, b, j);
-        codec.decompress_add(slots.recv_buf(s - 1, j), got, io.loc(seg, b, j), sum, n, prev,
-                             &poll);
-        if (s + 1 <= p - 2) slots.post_recv(s + 1, j);  // same slot: (s+1) % 2 == (s-1) % 2
+      const T* const own = io.loc(seg, b, j);
+      if (s == 0) {
+        send_segment(s, j, [&](uint8_t* dst) { return codec.compress(own, n, dst, cap, &poll); });
+        continue;
       }
+      const size_t got = slots.rx[slots.slot(s - 1, j)].finish(comm);
+      const uint8_t* const in = slots.recv_buf(s - 1, j);
       if (s <= p - 2) {
-        Pending& send = slots.tx[slots.slot(s, j)];
-        send.finish(comm);  // the send of step s-2 from this slot
-        const T* src = s == 0 ? io.loc(seg, b, j) : scratch;
-        uint8_t* const dst = slots.send_buf(s, j);
-        const size_t bytes = codec.compress(src, n, dst, cap, &poll);
-        send.start(comm.isend(dst, bytes, next, tag));
-        st.bytes_sent += bytes;
-      } else if (segment_done != nullptr) {
-        (*segment_done)(j);
+        // A partial sum that moves on is decoded, added and compressed chunk by chunk, never
+        // written out (the scratch only serves half streams).
+        send_segment(s, j, [&](uint8_t* dst) {
+          return codec.recompress_add(in, got, own, n, prev, scratch, dst, cap, &poll);
+        });
+        if (s + 1 <= p - 2) slots.post_recv(s + 1, j);  // same slot: (s+1) % 2 == (s-1) % 2
+      } else {
+        // The own block's final sum, decoded and added chunk by chunk into acc.
+        codec.decompress_add(in, got, own, io.acc(seg, b, j), n, prev, &poll);
+        if (segment_done != nullptr) (*segment_done)(j);
       }
     }
   }

@@ -225,6 +225,8 @@ class ThreadedProgress {
     return true;
   }
   bool stopped() const { return stop_.load(std::memory_order_relaxed); }
+  // Stops every thread at its next chunk (an error outside the hook; the caller keeps it).
+  void stop() { stop_.store(true, std::memory_order_relaxed); }
   void rethrow() const {
     if (error_) std::rethrow_exception(error_);
   }
@@ -382,18 +384,16 @@ struct ChunkCoding {
   bool zstd = false;                // lossless chunks through codec 1
 };
 
-// Codes chunk c into dst; returns its byte count, 0 for a repeat of the previous constant chunk.
-// `prev_constant` says whether chunk c-1 is constant (computed by the caller's walk).
+// Codes the m values at xc (chunk c of a stream) into dst; returns its byte count, 0 for a
+// repeat of the previous constant chunk. `prev_constant`: the previous chunk's value when that
+// chunk is constant, else nullptr (tracked by the caller's walk, so xc needs no neighbours).
 template <class K>
-size_t code_chunk(const typename K::S* x, uint64_t count, uint32_t cl, uint64_t c,
-                  const ChunkCoding& how, bool prev_constant, bool& constant, uint8_t* dst,
+size_t code_chunk(const typename K::S* xc, uint32_t m, const ChunkCoding& how,
+                  const typename K::S* prev_constant, bool& constant, uint8_t* dst,
                   Scratch<typename K::S>& s) {
-  using S = typename K::S;
-  const S* xc = x + c * cl;
-  const uint32_t m = chunk_values(count, cl, c);
   constant = all_same_bits(xc, m);
   if (constant) {
-    if (prev_constant && same_bits(xc[0], xc[-static_cast<ptrdiff_t>(cl)])) return 0;
+    if (prev_constant != nullptr && same_bits(xc[0], *prev_constant)) return 0;
     return write_constant(xc[0], dst);
   }
   if (how.quantizer != nullptr) {
@@ -575,8 +575,19 @@ void write_header(uint8_t* dst, DType dt, uint64_t count, double eb, double bin,
   for (size_t d = 0; d < shape.size(); ++d) fmt::store<uint64_t>(dst + 48 + 8 * d, shape[d]);
 }
 
-template <class K>
-size_t compress_typed(const typename K::S* x, uint64_t count, const CompressParams& p,
+// The values compress() codes: chunk c of a contiguous array, read in place.
+template <class S>
+struct ArrayChunks {
+  const S* x;
+  uint32_t chunk_len;
+  const S* chunk(uint64_t c, int /*thread*/) const { return x + c * chunk_len; }
+};
+
+// Codes the chunks `source.chunk(c, thread)` yields (a pointer to chunk c's values, valid until
+// that thread's next call) into a stream of `count` values. compress() reads an array; the
+// hop of the ring (recompress_add) sums a decoded chunk and an addend in a per-thread buffer.
+template <class K, class Source>
+size_t compress_typed(Source& source, uint64_t count, const CompressParams& p,
                       const std::vector<uint64_t>& shape, uint8_t* dst, const Progress* progress) {
   using S = typename K::S;
   Quantizer<typename K::C> qz{};
@@ -601,26 +612,40 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
     fmt::store<uint32_t>(table + 8 * c, static_cast<uint32_t>(bytes));
     fmt::store<uint32_t>(table + 8 * c + 4, crc32c(crc_of, bytes == 0 ? 1 + sizeof(S) : bytes));
   };
-  // Whether chunk c-1 is constant, for the first chunk of a walk (the walk tracks it after that).
-  auto constant_before = [&](uint64_t c) {
-    return c > 0 && all_same_bits(x + (c - 1) * cl, chunk_values(count, cl, c - 1));
+  // A walk over chunks [c0, c1) on one thread; it remembers whether its last chunk was constant,
+  // and with which value (a repeat refers to it). Returns the bytes written at `at`.
+  struct Walk {
+    bool last_constant = false;
+    S last_value{};
+  };
+  auto walk = [&](uint64_t c0, uint64_t c1, int t, uint8_t* at, Scratch<S>& scratch, Walk& w,
+                  auto&& after_chunk) -> size_t {
+    uint8_t* const begin = at;
+    w.last_constant = false;  // a walk's first chunk is written in full
+    for (uint64_t c = c0; c < c1; ++c) {
+      const S* xc = source.chunk(c, t);
+      bool constant = false;
+      const size_t bytes = code_chunk<K>(xc, chunk_values(count, cl, c), how,
+                                         w.last_constant ? &w.last_value : nullptr, constant,
+                                         at, scratch);
+      finish_chunk(c, at, bytes);
+      at += bytes;
+      w.last_constant = constant;
+      if (constant) w.last_value = xc[0];
+      if (!after_chunk(c)) break;
+    }
+    return static_cast<size_t>(at - begin);
   };
 
   size_t end = data_base;
   if (progress != nullptr && p.threads <= 1) {
     // Pipelined: one chunk at a time on this thread, the caller's progress hook in between.
     PooledScratch<S> pooled(1, cl, how.zstd);
-    Scratch<S>& scratch = pooled[0];
-    bool prev_constant = false;
-    for (uint64_t c = 0; c < chunks; ++c) {
-      bool constant = false;
-      const size_t bytes =
-          code_chunk<K>(x, count, cl, c, how, prev_constant, constant, dst + end, scratch);
-      finish_chunk(c, dst + end, bytes);
-      end += bytes;
-      prev_constant = constant;
+    Walk w;
+    end += walk(0, chunks, 0, dst + end, pooled[0], w, [&](uint64_t c) {
       (*progress)(c + 1, chunks);
-    }
+      return true;
+    });
   } else if (chunks > 0) {
     // The chunks are cut into contiguous runs, several per thread, which the threads take in
     // turn (a thread that drew cheap runs, e.g. constant ones, takes more: data whose
@@ -636,7 +661,12 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
     ThreadedProgress hook(progress, chunks);
     const size_t full = raw_chunk_bytes(cl, sizeof(S));
     std::vector<size_t> run_bytes(runs, 0);
+    std::vector<Walk> run_walks(runs);
     PooledScratch<S> scratch(nt, cl, how.zstd);
+    // A source's exception (a corrupt stream in recompress_add) may not leave the region: the
+    // first is kept, the other threads stop at their next chunk, and it is rethrown after.
+    std::mutex failure_lock;
+    std::exception_ptr failure;
     // Thread t starts with run t (runs >= nt: the calling thread always codes chunks, so a
     // progress hook runs at least once), then takes the next free run. The team may be smaller
     // than nt (OMP_THREAD_LIMIT, a nested region): the free runs start after the team's, or the
@@ -649,24 +679,20 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
       next_run.store(static_cast<uint64_t>(omp_get_num_threads()));
       bool go = true;
       for (uint64_t k = static_cast<uint64_t>(t); go && k < runs; k = next_run.fetch_add(1)) {
-        const uint64_t c0 = run_start(k), c1 = run_start(k + 1);
-        size_t at = data_base + c0 * full;
-        bool prev_constant = false;  // a run's first chunk is written in full (see below)
-        for (uint64_t c = c0; c < c1; ++c) {
-          bool constant = false;
-          const size_t bytes = code_chunk<K>(x, count, cl, c, how, prev_constant, constant,
-                                             dst + at, scratch[static_cast<size_t>(t)]);
-          finish_chunk(c, dst + at, bytes);
-          at += bytes;
-          prev_constant = constant;
-          if (!hook.after_chunk(t)) {
-            go = false;
-            break;
-          }
+        const uint64_t c0 = run_start(k);
+        try {
+          run_bytes[k] = walk(c0, run_start(k + 1), t, dst + data_base + c0 * full,
+                              scratch[static_cast<size_t>(t)], run_walks[k],
+                              [&](uint64_t) { return go = hook.after_chunk(t); });
+        } catch (...) {
+          const std::lock_guard<std::mutex> guard(failure_lock);
+          if (!failure) failure = std::current_exception();
+          hook.stop();
+          go = false;
         }
-        run_bytes[k] = at - (data_base + c0 * full);
       }
     }
+    if (failure) std::rethrow_exception(failure);
     hook.rethrow();
     if (hook.stopped()) throw std::logic_error("zccl: compression stopped without an error");
     // A run's first chunk was written in full even when it repeats the previous run's last
@@ -675,9 +701,9 @@ size_t compress_typed(const typename K::S* x, uint64_t count, const CompressPara
       const uint64_t c0 = run_start(k);
       uint8_t* run = dst + data_base + c0 * full;
       size_t bytes = run_bytes[k];
-      if (c0 > 0 && fmt::load<uint32_t>(table + 8 * c0) == 1 + sizeof(S) &&
-          run[0] == fmt::kChunkConstant && constant_before(c0) &&
-          same_bits(x[c0 * cl], x[(c0 - 1) * cl])) {
+      if (k > 0 && run_walks[k - 1].last_constant &&
+          fmt::load<uint32_t>(table + 8 * c0) == 1 + sizeof(S) && run[0] == fmt::kChunkConstant &&
+          std::memcmp(run + 1, &run_walks[k - 1].last_value, sizeof(S)) == 0) {
         fmt::store<uint32_t>(table + 8 * c0, 0);  // its CRC is already the repeated chunk's
         run += 1 + sizeof(S);
         bytes -= 1 + sizeof(S);
@@ -810,6 +836,15 @@ void decode_one(const uint8_t* src, const Parsed& p, uint64_t c, typename K::S* 
                   warm);
 }
 
+// out[i] = a[i] + b[i]: the one sum of decompress_add and recompress_add. Out of line so both
+// run the same machine code: where a and b are both NaN, which payload and sign survive depends
+// on the operand order the compiler picks for each copy of the loop, and recompress_add promises
+// the bytes compress(decompress_add(...)) gives. out may be a or b.
+template <class S>
+__attribute__((noinline)) void add_values(const S* a, const S* b, S* out, uint64_t m) {
+  for (uint64_t i = 0; i < m; ++i) out[i] = a[i] + b[i];
+}
+
 // Decodes chunk c into out; with `addend` (decompress_add), into `chunk` (chunk_len values,
 // stays in L1) and then out = addend + chunk, so out may be addend.
 template <class K>
@@ -823,7 +858,7 @@ void decode_into(const uint8_t* src, const Parsed& p, uint64_t c, typename K::S*
     const uint64_t m = chunk_values(p.info.count, p.info.chunk_len, c);
     const bool full_next = c + 2 < p.info.num_chunks;  // (a short last chunk is not prefetched)
     decode_one<K>(src, p, c, chunk, s, full_next ? addend + p.info.chunk_len : nullptr);
-    for (uint64_t i = 0; i < m; ++i) out[i] = addend[i] + chunk[i];
+    add_values(addend, chunk, out, m);
   }
 }
 
@@ -883,6 +918,42 @@ void decompress_typed(const uint8_t* src, const Parsed& p, typename K::S* out, i
   if (!failure.empty()) throw StreamError(failure);
   hook.rethrow();
 }
+
+// recompress_add's chunks: chunk c of a float32/float64 stream decoded into the calling thread's
+// buffer (L1-sized, allocated on the thread's first chunk) and the addend's chunk c added in
+// place, with decompress_add's arithmetic; the next chunk's addend is prefetched while it decodes.
+template <class K>
+class SumChunks {
+ public:
+  using S = typename K::S;
+  SumChunks(const uint8_t* src, const Parsed& p, const S* addend, int threads)
+      : src_(src), p_(p), addend_(addend), per_thread_(static_cast<size_t>(threads)) {}
+  const S* chunk(uint64_t c, int t) {
+    PerThread& mine = per_thread_[static_cast<size_t>(t)];
+    const uint32_t cl = p_.info.chunk_len;
+    if (!mine.values) {
+      mine.values.reset(new S[cl]);  // not zeroed: every value is decoded before it is read
+      mine.scratch.emplace(cl, sizeof(S), p_.traits.codec != LosslessCodec::None);
+    }
+    S* const v = mine.values.get();
+    const S* const a = addend_ + c * cl;
+    const bool full_next = c + 2 < p_.info.num_chunks;  // (a short last chunk is not prefetched)
+    decode_one<K>(src_, p_, c, v, *mine.scratch, full_next ? a + cl : nullptr);
+    const uint32_t m = chunk_values(p_.info.count, cl, c);
+    add_values(a, v, v, m);
+    return v;
+  }
+
+ private:
+  struct PerThread {
+    std::unique_ptr<S[]> values;
+    std::optional<LosslessScratch> scratch;
+  };
+  const uint8_t* src_;
+  const Parsed& p_;
+  const S* addend_;
+  std::vector<PerThread> per_thread_;  // one per thread id of the coding region
+};
 
 // Min/max of x[0..n) over finite values; a non-finite value contributes +inf to the min and -inf
 // to the max, so the loop is branch-free.
@@ -1191,8 +1262,11 @@ size_t max_compressed_size(DType dt, uint64_t count, uint32_t chunk_len, size_t 
   return fmt::header_bytes(ndim, chunks) + chunks + count * elem;
 }
 
-size_t compress(const void* src, DType dt, uint64_t count, const CompressParams& params,
-                uint8_t* dst, size_t dst_cap, const Progress* progress) {
+namespace {
+
+// compress()'s checks of its arguments (but the source); returns the header's shape.
+std::vector<uint64_t> checked_shape(DType dt, uint64_t count, const CompressParams& params,
+                                    const uint8_t* dst, size_t dst_cap) {
   check_chunk_len(params.chunk_len);
   if (!std::isfinite(params.error_bound) || params.error_bound < 0) {
     throw ArgumentError("zccl: error bound must be finite and >= 0, got " +
@@ -1213,7 +1287,6 @@ size_t compress(const void* src, DType dt, uint64_t count, const CompressParams&
     throw ArgumentError("zccl: destination holds " + std::to_string(dst_cap) +
                         " bytes, compression may need " + std::to_string(need));
   }
-  if (src == nullptr && count > 0) throw ArgumentError("zccl: null source pointer");
   if (params.lossless_codec != LosslessCodec::None && params.lossless_codec != LosslessCodec::Auto &&
       params.lossless_codec != LosslessCodec::ShuffleZstd) {
     throw ArgumentError("zccl: unknown lossless codec " +
@@ -1223,10 +1296,19 @@ size_t compress(const void* src, DType dt, uint64_t count, const CompressParams&
     throw ArgumentError("zccl: this build of zccl has no zstd, so the lossless codec is "
                         "unavailable (rebuild with libzstd-dev installed, or use codec none)");
   }
+  return shape;
+}
+
+}  // namespace
+
+size_t compress(const void* src, DType dt, uint64_t count, const CompressParams& params,
+                uint8_t* dst, size_t dst_cap, const Progress* progress) {
+  const std::vector<uint64_t> shape = checked_shape(dt, count, params, dst, dst_cap);
+  if (src == nullptr && count > 0) throw ArgumentError("zccl: null source pointer");
   return with_kind(dt, [&](auto kind) {
     using K = decltype(kind);
-    return compress_typed<K>(static_cast<const typename K::S*>(src), count, params, shape, dst,
-                             progress);
+    ArrayChunks<typename K::S> source{static_cast<const typename K::S*>(src), params.chunk_len};
+    return compress_typed<K>(source, count, params, shape, dst, progress);
   });
 }
 
@@ -1265,6 +1347,39 @@ void decompress_add(const uint8_t* src, size_t len, const void* addend, void* ds
     using S = typename K::S;
     decompress_typed<K>(src, p, static_cast<S*>(dst), threads, progress,
                         static_cast<const S*>(addend));
+  });
+}
+
+size_t recompress_add(const uint8_t* src, size_t len, const void* addend, uint64_t count,
+                      const CompressParams& params, uint8_t* dst, size_t dst_cap,
+                      const Progress* progress) {
+  const Parsed p = parse(src, len);
+  const DType dt = p.info.dtype;
+  if (dt != DType::Float32 && dt != DType::Float64) {
+    throw ArgumentError(std::string("zccl: recompress_add takes float32 and float64 streams, ") +
+                        "not " + dtype_name(dt));
+  }
+  if (p.info.count != count) {
+    throw ArgumentError("zccl: recompress_add: the stream holds " + std::to_string(p.info.count) +
+                        " values, the addend " + std::to_string(count));
+  }
+  if (p.info.chunk_len != params.chunk_len) {
+    throw ArgumentError("zccl: recompress_add: the stream's chunk length is " +
+                        std::to_string(p.info.chunk_len) + ", the output's " +
+                        std::to_string(params.chunk_len) + " (they must be equal)");
+  }
+  const std::vector<uint64_t> shape = checked_shape(dt, count, params, dst, dst_cap);
+  if (addend == nullptr && count > 0) throw ArgumentError("zccl: null addend pointer");
+  return with_kind(dt, [&](auto kind) -> size_t {
+    using K = decltype(kind);
+    if constexpr (block::kIsHalf<K>) {
+      throw std::logic_error("zccl: recompress_add reached a half stream");
+    } else {
+      // As many buffers as compress_typed may run threads (one on the pipelined path).
+      const int nt = resolve_threads(params.threads, chunk_units(p.info.num_chunks));
+      SumChunks<K> source(src, p, static_cast<const typename K::S*>(addend), nt);
+      return compress_typed<K>(source, count, params, shape, dst, progress);
+    }
   });
 }
 

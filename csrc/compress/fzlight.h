@@ -111,6 +111,16 @@ void decompress(const uint8_t* src, size_t len, void* dst, uint64_t dst_count, i
 void decompress_add(const uint8_t* src, size_t len, const void* addend, void* dst,
                     uint64_t dst_count, int threads = 0, const Progress* progress = nullptr);
 
+// One hop of the ring reduction in one pass: compresses addend + x' (x' the values of stream
+// `src`, added as decompress_add does) with `params` into dst, chunk by chunk, without writing
+// the sum anywhere. The stream equals compress(decompress_add(src, addend), params) byte for
+// byte, for any thread count. Takes float32/float64 streams of `count` values whose chunk length
+// is params.chunk_len (ArgumentError otherwise); dst and progress as for compress, stream errors
+// as for decompress (StreamError; dst is then partly written).
+size_t recompress_add(const uint8_t* src, size_t len, const void* addend, uint64_t count,
+                      const CompressParams& params, uint8_t* dst, size_t dst_cap,
+                      const Progress* progress = nullptr);
+
 // Decompresses chunk `index` alone into `dst` (room for chunk_len values; returns values written).
 // Throws std::out_of_range (IndexError in Python) when index >= num_chunks. Parses the header
 // and table on each call: for many chunks, prefer decompress().

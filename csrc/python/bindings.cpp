@@ -72,6 +72,13 @@ void check_stream(const torch::Tensor& stream) {
 
 // `out` (optional): a contiguous uint8 CPU buffer of at least max_compressed_size bytes to
 // compress into; the stream is then returned as a view of it (benchmarks reuse one buffer).
+// The first `used` bytes of a buffer of `cap` bytes holding a stream: a view when the caller
+// gave the buffer, else a right-sized copy when the stream is much smaller than the worst case.
+torch::Tensor stream_of(const torch::Tensor& out, size_t used, size_t cap, bool callers) {
+  torch::Tensor stream = out.narrow(0, 0, static_cast<int64_t>(used));
+  return !callers && 2 * used < cap ? stream.clone() : stream;
+}
+
 torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bound,
                        uint32_t chunk_len, int threads, const std::vector<int64_t>& shape,
                        const py::object& progress, uint32_t lossless_codec,
@@ -100,9 +107,7 @@ torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bo
     used = fz::compress(src.data_ptr(), dt, count, params, out.data_ptr<uint8_t>(), cap,
                         hook ? &*hook : nullptr);
   }
-  // Hand back a right-sized buffer when the stream is much smaller than the worst case.
-  torch::Tensor stream = out.narrow(0, 0, static_cast<int64_t>(used));
-  return !into && 2 * used < cap ? stream.clone() : stream;
+  return stream_of(out, used, cap, into.has_value());
 }
 
 // The values decompress(compress(src, eb)) reconstructs, without the stream (fz::quantize), into
@@ -172,6 +177,42 @@ torch::Tensor decompress(const torch::Tensor& stream, int threads, const py::obj
     }
   }
   return out;
+}
+
+// The ring's hop (fz::recompress_add): the stream of add + decompress(stream) with bound
+// `error_bound`, the chunk length of `stream` and the shape of `add`, into `into` when given.
+// Python checks the arguments' types; fz checks counts, dtypes and chunk lengths.
+torch::Tensor recompress_add(const torch::Tensor& stream, const torch::Tensor& add,
+                             double error_bound, int threads, const py::object& progress,
+                             const std::optional<torch::Tensor>& into) {
+  check_stream(stream);
+  const uint8_t* data = stream.data_ptr<uint8_t>();
+  const size_t len = static_cast<size_t>(stream.numel());
+  const fz::StreamInfo info = fz::read_info(data, len);
+  TORCH_CHECK(add.device().is_cpu() && add.is_contiguous() &&
+                  add.scalar_type() == scalar_type(info.dtype),
+              "zccl recompress_add: add must be a contiguous CPU tensor of the stream's dtype");
+  fz::CompressParams params;
+  params.error_bound = error_bound;
+  params.chunk_len = info.chunk_len;
+  params.threads = threads;
+  params.shape = std::vector<uint64_t>(add.sizes().begin(), add.sizes().end());
+  const uint64_t count = static_cast<uint64_t>(add.numel());
+  const size_t cap = fz::max_compressed_size(info.dtype, count, info.chunk_len, add.dim());
+  if (into) {
+    check_stream(*into);
+    TORCH_CHECK(static_cast<size_t>(into->numel()) >= cap, "zccl: out holds ", into->numel(),
+                " bytes, the stream may need ", cap);
+  }
+  torch::Tensor out = into ? *into : torch::empty({static_cast<int64_t>(cap)}, torch::kUInt8);
+  const std::optional<fz::Progress> hook = wrap_progress(progress);
+  size_t used = 0;
+  {
+    py::gil_scoped_release nogil;
+    used = fz::recompress_add(data, len, add.data_ptr(), count, params, out.data_ptr<uint8_t>(),
+                              cap, hook ? &*hook : nullptr);
+  }
+  return stream_of(out, used, cap, into.has_value());
 }
 
 torch::Tensor decompress_chunk(const torch::Tensor& stream, int64_t index) {
@@ -353,6 +394,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("decompress", &decompress, py::arg("stream"), py::arg("threads"), py::arg("progress"),
         py::arg("out") = py::none(), py::arg("add") = py::none());
+  m.def("recompress_add", &recompress_add, py::arg("stream"), py::arg("add"),
+        py::arg("error_bound"), py::arg("threads"), py::arg("progress"),
+        py::arg("out") = py::none());
   m.def("quantizer_bins", &quantizer_bins, py::arg("dtype_code"), py::arg("error_bound"));
   m.def("quantize", &quantize, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
         py::arg("threads"), py::arg("out"), py::arg("residual"));

@@ -499,6 +499,93 @@ static void check_decompress_add(const Bytes& s, const std::vector<T>& y, const 
   CHECK_MSG(agrees(acc), "in-place decompress_add differs from decode + add");
 }
 
+// recompress_add against compress(decompress_add(...)), byte for byte: every thread count and the
+// pipelined path, with `p`'s bound, chunk length and codec. The addend's chunks cycle through
+// random values (with +/-Inf and NaN), -y twice (sums of +0: constant chunks and their repeats,
+// also across the threads' runs) and zeros (the sum is y).
+template <typename T>
+static void check_recompress_add(const Bytes& s, const std::vector<T>& y, fz::CompressParams p,
+                                 const CaseOpts& o) {
+  const uint64_t n = y.size();
+  Rng rng(n * 104729 + 3);
+  std::vector<T> addend(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t k = rng.below(64);
+    const T inf = std::numeric_limits<T>::infinity();
+    switch ((i / p.chunk_len) % 4) {
+      case 0:
+        addend[i] = k == 0 ? inf : k == 1 ? -inf : k == 2 ? std::numeric_limits<T>::quiet_NaN()
+                                                          : static_cast<T>(rng.sym() * 1e3);
+        break;
+      case 1:
+      case 2: addend[i] = -y[i]; break;
+      default: addend[i] = 0;
+    }
+  }
+  std::vector<T> sum(n);
+  fz::decompress_add(s.data(), s.size(), addend.data(), sum.data(), n, 1);
+  p.threads = 1;
+  const Bytes want = compress_exact(sum, p);
+  const size_t cap = fz::max_compressed_size(dtype_of<T>(), n, p.chunk_len);
+  std::vector<int> threads = {1};
+  if (o.threads_sweep) threads = {1, 2, 3, 0};
+  for (int t : threads) {
+    p.threads = t;
+    std::vector<uint8_t> got(cap);
+    const size_t bytes = fz::recompress_add(s.data(), s.size(), addend.data(), n, p, got.data(), cap);
+    got.resize(bytes);
+    CHECK_MSG(got == want.v, fmt("recompress_add differs from compress(decompress_add) (threads=%d)", t));
+  }
+  if (o.pipelined) {
+    uint64_t calls = 0;
+    const fz::Progress prog = [&](uint64_t, uint64_t) { ++calls; };
+    p.threads = 1;
+    std::vector<uint8_t> got(cap);
+    got.resize(fz::recompress_add(s.data(), s.size(), addend.data(), n, p, got.data(), cap, &prog));
+    CHECK_MSG(got == want.v, "pipelined recompress_add differs from compress(decompress_add)");
+    CHECK(calls == fz::read_info(s.data(), s.size()).num_chunks);
+  }
+}
+
+// recompress_add's argument and stream errors: half streams, another count or chunk length, a
+// null addend, a short destination, a truncated stream, a corrupt chunk (on 1 and 3 threads:
+// the error leaves the coding threads as StreamError).
+static void test_recompress_add_args() {
+  fz::CompressParams p;
+  p.error_bound = 1e-3;
+  p.chunk_len = 64;
+  std::vector<float> x(1000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.01 * i));
+  const Bytes s = compress_exact(x, p);
+  const size_t cap = fz::max_compressed_size(fz::DType::Float32, 1000, 64);
+  std::vector<uint8_t> dst(cap);
+  std::vector<float> addend(1000, 0.25f);
+  auto call = [&](const Bytes& in, uint64_t n, const fz::CompressParams& q, size_t room,
+                  const float* a) {
+    return fz::recompress_add(in.data(), in.size(), a, n, q, dst.data(), room);
+  };
+  CHECK(call(s, 1000, p, cap, addend.data()) > 0);
+  CHECK_THROWS(call(s, 999, p, cap, addend.data()), fz::ArgumentError);
+  fz::CompressParams other = p;
+  other.chunk_len = 128;
+  CHECK_THROWS(call(s, 1000, other, cap, addend.data()), fz::ArgumentError);
+  CHECK_THROWS(call(s, 1000, p, cap, nullptr), fz::ArgumentError);
+  CHECK_THROWS(call(s, 1000, p, cap - 1, addend.data()), fz::ArgumentError);
+  const std::vector<F16> h(100, F16{0x3C00});
+  const Bytes sh = compress_exact(h, p);
+  CHECK_THROWS(call(sh, 100, p, cap, addend.data()), fz::ArgumentError);
+  Bytes cut = s;
+  cut.v.pop_back();
+  CHECK_THROWS_LIB(call(cut, 1000, p, cap, addend.data()));
+  Bytes bad = s;
+  bad.v.back() ^= 0x5A;  // the last chunk's payload: its checksum no longer matches
+  for (int t : {1, 3}) {
+    fz::CompressParams q = p;
+    q.threads = t;
+    CHECK_THROWS(call(bad, 1000, q, cap, addend.data()), fz::StreamError);
+  }
+}
+
 // decompress_add's argument errors: half streams, a short destination, null pointers.
 static void test_decompress_add_args() {
   fz::CompressParams p;
@@ -584,7 +671,10 @@ static void roundtrip_case(const std::vector<T>& x, double eb, uint32_t chunk_le
     CHECK_MSG(same_bits(y, yp), "pipelined decode differs");
     CHECK(ncalls == nchunks);
   }
-  if constexpr (std::is_floating_point_v<T>) check_decompress_add(s1, y, o);
+  if constexpr (std::is_floating_point_v<T>) {
+    check_decompress_add(s1, y, o);
+    check_recompress_add(s1, y, p, o);
+  }
 
   // Random access into an exact chunk_len buffer: every chunk, or (each call re-validates the
   // whole header and table) a sample of 64 including the first and the last ones.
@@ -1766,6 +1856,7 @@ int main(int argc, char** argv) {
   step("finite_range<f32>", test_finite_range<float>);
   step("finite_range<f64>", test_finite_range<double>);
   step("decompress_add_args", test_decompress_add_args);
+  step("recompress_add_args", test_recompress_add_args);
   step("crc32c", test_crc32c);
   step("block_planes", test_block_planes);
   step("sure_shortcut<f32>", test_sure_shortcut<float>);

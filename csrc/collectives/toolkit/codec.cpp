@@ -55,20 +55,24 @@ DType Codec::reduction_wire(DType dt, const Config& cfg) {
 
 size_t Codec::capacity(size_t n) const { return fz::max_compressed_size(wire_, n, cfg_.chunk_len); }
 
-size_t Codec::compress(const void* src, size_t n, uint8_t* dst, size_t cap,
-                       const fz::Progress* progress) {
-  const AddSeconds timed(stats_.compress_seconds);
+fz::CompressParams Codec::params() const {
   fz::CompressParams params;
   params.error_bound = eb_;
   params.chunk_len = cfg_.chunk_len;
   params.threads = cfg_.threads;
+  return params;
+}
+
+size_t Codec::compress(const void* src, size_t n, uint8_t* dst, size_t cap,
+                       const fz::Progress* progress) {
+  const AddSeconds timed(stats_.compress_seconds);
   if (wire_ != dt_) {  // float32 partial results travel as half streams
     uint8_t* half = workspace_bytes(kSlotWireOut, n * fz::dtype_size(wire_));
     fz::narrow_to_half(static_cast<const float*>(src), wire_, n, half);
     src = half;
   }
   const std::optional<fz::Progress> hook = throttled(progress);
-  const size_t bytes = fz::compress(src, wire_, n, params, dst, cap, hook ? &*hook : nullptr);
+  const size_t bytes = fz::compress(src, wire_, n, params(), dst, cap, hook ? &*hook : nullptr);
   stats_.bytes_compressed += n * fz::dtype_size(wire_);
   return bytes;
 }
@@ -153,6 +157,30 @@ template void Codec::decompress_add<float>(const uint8_t*, size_t, const float*,
                                            int, const fz::Progress*);
 template void Codec::decompress_add<double>(const uint8_t*, size_t, const double*, double*,
                                             size_t, int, const fz::Progress*);
+
+template <class T>
+size_t Codec::recompress_add(const uint8_t* src, size_t len, const T* addend, size_t n, int peer,
+                             T* scratch, uint8_t* dst, size_t cap,
+                             const fz::Progress* progress) {
+  const fz::StreamInfo info = fz::read_info(src, len);
+  if (wire_ != dt_ || info.chunk_len != cfg_.chunk_len) {
+    decompress_add(src, len, addend, scratch, n, peer, progress);
+    return compress(scratch, n, dst, cap, progress);
+  }
+  const AddSeconds timed(stats_.compress_seconds);
+  check_stream(info, n, peer);
+  stats_.received_error_bound = info.error_bound;
+  const std::optional<fz::Progress> hook = throttled(progress);
+  const size_t bytes =
+      fz::recompress_add(src, len, addend, n, params(), dst, cap, hook ? &*hook : nullptr);
+  stats_.bytes_compressed += n * sizeof(T);
+  return bytes;
+}
+
+template size_t Codec::recompress_add<float>(const uint8_t*, size_t, const float*, size_t, int,
+                                             float*, uint8_t*, size_t, const fz::Progress*);
+template size_t Codec::recompress_add<double>(const uint8_t*, size_t, const double*, size_t, int,
+                                              double*, uint8_t*, size_t, const fz::Progress*);
 
 std::optional<CodeCodec> CodeCodec::for_reduction(double eb, int ranks, Stats& stats) {
   const std::optional<fz::codes::Grid> grid = fz::codes::make_grid(eb, ranks);

@@ -76,10 +76,20 @@ class Codec {
   void decompress_add(const uint8_t* src, size_t len, const T* addend, T* dst, size_t expected,
                       int peer, const fz::Progress* progress = nullptr);
 
+  // One hop of a ring reduction (SUM): compresses addend + decoded(src) into dst (capacity(n))
+  // and returns the stream size, with the checks of decompress. Chunk by chunk without writing
+  // the sum (fz::recompress_add) when the stream has the data's dtype and cfg.chunk_len, the
+  // time counted as compress_seconds; otherwise (half streams, another chunk length)
+  // decompress_add into `scratch` (n values), then compress.
+  template <class T>
+  size_t recompress_add(const uint8_t* src, size_t len, const T* addend, size_t n, int peer,
+                        T* scratch, uint8_t* dst, size_t cap, const fz::Progress* progress);
+
  private:
   Codec(DType dt, DType wire, double eb, const Config& cfg, Stats& stats, const char* op)
       : dt_(dt), wire_(wire), eb_(eb), cfg_(cfg), stats_(stats), op_(op) {}
   static DType reduction_wire(DType dt, const Config& cfg);
+  fz::CompressParams params() const;
   void check_stream(const fz::StreamInfo& info, size_t expected, int peer) const;
   // What decompress and decompress_add share: timed into decompress_seconds, the stream checked
   // against `expected` values from `peer`, then decode(the throttled progress hook or nullptr).
