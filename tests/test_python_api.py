@@ -499,7 +499,9 @@ def test_recompress_add_is_compress_of_the_sum(dtype, threads, eb):
     got = zccl_torch.recompress_add(s, addend, eb, threads=threads)
     assert torch.equal(got, want)
     assert zccl_torch.stream_info(got).shape == (6, x.numel() // 6)
-    out = torch.empty(zccl_torch.max_compressed_size(dtype, x.numel(), chunk_size=1024, ndim=2), dtype=torch.uint8)
+    out = torch.empty(
+        zccl_torch.max_compressed_size(dtype, x.numel(), chunk_size=1024, ndim=2), dtype=torch.uint8
+    )
     into = zccl_torch.recompress_add(s, addend, eb, threads=threads, out=out)
     assert into.data_ptr() == out.data_ptr()
     assert torch.equal(into, want)
@@ -520,7 +522,9 @@ def test_recompress_add_refuses_bad_arguments():
         zccl_torch.recompress_add(s, ok, "1e-3")
     with pytest.raises(ValueError, match="out holds"):
         zccl_torch.recompress_add(s, ok, 1e-3, out=torch.empty(10, dtype=torch.uint8))
-    both = torch.zeros(zccl_torch.max_compressed_size(torch.float32, 777) + s.numel(), dtype=torch.uint8)
+    both = torch.zeros(
+        zccl_torch.max_compressed_size(torch.float32, 777) + s.numel(), dtype=torch.uint8
+    )
     both[: s.numel()] = s
     with pytest.raises(ValueError, match="overlaps"):
         zccl_torch.recompress_add(both[: s.numel()], ok, 1e-3, out=both)
