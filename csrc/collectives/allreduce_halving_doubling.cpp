@@ -19,8 +19,10 @@
 //            add the partner's decoded half into the kept one (own values exact). After the
 //            last round, block nr holds the full reduction. Two rounds overlap: a round's
 //            segments arrive in two halves, first the blocks this rank gives away in the next
-//            round, and once those are added the next round's compression and sends start
-//            while the other half is still arriving.
+//            round, and once those are in the next round's compression and sends start while
+//            the other half is still arriving. SUM/AVG: those sums are never written; each
+//            segment is decoded, added and compressed chunk by chunk as it is sent
+//            (Codec::recompress_add). MIN/MAX: reduced into the own values, then compressed.
 //   own      compress block nr once (the final streams) and decode it in place: the owner holds
 //            what everybody else decodes, or the replicas would differ.
 //   doubling for mask = 1, .., p'/2: exchange every final stream held (mask blocks) with
@@ -173,9 +175,12 @@ class HalvingDoubling {
   void halve() {
     Round cur = start(rd_.pp / 2, 0, 0, nullptr);
     for (int mask = rd_.pp / 2, k = 0; mask >= 1; mask /= 2, ++k) {
-      add(cur, 0, cur.in.split(), nullptr);
+      // SUM/AVG: the sums of the blocks given away next are never written; the next round's
+      // sends decode, add and compress them from cur's streams (Codec::recompress_add).
+      const bool fused = mask > 1 && !is_min_max(op_);
+      if (!fused) add(cur, 0, cur.in.split(), nullptr);
       std::optional<Round> next;
-      if (mask > 1) next = start(mask / 2, cur.keep_first, (k + 1) % 2, &cur);
+      if (mask > 1) next = start(mask / 2, cur.keep_first, (k + 1) % 2, &cur, fused);
       add(cur, cur.in.split(), cur.in.size(), next ? &*next : nullptr);
       finish_all(comm_, cur.tx);
       if (!next) break;
@@ -195,8 +200,9 @@ class HalvingDoubling {
 
   // Starts the halving round of `mask` over the blocks [first, first + 2 mask): posts the
   // receives of the kept half, compresses and sends the other half (in the order the peer
-  // processes it), polling `busy`'s transfers too.
-  Round start(int mask, int first, int parity, Round* busy) {
+  // processes it), polling `busy`'s transfers too. `fused`: the sent half's own values are
+  // busy's first half without its received streams added yet; each is added as it is compressed.
+  Round start(int mask, int first, int parity, Round* busy, bool fused = false) {
     const int nr = rd_.newrank, q = nr ^ mask;
     const bool upper = (nr & mask) != 0;
     Round round;
@@ -210,7 +216,7 @@ class HalvingDoubling {
     std::vector<std::vector<Pending>*> polled = {&round.rx};
     if (busy != nullptr) polled = {&round.rx, &busy->rx, &busy->tx};
     send(out, round.peer, tag_half_, tx_area_ + static_cast<size_t>(parity) * half_, round.tx,
-         polled);
+         polled, fused ? busy : nullptr);
     return round;
   }
 
@@ -254,16 +260,25 @@ class HalvingDoubling {
   }
 
   // Compresses the segments of `l` into `area` (the i-th at i * cap_) and sends each to `peer`
-  // on tx[i] as soon as it is ready, while the transfers of tx and `polled` progress.
+  // on tx[i] as soon as it is ready, while the transfers of tx and `polled` progress. With
+  // `plus`: a segment's values plus the stream `plus` received for it (in its first half).
   void send(const Segments& l, int peer, int tag, uint8_t* area, std::vector<Pending>& tx,
-            const std::vector<std::vector<Pending>*>& polled) {
+            const std::vector<std::vector<Pending>*>& polled, Round* plus = nullptr) {
     const fz::Progress poll = [&](uint64_t, uint64_t) {
       for (std::vector<Pending>* v : polled) poll_first(comm_, *v);
       poll_first(comm_, tx);
     };
     for (int i = 0; i < l.size(); ++i) {
       uint8_t* const stream = area + static_cast<size_t>(i) * cap_;
-      const size_t bytes = codec_.compress(values(l, i), len(l, i), stream, cap_, &poll);
+      size_t bytes = 0;
+      if (plus == nullptr) {
+        bytes = codec_.compress(values(l, i), len(l, i), stream, cap_, &poll);
+      } else {
+        const int j = (l.block(i) - plus->in.a.first) * S_ + l.segment(i);
+        const size_t got = plus->rx[j].finish(comm_);
+        bytes = codec_.recompress_add(plus->rx_area + j * cap_, got, values(l, i), len(l, i),
+                                      plus->peer, scratch_, stream, cap_, &poll);
+      }
       tx[i].start(comm_.isend(stream, bytes, peer, tag));
       st_.bytes_sent += bytes;
     }
