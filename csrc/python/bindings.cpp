@@ -70,15 +70,31 @@ void check_stream(const torch::Tensor& stream) {
               "zccl: stream must be a contiguous 1-D CPU tensor");
 }
 
-// `out` (optional): a contiguous uint8 CPU buffer of at least max_compressed_size bytes to
-// compress into; the stream is then returned as a view of it (benchmarks reuse one buffer).
-// The first `used` bytes of a buffer of `cap` bytes holding a stream: a view when the caller
-// gave the buffer, else a right-sized copy when the stream is much smaller than the worst case.
-torch::Tensor stream_of(const torch::Tensor& out, size_t used, size_t cap, bool callers) {
+// Runs `code(dst, cap, hook)` (a compressor that writes at most `cap` bytes at dst and returns
+// the count) with the GIL released, into `into` when given (checked to hold `cap` bytes), else
+// into a new buffer. Returns the stream: a view of `into`, or of the new buffer, copied to its
+// size when the stream is much smaller than the worst case.
+template <class Code>
+torch::Tensor write_stream(size_t cap, const std::optional<torch::Tensor>& into,
+                           const py::object& progress, Code&& code) {
+  if (into) {
+    check_stream(*into);
+    TORCH_CHECK(static_cast<size_t>(into->numel()) >= cap, "zccl: out holds ", into->numel(),
+                " bytes, the stream may need ", cap);
+  }
+  torch::Tensor out = into ? *into : torch::empty({static_cast<int64_t>(cap)}, torch::kUInt8);
+  const std::optional<fz::Progress> hook = wrap_progress(progress);
+  size_t used = 0;
+  {
+    py::gil_scoped_release nogil;
+    used = code(out.data_ptr<uint8_t>(), cap, hook ? &*hook : nullptr);
+  }
   torch::Tensor stream = out.narrow(0, 0, static_cast<int64_t>(used));
-  return !callers && 2 * used < cap ? stream.clone() : stream;
+  return !into && 2 * used < cap ? stream.clone() : stream;
 }
 
+// `out` (optional): a contiguous uint8 CPU buffer of at least max_compressed_size bytes to
+// compress into; the stream is then returned as a view of it (benchmarks reuse one buffer).
 torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bound,
                        uint32_t chunk_len, int threads, const std::vector<int64_t>& shape,
                        const py::object& progress, uint32_t lossless_codec,
@@ -94,20 +110,9 @@ torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bo
   params.shape = std::vector<uint64_t>(shape.begin(), shape.end());
   const uint64_t count = static_cast<uint64_t>(src.numel());
   const size_t cap = fz::max_compressed_size(dt, count, chunk_len, shape.size());
-  if (into) {
-    check_stream(*into);
-    TORCH_CHECK(static_cast<size_t>(into->numel()) >= cap, "zccl: out holds ", into->numel(),
-                " bytes, the stream may need ", cap);
-  }
-  torch::Tensor out = into ? *into : torch::empty({static_cast<int64_t>(cap)}, torch::kUInt8);
-  const std::optional<fz::Progress> hook = wrap_progress(progress);
-  size_t used = 0;
-  {
-    py::gil_scoped_release nogil;
-    used = fz::compress(src.data_ptr(), dt, count, params, out.data_ptr<uint8_t>(), cap,
-                        hook ? &*hook : nullptr);
-  }
-  return stream_of(out, used, cap, into.has_value());
+  return write_stream(cap, into, progress, [&](uint8_t* dst, size_t room, const fz::Progress* h) {
+    return fz::compress(src.data_ptr(), dt, count, params, dst, room, h);
+  });
 }
 
 // The values decompress(compress(src, eb)) reconstructs, without the stream (fz::quantize), into
@@ -199,20 +204,9 @@ torch::Tensor recompress_add(const torch::Tensor& stream, const torch::Tensor& a
   params.shape = std::vector<uint64_t>(add.sizes().begin(), add.sizes().end());
   const uint64_t count = static_cast<uint64_t>(add.numel());
   const size_t cap = fz::max_compressed_size(info.dtype, count, info.chunk_len, add.dim());
-  if (into) {
-    check_stream(*into);
-    TORCH_CHECK(static_cast<size_t>(into->numel()) >= cap, "zccl: out holds ", into->numel(),
-                " bytes, the stream may need ", cap);
-  }
-  torch::Tensor out = into ? *into : torch::empty({static_cast<int64_t>(cap)}, torch::kUInt8);
-  const std::optional<fz::Progress> hook = wrap_progress(progress);
-  size_t used = 0;
-  {
-    py::gil_scoped_release nogil;
-    used = fz::recompress_add(data, len, add.data_ptr(), count, params, out.data_ptr<uint8_t>(),
-                              cap, hook ? &*hook : nullptr);
-  }
-  return stream_of(out, used, cap, into.has_value());
+  return write_stream(cap, into, progress, [&](uint8_t* dst, size_t room, const fz::Progress* h) {
+    return fz::recompress_add(data, len, add.data_ptr(), count, params, dst, room, h);
+  });
 }
 
 torch::Tensor decompress_chunk(const torch::Tensor& stream, int64_t index) {

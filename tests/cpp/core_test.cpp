@@ -454,6 +454,15 @@ struct CaseOpts {
   bool chunks = true;
 };
 
+// A random addend value: +Inf, -Inf or NaN one time in 64 each, else uniform in [-1e3, 1e3].
+template <typename T>
+static T random_addend(Rng& rng) {
+  const uint64_t k = rng.below(64);
+  const T inf = std::numeric_limits<T>::infinity();
+  return k == 0 ? inf : k == 1 ? -inf : k == 2 ? std::numeric_limits<T>::quiet_NaN()
+                                               : static_cast<T>(rng.sym() * 1e3);
+}
+
 // decompress_add against decoding and then adding (one rounding per value; NaN where the sum is
 // NaN): every thread count, the pipelined path, and in place (dst == addend). The addend holds
 // +/-Inf and NaN too.
@@ -462,12 +471,7 @@ static void check_decompress_add(const Bytes& s, const std::vector<T>& y, const 
   const uint64_t n = y.size();
   Rng rng(n * 7919 + 1);
   std::vector<T> addend(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint64_t k = rng.below(64);
-    const T inf = std::numeric_limits<T>::infinity();
-    addend[i] = k == 0 ? inf : k == 1 ? -inf : k == 2 ? std::numeric_limits<T>::quiet_NaN()
-                                                      : static_cast<T>(rng.sym() * 1e3);
-  }
+  for (uint64_t i = 0; i < n; ++i) addend[i] = random_addend<T>(rng);
   std::vector<T> want(n);
   for (uint64_t i = 0; i < n; ++i) want[i] = addend[i] + y[i];
   auto agrees = [&](const std::vector<T>& got) {
@@ -510,13 +514,8 @@ static void check_recompress_add(const Bytes& s, const std::vector<T>& y, fz::Co
   Rng rng(n * 104729 + 3);
   std::vector<T> addend(n);
   for (uint64_t i = 0; i < n; ++i) {
-    const uint64_t k = rng.below(64);
-    const T inf = std::numeric_limits<T>::infinity();
     switch ((i / p.chunk_len) % 4) {
-      case 0:
-        addend[i] = k == 0 ? inf : k == 1 ? -inf : k == 2 ? std::numeric_limits<T>::quiet_NaN()
-                                                          : static_cast<T>(rng.sym() * 1e3);
-        break;
+      case 0: addend[i] = random_addend<T>(rng); break;
       case 1:
       case 2: addend[i] = -y[i]; break;
       default: addend[i] = 0;
