@@ -1,9 +1,6 @@
 #include "agreement.h"
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/csrc/distributed/c10d/Types.hpp>
-#pragma GCC diagnostic pop
 
 #include <cmath>
 #include <cstdio>

@@ -1,9 +1,6 @@
 // The CPU device of the zccl backend (device.h): host tensors, the fZ-light collectives of
 // collectives/, no streams. Half tensors travel as native half streams in data movement.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <ATen/ATen.h>
-#pragma GCC diagnostic pop
 
 #include <cstdlib>
 #include <stdexcept>

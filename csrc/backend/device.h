@@ -4,10 +4,7 @@
 // which writes an op once and lets its CUDA variant override only staging and stream sync.
 #pragma once
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/csrc/distributed/c10d/Types.hpp>
-#pragma GCC diagnostic pop
 
 #include <c10/core/Stream.h>
 

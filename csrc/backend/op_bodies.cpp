@@ -8,7 +8,7 @@
 //      the value range a REL bound needs (agreement.h): a mismatch raises on every rank;
 //   4. runs the device's compressed collective or the exact one on the transport, records stats;
 //   5. writes the staged result back into the caller's tensor.
-#include "zccl_backend.h"  // first: wraps torch's headers in the warning pragmas
+#include "zccl_backend.h"
 
 #include <algorithm>
 #include <limits>

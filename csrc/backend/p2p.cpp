@@ -11,7 +11,7 @@
 // copies its tensor to the host at the call, in the order of the caller's stream; a receive
 // writes its result into the tensor on the device's backend stream, ordered after the caller's
 // stream at the call, and its Work's wait() / future order the consumer's stream after that.
-#include "zccl_backend.h"  // first: wraps torch's headers in the warning pragmas
+#include "zccl_backend.h"
 
 #include <algorithm>
 #include <chrono>

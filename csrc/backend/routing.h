@@ -2,10 +2,7 @@
 // MPI path. No algorithm logic: just the table of what goes where.
 #pragma once
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/csrc/distributed/c10d/Types.hpp>
-#pragma GCC diagnostic pop
 
 #include "../collectives/collectives.h"
 

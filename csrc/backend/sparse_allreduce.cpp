@@ -3,7 +3,7 @@
 // gradients are usually embeddings' rows, whose values are few and whose indices must be exact),
 // and every rank sums the p sparse tensors in rank order, so every rank holds the same bits.
 // Cost: 3 allgather(v)s; bytes ~ sum over ranks of nnz * (sparse_dim * 8 + dense row bytes).
-#include "zccl_backend.h"  // first: wraps torch's headers in the warning pragmas
+#include "zccl_backend.h"
 
 #include <numeric>
 #include <stdexcept>

@@ -3,10 +3,7 @@
 // input never reaches a collective that would write the wrong number of bytes.
 #pragma once
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/csrc/distributed/c10d/Types.hpp>
-#pragma GCC diagnostic pop
 
 #include <cstdint>
 #include <vector>

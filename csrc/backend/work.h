@@ -5,10 +5,7 @@
 // future's consumers make their current stream wait for the collective instead of racing it.
 #pragma once
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/csrc/distributed/c10d/Work.hpp>
-#pragma GCC diagnostic pop
 
 #include <c10/core/Stream.h>
 

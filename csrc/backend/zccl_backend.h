@@ -4,10 +4,7 @@
 // by a progress thread so isend/irecv pairs never deadlock behind the queue.
 #pragma once
 
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#pragma GCC diagnostic pop
 
 #include <atomic>
 #include <condition_variable>

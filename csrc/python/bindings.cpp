@@ -1,11 +1,7 @@
 // pybind11 module zccl_torch._C: torch tensors in, fZ-light streams out. No algorithm logic here.
-// torch's headers are not -Wextra clean; keep our own warnings visible.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/extension.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/utils/pybind.h>
-#pragma GCC diagnostic pop
 
 #include <optional>
 #include <string>

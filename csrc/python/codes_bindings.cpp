@@ -2,11 +2,7 @@
 // hop-cost benchmark: one ring hop (combine) and its decoding, on CPU tensors.
 #include "codes_bindings.h"
 
-// torch's headers are not -Wextra clean (as in bindings.cpp).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-parameter"
 #include <torch/extension.h>
-#pragma GCC diagnostic pop
 
 #include <optional>
 
