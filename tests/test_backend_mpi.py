@@ -6,6 +6,7 @@ The checks themselves live in tests/mpi/backend_checks.py.
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 
@@ -34,6 +35,24 @@ def test_conformance(nprocs: int) -> None:
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-8000:]
     assert_every_check_passed(report, nprocs)
+
+
+@pytest.mark.parametrize(("nprocs", "seed"), [(2, 11), (3, 12), (5, 13)])
+def test_random_collectives_match_exact_reference(nprocs: int, seed: int) -> None:
+    """150 random collectives (op, dtype, count, root, reduce op and settings drawn alike on
+    every rank) against an exact reference of every rank's input, each within its documented
+    bound (tests/mpi/fuzz_checks.py). It found two silent wrong answers that the targeted checks
+    missed: saturating int8 sums and owner_exact breaking half MIN/MAX replicas."""
+    argv = python_argv("tests/mpi/fuzz_checks.py", "--seed", str(seed), "--cases", "150")
+    done = mpirun(nprocs, argv, timeout=600)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-8000:]
+    # One summary per rank (mpirun may join the ranks' lines, so matched anywhere).
+    found = re.findall(r"\[rank (\d+)\] fuzz: 150 cases, (\d+) compressed, (\d+) failed", report)
+    assert sorted(int(r) for r, _, _ in found) == list(range(nprocs)), report[-4000:]
+    assert all(failed == "0" for _, _, failed in found), report[-8000:]
+    # The draw must exercise the compressed paths, not only the exact fallback.
+    assert all(int(compressed) >= 30 for _, compressed, _ in found), found
 
 
 @pytest.mark.parametrize("script", ["backend_checks.py", "conformance_checks.py"])

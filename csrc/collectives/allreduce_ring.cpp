@@ -42,32 +42,23 @@
 
 namespace zccl::coll::compute {
 
-// Whether coll::allgatherv leaves on each rank, in its own slot, the values decoded from its own
-// stream (then nothing more is needed for identical replicas). It does not: allgather_ring.cpp
-// copies the own block exactly, so the owner compresses and decodes its block once more.
-constexpr bool kAllgathervDecodesOwnBlock = false;
-
 template <class T>
 void allgather_decompressed(Comm& comm, T* buf, const Blocks& blocks, double eb,
                             const Config& cfg, Stats& st) {
   const int r = comm.rank();
-  const size_t mine = blocks.count[static_cast<size_t>(r)];
   T* own = buf + blocks.offset[static_cast<size_t>(r)];
   // with_error_bound() clears Algorithm::Mpi and min_compress_bytes, and some block is non-empty
-  // (callers pass count >= 1), so allgatherv takes its compressed path -- the own-block step
-  // below assumes it.
-  const Config c = with_error_bound(cfg, eb);
+  // (callers pass count >= 1), so allgatherv takes its compressed path. Without owner_exact it
+  // decodes the own block from the stream it sent, as the others do: the same bits everywhere.
+  // (owner_exact is the all_gather's setting; an all_reduce's replicas must stay identical.
+  // Recompressing the exact own block instead gave other bits for half tensors, whose
+  // reductions send half streams: found by tests/mpi/fuzz_checks.py.)
+  Config c = with_error_bound(cfg, eb);
+  c.owner_exact = false;
   Stats sub;
-  allgatherv(comm, own, mine, buf, blocks.count, dtype_of<T>(), c, &sub);  // own slot untouched
+  allgatherv(comm, own, blocks.count[static_cast<size_t>(r)], buf, blocks.count, dtype_of<T>(),
+             c, &sub);
   add_stats(st, sub);
-  if (!kAllgathervDecodesOwnBlock) {
-    // Deterministic codec, same parameters: the same values the other ranks decoded.
-    Codec codec = Codec::for_reduction(dtype_of<T>(), eb, c, st);
-    const size_t cap = codec.capacity(mine);
-    uint8_t* stream = workspace_bytes(kSlotSend0, cap);
-    const size_t bytes = codec.compress(own, mine, stream, cap);
-    codec.decompress(stream, bytes, own, mine, r);
-  }
 }
 
 namespace {

@@ -91,7 +91,7 @@ void MpiComm::barrier() const {
 void MpiComm::allreduce(const void* send, void* recv, size_t count, ElemType elem,
                      ReduceKind kind) const {
   const MPI_Datatype type = mpi::datatype(elem);
-  const MPI_Op op = mpi::op(kind);
+  const MPI_Op op = mpi::op(kind, elem);
   if (count == 0) return;
   const MPI_Aint ext = type_extent(type);
   auto* d = static_cast<char*>(recv);
@@ -118,7 +118,7 @@ void MpiComm::allreduce(const void* send, void* recv, size_t count, ElemType ele
 void MpiComm::reduce(const void* send, void* recv, size_t count, ElemType elem, ReduceKind kind,
                   int root) const {
   const MPI_Datatype type = mpi::datatype(elem);
-  const MPI_Op op = mpi::op(kind);
+  const MPI_Op op = mpi::op(kind, elem);
   check_root(root, size_, "reduce");
   if (count == 0) return;
   const bool is_root = rank_ == root;
@@ -227,7 +227,7 @@ void MpiComm::scatter(const void* send, void* recv, size_t count, ElemType elem,
 void MpiComm::reduce_scatter_block(const void* send, void* recv, size_t count, ElemType elem,
                                 ReduceKind kind) const {
   const MPI_Datatype type = mpi::datatype(elem);
-  const MPI_Op op = mpi::op(kind);
+  const MPI_Op op = mpi::op(kind, elem);
   const int n = to_int_count(count, "reduce_scatter_block");
   const bool in_place = send == kInPlace || send == recv;
   start_and_wait("MPI_Ireduce_scatter_block", count, [&](MPI_Request* r) {

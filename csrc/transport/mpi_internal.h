@@ -29,7 +29,8 @@ void check_str(int rc, const std::string& what);
 // `n` as an MPI count; std::length_error above max_collective_count().
 int to_int_count(size_t n, const char* what);
 MPI_Datatype datatype(ElemType t);
-MPI_Op op(ReduceKind k);
+// The operator of reduction k on elements of type t (MPI's own, except where it is wrong).
+MPI_Op op(ReduceKind k, ElemType t);
 // "rank 1 of a communicator of 4".
 std::string comm_desc(MPI_Comm comm);
 // The peers a collective on `size` ranks waits for, seen from `rank`: "rank 1", "ranks 0, 2-3".

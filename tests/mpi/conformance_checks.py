@@ -9,6 +9,7 @@ recv from any source, sparse all_reduce, and replicas that stay bit-identical (D
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -329,6 +330,60 @@ def sparse_all_reduce_matches_gloo() -> None:
         "sparse MAX", lambda: dist.all_reduce(mine.clone(), op=dist.ReduceOp.MAX), "SUM"
     )
     del p
+
+
+@check
+def narrow_integer_sums_wrap() -> None:
+    """SUMs of 8- and 16-bit integers that overflow wrap around, as in torch and Gloo (Open MPI
+    4.1's AVX operator saturates them: 127 instead of -56), in all_reduce, reduce and both
+    reduce_scatter forms, at 1000 values (the AVX path starts at a few dozen). int8 and uint8
+    against Gloo on the same input; int16 (Gloo has no reduction for it) against torch's own
+    wrapping sum of every rank's input."""
+    p, n = world(), 1000
+    for dtype in (torch.int8, torch.uint8, torch.int16):
+        hi = {torch.int8: 120, torch.uint8: 250, torch.int16: 32000}[dtype]
+        g = torch.Generator().manual_seed(rank())
+        x = torch.randint(hi // 2, hi, (n * p,), generator=g).to(dtype)
+        everyone = exact_gather(x)
+        want = everyone[0].clone()
+        for other in everyone[1:]:
+            want += other  # torch's in-place add wraps in the tensor's own type
+        block = want[rank() * n : (rank() + 1) * n]
+        ar, red = x.clone(), x.clone()
+        dist.all_reduce(ar)
+        dist.reduce(red, dst=p - 1)
+        rs_tensor, rs_list = torch.empty(n, dtype=dtype), torch.empty(n, dtype=dtype)
+        dist.reduce_scatter_tensor(rs_tensor, x)
+        dist.reduce_scatter(rs_list, list(x.split(n)))
+        name = str(dtype).replace("torch.", "")
+        same_bits(f"{name} all_reduce", ar, want)
+        if rank() == p - 1:
+            same_bits(f"{name} reduce", red, want)
+        same_bits(f"{name} reduce_scatter_tensor", rs_tensor, block)
+        same_bits(f"{name} reduce_scatter", rs_list, block)
+        if dtype in (torch.int8, torch.uint8):
+            theirs = x.clone()
+            dist.all_reduce(theirs, group=gloo())
+            same_bits(f"{name} all_reduce vs gloo", ar, theirs)
+        exact = torch.stack([t.long() for t in everyone]).sum(0)
+        assert p == 1 or bool((exact > torch.iinfo(dtype).max).any()), "no sum overflowed"
+
+
+@check
+def half_min_max_replicas_identical_with_owner_exact() -> None:
+    """MIN/MAX all_reduce of float16/bfloat16 on the ring leaves every rank with the same bits,
+    also with owner_exact (an all_gather setting: the all_reduce's allgather stage must not keep
+    the owner's block exact; it once recompressed it in float32 while the others decoded a half
+    stream, so every rank held other bits)."""
+    for dtype, op, owner_exact in itertools.product(
+        (torch.float16, torch.bfloat16), (dist.ReduceOp.MIN, dist.ReduceOp.MAX), (True, False)
+    ):
+        t = data(rank(), 20_011, dtype)
+        with zccl_torch.config(algorithm="ring", owner_exact=owner_exact, mode="rel"):
+            dist.all_reduce(t, op=op)
+            assert zccl_torch.last_stats()["bytes_compressed"] > 0 or world() == 1
+        for q, other in enumerate(exact_gather(t)):
+            same_bits(f"{dtype} {op} owner_exact={owner_exact}: rank {q} vs this rank", other, t)
 
 
 @check

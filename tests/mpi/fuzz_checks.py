@@ -1,0 +1,364 @@
+"""Randomised differential checks of the "zccl" backend: many random collectives, each against
+an exact reference computed from every rank's input (moved by a Gloo group over the same ranks).
+
+``mpirun -np P python tests/mpi/fuzz_checks.py [--seed S] [--cases N]``. Every rank draws the
+same case from the same generator (op, dtype, count, root, reduce op and the zccl settings:
+algorithm, mode, bound, threads, chunk size, integer hop, owner_exact), fills its input from its
+own generator (NaN and +/-Inf included for float dtypes) and checks what the contract promises:
+
+* integer and bool dtypes, ``mode="lossless"`` data movement: the exact values, bit for bit;
+* float data movement: every finite value within the bound (REL: ``eb`` times the value range
+  over every rank's input, an upper bound on any range the ranks agree on), non-finite values
+  exact;
+* float reductions: within ``output_error_bound(algorithm, op, p, eb)`` of the exact result
+  (float64 of the inputs) plus the worst-case rounding of summing in the dtype (half dtypes: a
+  rounding at every hop), non-finite results where and as the exact ones are;
+* all_reduce leaves every rank with the same bits (CprP2P excepted: documented in cprp2p.cpp).
+
+A failing case prints its number and settings on every rank; the run goes on, and the exit code
+is 1 if any case failed on this rank. Counts cover 0, 1, p-1, p+1, primes and up to ~200k values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import random
+import sys
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from check_common import rounding
+
+import zccl_torch
+from zccl_torch import _C
+
+FLOATS = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+INTS = [torch.int32, torch.int64, torch.uint8, torch.int8]
+OPS = [
+    "all_reduce",
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "gather",
+    "scatter",
+    "all_to_all_single",
+    "all_to_all",
+]
+REDUCTIONS = {"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor"}
+ALGORITHMS = ["auto", "ring", "recursive_doubling", "halving_doubling", "cprp2p", "mpi"]
+PRIMES = [2, 3, 5, 7, 11, 13, 31, 127, 257, 1021, 4099, 65537]
+RED = {
+    "sum": dist.ReduceOp.SUM,
+    "avg": dist.ReduceOp.AVG,
+    "min": dist.ReduceOp.MIN,
+    "max": dist.ReduceOp.MAX,
+    "product": dist.ReduceOp.PRODUCT,
+}
+
+
+@dataclass
+class Case:
+    """One random collective and the settings it runs with (the same on every rank)."""
+
+    index: int
+    op: str
+    dtype: torch.dtype
+    count: int
+    root: int
+    reduce: str
+    settings: dict[str, Any]
+    nonfinite: bool
+    splits: list[list[int]] = field(default_factory=list)  # all_to_all: splits[src][dst]
+
+    def __str__(self) -> str:
+        return (
+            f"case {self.index}: {self.op} {str(self.dtype).replace('torch.', '')} "
+            f"count={self.count} root={self.root} reduce={self.reduce} "
+            f"nonfinite={self.nonfinite} {self.settings}"
+        )
+
+
+def draw_case(rng: random.Random, index: int, p: int) -> Case:
+    op = rng.choice(OPS)
+    dtype = rng.choice(FLOATS * 4 + INTS)  # mostly floats: they take the compressed paths
+    count = rng.choice([0, 1, p - 1, p + 1, rng.choice(PRIMES), rng.randint(2, 5000)])
+    if rng.random() < 0.25:
+        count = rng.randint(20_000, 200_000)
+    count = max(count, 0)
+    reduce = "sum"
+    if op in REDUCTIONS:
+        if dtype.is_floating_point:
+            reduce = rng.choice(["sum", "sum", "avg", "min", "max", "product"])
+        else:
+            reduce = rng.choice(["sum", "min", "max", "product"])
+    mode = rng.choice(["abs", "abs", "abs", "rel", "rel", "lossless"])
+    eb = 10.0 ** rng.uniform(-5, -1) if mode != "lossless" else 1e-3
+    settings = {
+        "algorithm": rng.choice(ALGORITHMS),
+        "mode": mode,
+        "error_bound": eb,
+        "threads": rng.choice([1, 1, 2]),
+        "chunk_size": rng.choice([32, 1024, 5120, 65536]),
+        "min_compress_bytes": rng.choice([0, 0, 0, 4096]),
+        "integer_ring": rng.random() < 0.3,
+        "owner_exact": rng.random() < 0.2,
+    }
+    nonfinite = dtype.is_floating_point and rng.random() < 0.3 and reduce not in ("min", "max")
+    case = Case(index, op, dtype, count, rng.randrange(p), reduce, settings, nonfinite)
+    if op == "all_to_all_single":
+        case.splits = [[rng.randint(0, count) for _ in range(p)] for _ in range(p)]
+    return case
+
+
+def make_input(case: Case, rank: int, n: int, salt: int = 0) -> torch.Tensor:
+    """This rank's input: a smooth field plus noise (floats), small values (ints: PRODUCT of p
+    of them must not overflow int8), a few NaN/+-Inf when the case asks."""
+    g = torch.Generator().manual_seed(case.index * 7919 + rank * 104729 + salt)
+    if case.dtype.is_floating_point:
+        base = torch.randn(n, generator=g, dtype=torch.float64).cumsum(0) / 40
+        x = base + 0.01 * torch.randn(n, generator=g, dtype=torch.float64) + rank
+        if case.reduce == "product":
+            x = 1 + 0.1 * torch.tanh(x)  # products stay near 1 and finite
+        x = x.to(case.dtype)
+        if case.nonfinite and n > 0:
+            for v in (math.nan, math.inf, -math.inf):
+                x[torch.randint(0, n, (1 + n // 1000,), generator=g)] = v
+        return x
+    if case.reduce == "product":
+        return torch.randint(1, 3, (n,), generator=g).to(case.dtype)
+    hi = 100 if case.dtype in (torch.uint8, torch.int8) else 1_000_000
+    lo = 0 if case.dtype == torch.uint8 else -hi
+    return torch.randint(lo, hi, (n,), generator=g).to(case.dtype)
+
+
+def everyone(t: torch.Tensor, gloo: Any) -> list[torch.Tensor]:
+    """Every rank's ``t`` (same shape on every rank), moved exactly by Gloo."""
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, t, group=gloo)
+    return out
+
+
+def fold(xs: list[torch.Tensor], reduce: str, dtype: torch.dtype) -> torch.Tensor:
+    """The exact reduction: float64 for floats, the dtype's own (wrapping) arithmetic for ints."""
+    wide = dtype.is_floating_point
+    acc = xs[0].double() if wide else xs[0].clone()
+    for x in xs[1:]:
+        y = x.double() if wide else x
+        if reduce in ("sum", "avg"):
+            acc = acc + y
+        elif reduce == "product":
+            acc = acc * y
+        elif reduce == "min":
+            acc = torch.minimum(acc, y)
+        else:
+            acc = torch.maximum(acc, y)
+    if reduce == "avg":
+        acc = acc / len(xs)
+    return acc if wide else acc.to(dtype)
+
+
+def value_range(xs: list[torch.Tensor]) -> float:
+    """max - min of the finite values of every rank's input (0 when there are none)."""
+    flat = torch.cat([x.double().reshape(-1) for x in xs]) if xs else torch.empty(0)
+    flat = flat[torch.isfinite(flat)]
+    return float(flat.max() - flat.min()) if flat.numel() else 0.0
+
+
+def abs_bound(case: Case, xs: list[torch.Tensor]) -> float:
+    """The per-compression bound in force: REL bounds are at most eb times the whole range."""
+    s = case.settings
+    if s["mode"] == "lossless":
+        return 0.0
+    if s["mode"] == "rel":
+        return s["error_bound"] * value_range(xs)
+    return s["error_bound"]
+
+
+def check_moved(name: str, got: torch.Tensor, want: torch.Tensor, eb: float) -> None:
+    """Data movement: integers exact; floats within eb where finite, non-finite exact."""
+    assert got.shape == want.shape and got.dtype == want.dtype, (name, got.shape, want.shape)
+    if not want.dtype.is_floating_point or eb == 0.0:
+        same = torch.equal(got, want) or (
+            torch.equal(got.isnan(), want.isnan())
+            and torch.equal(got.nan_to_num(0.0), want.nan_to_num(0.0))
+        )
+        assert same, f"{name}: not exact"
+        return
+    g, w = got.double().reshape(-1), want.double().reshape(-1)
+    finite = torch.isfinite(w)
+    assert torch.equal(g[~finite].isnan(), w[~finite].isnan()), f"{name}: NaN lost or invented"
+    infs = ~finite & ~w.isnan()
+    assert torch.equal(g[infs], w[infs]), f"{name}: an infinity changed"
+    err = (g[finite] - w[finite]).abs()
+    if err.numel() and float(err.max()) > eb:
+        i = int(err.argmax())
+        value = float(w[finite][i])
+        raise AssertionError(f"{name}: |error| {float(err[i])} > eb {eb} (value {value})")
+
+
+def check_reduced(
+    name: str, case: Case, got: torch.Tensor, terms: list[torch.Tensor], eb: float, p: int
+) -> None:
+    """Reductions: within the documented output bound plus rounding of the sums in the dtype."""
+    want = fold(terms, case.reduce, case.dtype)
+    if not case.dtype.is_floating_point:
+        assert torch.equal(got, want), f"{name}: integer result differs from the exact one"
+        return
+    g, w = got.double().reshape(-1), want.reshape(-1)
+    finite = torch.isfinite(w)
+    assert torch.equal(g[~finite].isnan(), w[~finite].isnan()), f"{name}: NaN lost or invented"
+    infs = ~finite & ~w.isnan()
+    assert torch.equal(g[infs], w[infs]), f"{name}: an infinity differs"
+    if case.reduce == "product":
+        u = torch.finfo(case.dtype).eps
+        bound = (2 * p + 2) * u * w.abs()  # exact transport; rounding of p products in the dtype
+    else:
+        alg = case.settings["algorithm"]
+        allreduce = case.op in ("all_reduce", "reduce")
+        factor = _C.output_error_bound(alg, case.reduce, p, 1.0, allreduce) if eb > 0 else 0.0
+        # p + 1 roundings in the dtype (one per add and the AVG division; half dtypes round
+        # to the half type at every hop, as half streams carry the partial sums).
+        slack = factor * eb
+        bound = slack + rounding([t.reshape(-1) for t in terms], slack, case.dtype)
+        if case.dtype in (torch.float16, torch.bfloat16):
+            # The result itself is a half value: one more rounding of |exact| + bound.
+            bound = bound + torch.finfo(case.dtype).eps * (w.abs() + bound)
+    if isinstance(bound, torch.Tensor):
+        bound = bound[finite]
+    err = (g[finite] - w[finite]).abs()
+    bad = err > bound
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        b = bound[i] if isinstance(bound, torch.Tensor) else bound
+        raise AssertionError(
+            f"{name}: |error| {float(err[i])} > bound {float(b)} (exact {float(w[finite][i])})"
+        )
+
+
+def same_on_every_rank(name: str, t: torch.Tensor, gloo: Any) -> None:
+    bits = t.reshape(-1).view(torch.uint8) if t.numel() else t.reshape(-1).to(torch.uint8)
+    for r, other in enumerate(everyone(bits, gloo)):
+        assert torch.equal(other, bits), f"{name}: rank {r} holds other bits than this rank"
+
+
+def run_case(case: Case, gloo: Any) -> None:
+    p, r = dist.get_world_size(), dist.get_rank()
+    n = case.count
+    x = make_input(case, r, n)
+    xs = everyone(x, gloo)
+    eb = abs_bound(case, xs)
+    red = RED[case.reduce]
+    op = case.op
+    if op == "all_reduce":
+        t = x.clone()
+        dist.all_reduce(t, op=red)
+        check_reduced(op, case, t, xs, eb, p)
+        if case.settings["algorithm"] != "cprp2p":
+            same_on_every_rank(op, t, gloo)
+    elif op == "reduce":
+        t = x.clone()
+        dist.reduce(t, dst=case.root, op=red)
+        if r == case.root:
+            check_reduced(op, case, t, xs, eb, p)
+    elif op == "broadcast":
+        t = x.clone()
+        dist.broadcast(t, src=case.root)
+        check_moved(op, t, xs[case.root], abs_bound(case, [xs[case.root]]))
+    elif op == "all_gather":
+        outs = [torch.empty_like(x) for _ in range(p)]
+        dist.all_gather(outs, x)
+        for q in range(p):
+            check_moved(f"{op}[{q}]", outs[q], xs[q], eb)
+    elif op == "all_gather_into_tensor":
+        out = torch.empty(p * n, dtype=case.dtype)
+        dist.all_gather_into_tensor(out, x)
+        check_moved(op, out, torch.cat(xs), eb)
+    elif op in ("reduce_scatter", "reduce_scatter_tensor"):
+        big = make_input(case, r, n * p, salt=1)
+        bigs = everyone(big, gloo)
+        eb = abs_bound(case, bigs)
+        out = torch.empty(n, dtype=case.dtype)
+        if op == "reduce_scatter":
+            dist.reduce_scatter(out, list(big.split(n)) if n else [big] * p, op=red)
+        else:
+            dist.reduce_scatter_tensor(out, big, op=red)
+        check_reduced(op, case, out, [b[r * n : (r + 1) * n] for b in bigs], eb, p)
+    elif op == "gather":
+        outs = [torch.empty_like(x) for _ in range(p)] if r == case.root else None
+        dist.gather(x, outs, dst=case.root)
+        if outs is not None:
+            for q in range(p):
+                check_moved(f"{op}[{q}]", outs[q], xs[q], eb)
+    elif op == "scatter":
+        blocks = [make_input(case, case.root, n, salt=2 + q) for q in range(p)]
+        out = torch.empty(n, dtype=case.dtype)
+        dist.scatter(out, blocks if r == case.root else None, src=case.root)
+        check_moved(op, out, blocks[r], abs_bound(case, blocks))
+    elif op == "all_to_all_single":
+        sends = case.splits[r]
+        recvs = [case.splits[q][r] for q in range(p)]
+        src = make_input(case, r, sum(sends), salt=3)
+        srcs = [make_input(case, q, sum(case.splits[q]), salt=3) for q in range(p)]
+        out = torch.empty(sum(recvs), dtype=case.dtype)
+        dist.all_to_all_single(out, src, output_split_sizes=recvs, input_split_sizes=sends)
+        want = torch.cat(
+            [s[sum(case.splits[q][:r]) : sum(case.splits[q][: r + 1])] for q, s in enumerate(srcs)]
+        )
+        check_moved(op, out, want, abs_bound(case, srcs))
+    elif op == "all_to_all":
+        ins = [make_input(case, r, n, salt=4 + q) for q in range(p)]
+        outs = [torch.empty(n, dtype=case.dtype) for _ in range(p)]
+        dist.all_to_all(outs, ins)
+        every = [[make_input(case, q, n, salt=4 + d) for d in range(p)] for q in range(p)]
+        bound = abs_bound(case, [b for row in every for b in row])
+        for q in range(p):
+            check_moved(f"{op}[{q}]", outs[q], every[q][r], bound)
+    else:
+        raise AssertionError(f"unknown op {op}")
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cases", type=int, default=200)
+    args = ap.parse_args(argv)
+    dist.init_process_group(backend="zccl", timeout=datetime.timedelta(seconds=120))
+    gloo = dist.new_group(backend="gloo")
+    p, r = dist.get_world_size(), dist.get_rank()
+    rng = random.Random(args.seed * 1000 + p)
+    failures = 0
+    ran: Counter[str] = Counter()  # the algorithm of each case that compressed
+    for index in range(args.cases):
+        case = draw_case(rng, index, p)
+        try:
+            with zccl_torch.config(**case.settings):
+                run_case(case, gloo)
+            stats = zccl_torch.last_stats()
+            if stats["bytes_compressed"] > 0:
+                ran[f"{case.op}/{stats['algorithm']}"] += 1
+        except Exception:
+            failures += 1
+            print(f"[rank {r}] FAIL {case}\n{traceback.format_exc()}", flush=True)
+        dist.barrier(group=gloo)
+    print(
+        f"[rank {r}] fuzz: {args.cases} cases, {sum(ran.values())} compressed, {failures} failed "
+        f"(seed {args.seed})",
+        flush=True,
+    )
+    if r == 0:
+        print(f"compressed cases by op/algorithm: {dict(sorted(ran.items()))}", flush=True)
+    dist.destroy_process_group()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
