@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -128,36 +129,49 @@ MPI_Datatype datatype(ElemType t) {
 
 namespace {
 
-// MPI_SUM on 8- and 16-bit integers saturates in Open MPI 4.1's AVX reduction component
-// (op/avx: 100 + 100 as int8 gives 127; measured here for allreduce, reduce and
-// reduce_scatter_block from 8 to 64 values on; upstream open-mpi/ompi#8045, closed as wontfix),
-// while torch, Gloo and MPI's own definition wrap (100 + 100 = -56). Such sums go through this
-// operator instead, which folds with the transport's wrapping arithmetic (reduce_ops.h).
-void wrapping_sum(void* in, void* inout, int* len, MPI_Datatype* type) {
-  const ElemType t = *type == MPI_INT8_T    ? ElemType::Int8
-                     : *type == MPI_UINT8_T ? ElemType::UInt8
-                     : *type == MPI_INT16_T ? ElemType::Int16
-                                            : ElemType::UInt16;  // the only four it is used for
-  fold(inout, in, static_cast<size_t>(*len), t, ReduceKind::Sum);
+// Where MPI's built-in operator is not what torch, Gloo and our TCP transport compute, the
+// reduction goes through an operator of ours that folds with the transport's arithmetic
+// (reduce_ops.h):
+// * SUM of 8- and 16-bit integers: Open MPI 4.1's AVX component (op/avx) saturates them
+//   (100 + 100 as int8 gives 127, measured here for allreduce, reduce and reduce_scatter_block
+//   from 8 to 64 values on; upstream open-mpi/ompi#8045, closed as wontfix); they must wrap (-56).
+// * MIN/MAX of floats: MPI_MIN/MPI_MAX drop or keep a NaN depending on which rank holds it; ours
+//   keep it, as the compressed path and the TCP transport do.
+ElemType elem_type_of(MPI_Datatype type) {
+  for (ElemType t : {ElemType::Int8, ElemType::UInt8, ElemType::Int16, ElemType::UInt16,
+                     ElemType::Float32, ElemType::Float64}) {
+    if (datatype(t) == type) return t;
+  }
+  std::abort();  // unreachable: op() hands these operators out for the types above only
 }
 
-bool narrow_integer(ElemType t) {
-  return t == ElemType::Int8 || t == ElemType::UInt8 || t == ElemType::Int16 ||
-         t == ElemType::UInt16;
+template <ReduceKind K>
+void fold_callback(void* in, void* inout, int* len, MPI_Datatype* type) {
+  fold(inout, in, static_cast<size_t>(*len), elem_type_of(*type), K);
+}
+
+// The operator of ours for K, created on first use (retried if MPI_Op_create fails). Commutative:
+// fold gives the same bits in either operand order.
+template <ReduceKind K>
+MPI_Op folding_op() {
+  static std::once_flag created;
+  static MPI_Op handle = MPI_OP_NULL;
+  std::call_once(created, [] {
+    Guard g;
+    check_str(MPI_Op_create(&fold_callback<K>, /*commute=*/1, &handle), "MPI_Op_create");
+  });
+  return handle;
 }
 
 }  // namespace
 
 MPI_Op op(ReduceKind k, ElemType t) {
-  if (k == ReduceKind::Sum && narrow_integer(t)) {
-    static std::once_flag created;  // retried if MPI_Op_create fails
-    static MPI_Op wrapping = MPI_OP_NULL;
-    std::call_once(created, [] {
-      Guard g;
-      check_str(MPI_Op_create(&wrapping_sum, /*commute=*/1, &wrapping), "MPI_Op_create");
-    });
-    return wrapping;
-  }
+  const bool narrow_integer = t == ElemType::Int8 || t == ElemType::UInt8 ||
+                              t == ElemType::Int16 || t == ElemType::UInt16;
+  const bool floating = t == ElemType::Float32 || t == ElemType::Float64;
+  if (k == ReduceKind::Sum && narrow_integer) return folding_op<ReduceKind::Sum>();
+  if (k == ReduceKind::Min && floating) return folding_op<ReduceKind::Min>();
+  if (k == ReduceKind::Max && floating) return folding_op<ReduceKind::Max>();
   switch (k) {
     case ReduceKind::Sum: return MPI_SUM;
     case ReduceKind::Prod: return MPI_PROD;

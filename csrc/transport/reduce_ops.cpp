@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -10,10 +11,25 @@
 namespace zccl::transport {
 namespace {
 
+// MIN/MAX: a NaN operand wins (as in torch.minimum/maximum), and the result never depends on
+// the operand order, since MPI may apply its operators in any order on each rank: of two NaNs
+// the one with the larger bit pattern, and -0 is below +0 (IEEE 754-2019 minimum/maximum).
+template <class T>
+T nan_operand(T a, T b) {
+  if (a == a) return b;  // only b is NaN
+  if (b == b) return a;
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  Bits x = 0, y = 0;
+  std::memcpy(&x, &a, sizeof(T));
+  std::memcpy(&y, &b, sizeof(T));
+  return x < y ? b : a;
+}
+
 template <class T>
 T nan_min(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? a : b;
+    if (a != a || b != b) return nan_operand(a, b);
+    if (a == b) return std::signbit(a) ? a : b;
   }
   return b < a ? b : a;
 }
@@ -21,7 +37,8 @@ T nan_min(T a, T b) {
 template <class T>
 T nan_max(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(a) || std::isnan(b)) return std::isnan(a) ? a : b;
+    if (a != a || b != b) return nan_operand(a, b);
+    if (a == b) return std::signbit(a) ? b : a;
   }
   return a < b ? b : a;
 }

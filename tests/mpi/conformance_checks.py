@@ -10,6 +10,7 @@ recv from any source, sparse all_reduce, and replicas that stay bit-identical (D
 from __future__ import annotations
 
 import itertools
+import math
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -384,6 +385,42 @@ def half_min_max_replicas_identical_with_owner_exact() -> None:
             assert zccl_torch.last_stats()["bytes_compressed"] > 0 or world() == 1
         for q, other in enumerate(exact_gather(t)):
             same_bits(f"{dtype} {op} owner_exact={owner_exact}: rank {q} vs this rank", other, t)
+
+
+@check
+def min_max_keep_nan_on_every_path() -> None:
+    """MIN/MAX keep a NaN whichever rank holds it, on the exact path (Open MPI's own MPI_MIN /
+    MPI_MAX dropped it when it sat on rank 1 of 3) as on the compressed one and over either
+    transport, as torch.minimum/maximum do; the exact path also orders -0 below +0 on every
+    rank. Gloo is no reference here: it drops NaNs depending on the rank that holds them."""
+    p, r = world(), rank()
+    for count, alg, op in itertools.product(
+        (1, 9, 1000), ("mpi", "ring", "auto"), (dist.ReduceOp.MIN, dist.ReduceOp.MAX)
+    ):
+        x = torch.full((count,), float(r + 1))
+        holder = count // 2 % p  # the rank with the NaN moves with the case
+        if r == holder:
+            x[count // 2] = math.nan
+        if count > 1:
+            x[0] = -0.0 if r == p - 1 else 0.0
+        for reduce_scatter in (False, True):
+            with zccl_torch.config(algorithm=alg, min_compress_bytes=0):
+                if reduce_scatter:
+                    out = torch.empty(count)
+                    dist.reduce_scatter_tensor(out, x.repeat(p), op=op)
+                else:
+                    out = x.clone()
+                    dist.all_reduce(out, op=op)
+            name = f"{'reduce_scatter' if reduce_scatter else 'all_reduce'} {op} {alg} n={count}"
+            assert math.isnan(out[count // 2]), f"{name}: the NaN of rank {holder} was dropped"
+            assert not out[: count // 2].isnan().any(), f"{name}: a NaN appeared"
+            if count > 1 and alg == "mpi":
+                want_negative = p == 1 or op == dist.ReduceOp.MIN  # alone: its own -0
+                assert math.copysign(1.0, out[0]) == (-1.0 if want_negative else 1.0), name
+            if reduce_scatter and alg != "mpi":
+                continue  # lossy blocks of different ranks take different paths
+            for q, other in enumerate(exact_gather(out)):
+                same_bits(f"{name}: rank {q} vs this rank", other, out)
 
 
 @check
