@@ -25,22 +25,14 @@ T nan_operand(T a, T b) {
   return x < y ? b : a;
 }
 
-template <class T>
-T nan_min(T a, T b) {
+// MIN (Max false) or MAX (Max true).
+template <bool Max, class T>
+T extreme(T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
     if (a != a || b != b) return nan_operand(a, b);
-    if (a == b) return std::signbit(a) ? a : b;
+    if (a == b) return std::signbit(a) == Max ? b : a;  // MIN keeps the -0, MAX the +0
   }
-  return b < a ? b : a;
-}
-
-template <class T>
-T nan_max(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (a != a || b != b) return nan_operand(a, b);
-    if (a == b) return std::signbit(a) ? b : a;
-  }
-  return a < b ? b : a;
+  return (Max ? a < b : b < a) ? b : a;
 }
 
 // The unsigned type integer arithmetic runs in (floats: themselves). Types narrower than
@@ -68,8 +60,8 @@ void fold_typed(T* a, const T* x, size_t n, ReduceKind op) {
       return each(a, x, n, [](T p, T q) { return static_cast<T>(static_cast<U>(p) + static_cast<U>(q)); });
     case ReduceKind::Prod:
       return each(a, x, n, [](T p, T q) { return static_cast<T>(static_cast<U>(p) * static_cast<U>(q)); });
-    case ReduceKind::Min: return each(a, x, n, nan_min<T>);
-    case ReduceKind::Max: return each(a, x, n, nan_max<T>);
+    case ReduceKind::Min: return each(a, x, n, extreme<false, T>);
+    case ReduceKind::Max: return each(a, x, n, extreme<true, T>);
     default: break;
   }
   if constexpr (std::is_integral_v<T>) {

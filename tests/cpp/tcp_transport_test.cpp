@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -273,8 +274,39 @@ void check_reductions(Comm& c, ElemType t, std::vector<ReduceKind> ops) {
   }
 }
 
+// fold's MIN/MAX give the same bits in either operand order (MPI may apply the operator built
+// on it in any order on each rank): NaN wins, of two NaNs the larger bit pattern, -0 is below
+// +0 (IEEE 754-2019 minimum/maximum).
+template <class T>
+void check_fold_order_free(ElemType t) {
+  const T nan_a = std::numeric_limits<T>::quiet_NaN();
+  const T nan_b = -std::numeric_limits<T>::quiet_NaN();  // other bits
+  const T inf = std::numeric_limits<T>::infinity();
+  const std::vector<T> values = {T(0), T(-0.0), T(1), T(-1), inf, -inf, nan_a, nan_b};
+  for (ReduceKind op : {ReduceKind::Min, ReduceKind::Max}) {
+    for (T a : values) {
+      for (T b : values) {
+        T ab = a, ba = b;
+        fold(&ab, &b, 1, t, op);
+        fold(&ba, &a, 1, t, op);
+        CHECK(same_bytes(&ab, &ba, sizeof(T)), "fold op %d of %g and %g depends on the order",
+              int(op), double(a), double(b));
+        CHECK(std::isnan(ab) == (std::isnan(a) || std::isnan(b)), "fold op %d lost a NaN",
+              int(op));
+        if (a == 0 && b == 0) {
+          CHECK(std::signbit(ab) == (op == ReduceKind::Min ? std::signbit(a) || std::signbit(b)
+                                                           : std::signbit(a) && std::signbit(b)),
+                "fold op %d of signed zeros", int(op));
+        }
+      }
+    }
+  }
+}
+
 void check_collectives(Comm& c) {
   const int p = c.size(), me = c.rank();
+  check_fold_order_free<float>(ElemType::Float32);
+  check_fold_order_free<double>(ElemType::Float64);
   check_reductions<double>(c, ElemType::Float64, {ReduceKind::Sum, ReduceKind::Max, ReduceKind::Min, ReduceKind::Prod});
   check_reductions<float>(c, ElemType::Float32, {ReduceKind::Sum, ReduceKind::Min});
   check_reductions<int32_t>(c, ElemType::Int32, {ReduceKind::Sum, ReduceKind::Max, ReduceKind::BXor, ReduceKind::Prod});
