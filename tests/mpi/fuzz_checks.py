@@ -1,10 +1,12 @@
 """Randomised differential checks of the "zccl" backend: many random collectives, each against
 an exact reference computed from every rank's input (moved by a Gloo group over the same ranks).
 
-``mpirun -np P python tests/mpi/fuzz_checks.py [--seed S] [--cases N]``. Every rank draws the
-same case from the same generator (op, dtype, count, root, reduce op and the zccl settings:
-algorithm, mode, bound, threads, chunk size, integer hop, owner_exact), fills its input from its
-own generator (NaN and +/-Inf included for float dtypes) and checks what the contract promises:
+``mpirun -np P python tests/mpi/fuzz_checks.py [--seed S] [--cases N] [--max-count C]``. Every
+rank draws the same case from the same generator (op, a send/recv ring shift included; dtype,
+count, root, reduce op; the default group or a subgroup without rank 1; a strided or 2-D layout,
+async or not; and the zccl settings: algorithm, mode, bound, threads, chunk size, integer hop,
+owner_exact), fills its input from its own generator (float data of several kinds, NaN and
++/-Inf included) and checks what the contract promises:
 
 * integer and bool dtypes, ``mode="lossless"`` data movement: the exact values, bit for bit;
 * float data movement: every finite value within the bound (REL: ``eb`` times the value range
@@ -16,7 +18,7 @@ own generator (NaN and +/-Inf included for float dtypes) and checks what the con
 * all_reduce leaves every rank with the same bits (CprP2P excepted: documented in cprp2p.cpp).
 
 A failing case prints its number and settings on every rank; the run goes on, and the exit code
-is 1 if any case failed on this rank. Counts cover 0, 1, p-1, p+1, primes and up to ~200k values.
+is 1 if any case failed on this rank. Counts cover 0, 1, p-1, p+1, primes and up to --max-count.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ OPS = [
     "scatter",
     "all_to_all_single",
     "all_to_all",
+    "send_recv",
 ]
 REDUCTIONS = {"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor"}
 ALGORITHMS = ["auto", "ring", "recursive_doubling", "halving_doubling", "cprp2p", "mpi"]
@@ -80,6 +83,7 @@ class Case:
     kind: str  # float data: smooth, noise, constant, huge, tiny, signed_zeros
     layout: str  # the in-place tensor / input: flat, strided (a non-contiguous view) or 2d
     async_op: bool
+    subgroup: bool  # on the group of every rank but rank 1 (p >= 3), else on the default group
     splits: list[list[int]] = field(default_factory=list)  # all_to_all: splits[src][dst]
 
     def __str__(self) -> str:
@@ -87,7 +91,7 @@ class Case:
             f"case {self.index}: {self.op} {str(self.dtype).replace('torch.', '')} "
             f"count={self.count} root={self.root} reduce={self.reduce} "
             f"nonfinite={self.nonfinite} kind={self.kind} layout={self.layout} "
-            f"async={self.async_op} {self.settings}"
+            f"async={self.async_op} subgroup={self.subgroup} {self.settings}"
         )
 
 
@@ -120,6 +124,7 @@ def draw_case(rng: random.Random, index: int, p: int, max_count: int) -> Case:
     kind = rng.choice(["smooth", "smooth", "noise", "constant", "huge", "tiny", "signed_zeros"])
     layout = rng.choice(["flat", "flat", "strided", "2d"])
     async_op = rng.random() < 0.3
+    subgroup = p >= 3 and rng.random() < 0.25
     case = Case(
         index,
         op,
@@ -132,6 +137,7 @@ def draw_case(rng: random.Random, index: int, p: int, max_count: int) -> Case:
         kind,
         layout,
         async_op,
+        subgroup,
     )
     if op == "all_to_all_single":
         case.splits = [[rng.randint(0, count) for _ in range(p)] for _ in range(p)]
@@ -191,7 +197,7 @@ def call(case: Case, fn: Any, *args: Any, **kwargs: Any) -> None:
 
 def everyone(t: torch.Tensor, gloo: Any) -> list[torch.Tensor]:
     """Every rank's ``t`` (same shape on every rank), moved exactly by Gloo."""
-    out = [torch.empty_like(t) for _ in range(dist.get_world_size())]
+    out = [torch.empty_like(t) for _ in range(dist.get_world_size(group=gloo))]
     dist.all_gather(out, t, group=gloo)
     return out
 
@@ -310,80 +316,111 @@ def same_on_every_rank(name: str, t: torch.Tensor, gloo: Any) -> None:
         assert torch.equal(other, bits), f"{name}: rank {r} holds other bits than this rank"
 
 
-def run_case(case: Case, gloo: Any) -> None:
-    p, r = dist.get_world_size(), dist.get_rank()
+@dataclass
+class Where:
+    """The group a case runs on: its members' global ranks, the zccl group (None: the default
+    group) and a Gloo group over the same members (the references travel on it)."""
+
+    members: list[int]
+    zccl: Any
+    gloo: Any
+
+
+def run_case(case: Case, where: Where) -> bool:
+    """Runs and checks the case; False when this rank took no part in it."""
+    members, g = where.members, where.zccl
+    r = dist.get_rank()
+    if r not in members or (case.op == "send_recv" and len(members) == 1):
+        return False
+    p, i = len(members), members.index(r)  # group size and this rank's place in it
+    root = members[case.root % p]  # a global rank, as torch's src/dst are
     n = case.count
     x = make_input(case, r, n)
-    xs = everyone(x, gloo)
+    xs = everyone(x, where.gloo)
     eb = abs_bound(case, xs)
     red = RED[case.reduce]
     op = case.op
     if op == "all_reduce":
         t = laid_out(case, x)
-        call(case, dist.all_reduce, t, op=red)
+        call(case, dist.all_reduce, t, op=red, group=g)
         check_reduced(op, case, t, xs, eb, p)
         if case.settings["algorithm"] != "cprp2p":
-            same_on_every_rank(op, t, gloo)
+            same_on_every_rank(op, t, where.gloo)
     elif op == "reduce":
         t = laid_out(case, x)
-        call(case, dist.reduce, t, dst=case.root, op=red)
-        if r == case.root:
+        call(case, dist.reduce, t, dst=root, op=red, group=g)
+        if r == root:
             check_reduced(op, case, t, xs, eb, p)
     elif op == "broadcast":
         t = laid_out(case, x)
-        call(case, dist.broadcast, t, src=case.root)
-        check_moved(op, t.reshape(-1), xs[case.root], abs_bound(case, [xs[case.root]]))
+        call(case, dist.broadcast, t, src=root, group=g)
+        j = members.index(root)
+        check_moved(op, t.reshape(-1), xs[j], abs_bound(case, [xs[j]]))
     elif op == "all_gather":
         outs = [torch.empty_like(x) for _ in range(p)]
-        call(case, dist.all_gather, outs, laid_out(case, x).reshape(-1))
+        call(case, dist.all_gather, outs, laid_out(case, x).reshape(-1), group=g)
         for q in range(p):
             check_moved(f"{op}[{q}]", outs[q], xs[q], eb)
     elif op == "all_gather_into_tensor":
         out = torch.empty(p * n, dtype=case.dtype)
-        call(case, dist.all_gather_into_tensor, out, laid_out(case, x).reshape(-1))
+        call(case, dist.all_gather_into_tensor, out, laid_out(case, x).reshape(-1), group=g)
         check_moved(op, out, torch.cat(xs), eb)
     elif op in ("reduce_scatter", "reduce_scatter_tensor"):
         big = make_input(case, r, n * p, salt=1)
-        bigs = everyone(big, gloo)
+        bigs = everyone(big, where.gloo)
         eb = abs_bound(case, bigs)
         out = torch.empty(n, dtype=case.dtype)
         if op == "reduce_scatter":
-            dist.reduce_scatter(out, list(big.split(n)) if n else [big] * p, op=red)
+            dist.reduce_scatter(out, list(big.split(n)) if n else [big] * p, op=red, group=g)
         else:
-            call(case, dist.reduce_scatter_tensor, out, laid_out(case, big), op=red)
-        check_reduced(op, case, out, [b[r * n : (r + 1) * n] for b in bigs], eb, p)
+            call(case, dist.reduce_scatter_tensor, out, laid_out(case, big), op=red, group=g)
+        check_reduced(op, case, out, [b[i * n : (i + 1) * n] for b in bigs], eb, p)
     elif op == "gather":
-        outs = [torch.empty_like(x) for _ in range(p)] if r == case.root else None
-        call(case, dist.gather, laid_out(case, x).reshape(-1), outs, dst=case.root)
+        outs = [torch.empty_like(x) for _ in range(p)] if r == root else None
+        call(case, dist.gather, laid_out(case, x).reshape(-1), outs, dst=root, group=g)
         if outs is not None:
             for q in range(p):
                 check_moved(f"{op}[{q}]", outs[q], xs[q], eb)
     elif op == "scatter":
-        blocks = [make_input(case, case.root, n, salt=2 + q) for q in range(p)]
+        blocks = [make_input(case, root, n, salt=2 + q) for q in range(p)]
         out = torch.empty(n, dtype=case.dtype)
-        call(case, dist.scatter, out, blocks if r == case.root else None, src=case.root)
-        check_moved(op, out, blocks[r], abs_bound(case, blocks))
+        call(case, dist.scatter, out, blocks if r == root else None, src=root, group=g)
+        check_moved(op, out, blocks[i], abs_bound(case, blocks))
     elif op == "all_to_all_single":
-        sends = case.splits[r]
-        recvs = [case.splits[q][r] for q in range(p)]
+        splits = [row[:p] for row in case.splits[:p]]  # splits[src][dst], group places
+        sends, recvs = splits[i], [splits[q][i] for q in range(p)]
         src = make_input(case, r, sum(sends), salt=3)
-        srcs = [make_input(case, q, sum(case.splits[q]), salt=3) for q in range(p)]
+        srcs = [make_input(case, members[q], sum(splits[q]), salt=3) for q in range(p)]
         out = torch.empty(sum(recvs), dtype=case.dtype)
-        dist.all_to_all_single(out, src, output_split_sizes=recvs, input_split_sizes=sends)
+        dist.all_to_all_single(out, src, output_split_sizes=recvs, input_split_sizes=sends, group=g)
         want = torch.cat(
-            [s[sum(case.splits[q][:r]) : sum(case.splits[q][: r + 1])] for q, s in enumerate(srcs)]
+            [s[sum(splits[q][:i]) : sum(splits[q][: i + 1])] for q, s in enumerate(srcs)]
         )
         check_moved(op, out, want, abs_bound(case, srcs))
     elif op == "all_to_all":
         ins = [make_input(case, r, n, salt=4 + q) for q in range(p)]
         outs = [torch.empty(n, dtype=case.dtype) for _ in range(p)]
-        call(case, dist.all_to_all, outs, ins)
-        every = [[make_input(case, q, n, salt=4 + d) for d in range(p)] for q in range(p)]
+        call(case, dist.all_to_all, outs, ins, group=g)
+        every = [[make_input(case, members[q], n, salt=4 + d) for d in range(p)] for q in range(p)]
         bound = abs_bound(case, [b for row in every for b in row])
         for q in range(p):
-            check_moved(f"{op}[{q}]", outs[q], every[q][r], bound)
+            check_moved(f"{op}[{q}]", outs[q], every[q][i], bound)
+    elif op == "send_recv":
+        # A ring shift: each member sends its input to the next one and receives the previous
+        # one's (sends and receives posted at once, as isend/irecv).
+        nxt, prv = members[(i + 1) % p], members[(i - 1) % p]
+        got = laid_out(case, torch.empty(n, dtype=case.dtype))
+        works = [
+            dist.isend(x, nxt, group=g, tag=case.index),
+            dist.irecv(got, prv, group=g, tag=case.index),
+        ]
+        for w in works:
+            w.wait()
+        j = (i - 1) % p
+        check_moved(op, got.reshape(-1), xs[j], abs_bound(case, [xs[j]]))
     else:
         raise AssertionError(f"unknown op {op}")
+    return True
 
 
 def main(argv: list[str]) -> int:
@@ -395,6 +432,10 @@ def main(argv: list[str]) -> int:
     dist.init_process_group(backend="zccl", timeout=datetime.timedelta(seconds=120))
     gloo = dist.new_group(backend="gloo")
     p, r = dist.get_world_size(), dist.get_rank()
+    world = Where(list(range(p)), None, gloo)
+    # Every rank but rank 1: non-contiguous global ranks, so roots and peers must be translated.
+    others = [q for q in range(p) if q != 1]
+    sub = Where(others, dist.new_group(others), dist.new_group(others, backend="gloo"))
     rng = random.Random(args.seed * 1000 + p)
     failures = 0
     ran: Counter[str] = Counter()  # the algorithm of each case that compressed
@@ -402,10 +443,11 @@ def main(argv: list[str]) -> int:
         case = draw_case(rng, index, p, args.max_count)
         try:
             with zccl_torch.config(**case.settings):
-                run_case(case, gloo)
-            stats = zccl_torch.last_stats()
-            if stats["bytes_compressed"] > 0:
-                ran[f"{case.op}/{stats['algorithm']}"] += 1
+                took_part = run_case(case, sub if case.subgroup else world)
+            if took_part and case.op != "send_recv":  # p2p ops keep no stats
+                stats = zccl_torch.last_stats(sub.zccl if case.subgroup else None)
+                if stats["bytes_compressed"] > 0:
+                    ran[f"{case.op}/{stats['algorithm']}"] += 1
         except Exception:
             failures += 1
             print(f"[rank {r}] FAIL {case}\n{traceback.format_exc()}", flush=True)
