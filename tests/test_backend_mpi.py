@@ -55,6 +55,41 @@ def test_random_collectives_match_exact_reference(nprocs: int, seed: int) -> Non
     assert all(int(compressed) >= 30 for _, compressed, _ in found), found
 
 
+DISAGREEMENT_KINDS = {
+    "collective",
+    "count",
+    "dtype",
+    "reduce",
+    "root",
+    "setting",
+    "splits",
+    "threads",
+}
+
+
+@pytest.mark.parametrize(
+    ("nprocs", "seed", "transport"),
+    [(2, 21, "mpi"), (3, 22, "mpi"), (5, 23, "mpi"), (4, 24, "tcp")],
+)
+def test_random_disagreements_raise_on_every_rank(nprocs: int, seed: int, transport: str) -> None:
+    """150 random collectives that some ranks call with one thing changed (count, dtype, reduce
+    op, root, collective, a shared setting, all_to_all split sizes): every rank raises naming
+    it, and an all_reduce afterwards still works; another thread count must change nothing
+    (tests/mpi/disagreement_checks.py). It found all_to_all split sizes that disagreed being
+    moved silently on the exact path and raising on the receiver only on the compressed one."""
+    argv = python_argv("tests/mpi/disagreement_checks.py", "--seed", str(seed), "--cases", "150")
+    done = mpirun(nprocs, argv, 600, {"ZCCL_TRANSPORT": transport})
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-8000:]
+    found = re.findall(
+        r"\[rank (\d+)\] disagreements: \d+ cases, (\d+) failed \(seed \d+\) (\{.*?\})", report
+    )
+    assert sorted(int(r) for r, _, _ in found) == list(range(nprocs)), report[-4000:]
+    assert all(failed == "0" for _, failed, _ in found), report[-8000:]
+    drawn = set(re.findall(r"'(\w+)': \d+", found[0][2]))
+    assert drawn == DISAGREEMENT_KINDS, drawn  # every kind of change was tried
+
+
 @pytest.mark.parametrize("script", ["backend_checks.py", "conformance_checks.py"])
 def test_host_staged_op_bodies(script: str) -> None:
     """The same checks with the CPU device running every op on host copies written back
@@ -103,6 +138,7 @@ def test_ddp_smoke_two_ranks() -> None:
         ("monitored_barrier", 4, "MONITORED BARRIER OK", {}),
         ("group_member_missing", 3, "GROUP TIMEOUT RAISED", {}),
         ("no_init_on_import", 3, "LIFECYCLE OK", {}),
+        ("transport_error", 3, "TRANSPORT ERROR RAISED", {}),
     ],
 )
 def test_backend_lifecycle(check: str, nprocs: int, marker: str, env: dict[str, str]) -> None:

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "routing.h"
@@ -198,6 +200,44 @@ Agreement agree(const transport::Comm& comm, const char* what, const CallDescrip
   out.largest_count = static_cast<uint64_t>(agreed[2]);
   if (rel) out.error_bound = rel_bound(cfg.error_bound, -agreed[0], agreed[1]);
   return out;
+}
+
+void agree_splits(const transport::Comm& comm, const char* what,
+                  const std::vector<size_t>& send_counts, const std::vector<size_t>& recv_counts) {
+  const int p = comm.size();
+  const size_t n = static_cast<size_t>(p);
+  std::vector<uint64_t> sent_to_me(n);
+  std::vector<size_t> ones(n, 1), displs(n);
+  std::iota(displs.begin(), displs.end(), size_t{0});
+  const std::vector<uint64_t> mine(send_counts.begin(), send_counts.end());
+  comm.alltoallv(mine.data(), ones, displs, sent_to_me.data(), ones, displs,
+                 transport::ElemType::UInt64);
+  // This rank's first mismatch: (sender, values sent, values expected, mismatched senders).
+  std::vector<uint64_t> report(4, 0);
+  for (size_t q = 0; q < n; ++q) {
+    if (sent_to_me[q] == recv_counts[q]) continue;
+    if (report[3] == 0) report = {q, sent_to_me[q], recv_counts[q], 0};
+    ++report[3];
+  }
+  std::vector<uint64_t> all(4 * n);
+  comm.allgather(report.data(), all.data(), 4, transport::ElemType::UInt64);
+  std::string msg;
+  uint64_t pairs = 0;
+  for (size_t r = 0; r < n; ++r) {
+    const uint64_t* rep = &all[4 * r];
+    if (rep[3] == 0) continue;
+    if (pairs == 0) {
+      msg = "rank " + std::to_string(rep[0]) + " sends " + std::to_string(rep[1]) +
+            " values to rank " + std::to_string(r) + ", which expects " +
+            std::to_string(rep[2]);
+    }
+    pairs += rep[3];
+  }
+  if (pairs == 0) return;
+  if (pairs > 1) msg += " (" + std::to_string(pairs - 1) + " more pairs differ)";
+  throw std::invalid_argument(std::string("zccl: ") + what +
+                              ": size mismatch across ranks: the split sizes disagree: " + msg +
+                              ". Every rank raised this error; no data was moved.");
 }
 
 }  // namespace zccl::backend

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "../compress/fzlight.h"
 #include "../transport/transport.h"
@@ -66,5 +67,15 @@ struct Agreement {
 Agreement agree(const transport::Comm& comm, const char* what, const CallDescription& call,
                 const CallConfig& cfg, const std::optional<fz::FiniteRange>& range,
                 bool rel_needed, bool largest_needed = false);
+
+// all_to_all, after agree() (every rank is then in the same all_to_all, so the extra exchanges
+// below always match): the values each rank sends to each other one must be what that one
+// expects to receive from it. One exact all-to-all of the counts (a uint64 per peer) and one
+// all-gather of each rank's first mismatch; throws std::invalid_argument on every rank, naming
+// the same pair, when any pair differs. Without it the exact path moved the shorter of the two
+// silently (the rest of the output left as it was) and the compressed path raised on the
+// receiver only, leaving the other ranks with a result.
+void agree_splits(const transport::Comm& comm, const char* what,
+                  const std::vector<size_t>& send_counts, const std::vector<size_t>& recv_counts);
 
 }  // namespace zccl::backend

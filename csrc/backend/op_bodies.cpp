@@ -433,6 +433,7 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
   }
   const Agreement agreed =
       backend::agree(*comm_, "all_to_all", call, cfg, range, may_compress, /*largest_needed=*/true);
+  if (cfg.check_agreement) agree_splits(*comm_, "all_to_all", send_counts, recv_counts);
   const bool compress = compressed_path(in.scalar_type(), agreed.largest_count, cfg);
   Staged dst(out, false);
   const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};

@@ -50,7 +50,16 @@ void ZcclBackend::shutdown() {
   }
   p2p_cv_.notify_all();
   if (p2p_thread_.joinable()) p2p_thread_.join();
+  release_finished();
 }
+
+void ZcclBackend::release_finished() {
+  std::vector<Queued> jobs;
+  std::vector<PendingP2P> p2p;
+  std::lock_guard<std::mutex> lock(finished_mutex_);
+  jobs.swap(finished_jobs_);
+  p2p.swap(finished_p2p_);
+}  // the lock is released before jobs and p2p are destroyed (declared before it)
 
 void ZcclBackend::setTimeout(std::chrono::milliseconds timeout) {
   timeout_ = timeout;
@@ -84,6 +93,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::enqueue(const char* name, c10d::OpTy
   const std::optional<c10::Stream> stream = device.prepare(touched);
   auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_, stream);
   const CallConfig config = resolve_for_call(defaults_);  // captured on the caller's thread
+  release_finished();
   seq_.fetch_add(1);
   {
     std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -112,6 +122,8 @@ void ZcclBackend::worker_loop() {
     } catch (...) {
       item.work->fail(std::current_exception());
     }
+    std::lock_guard<std::mutex> lock(finished_mutex_);
+    finished_jobs_.push_back(std::move(item));
   }
 }
 
@@ -122,6 +134,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_p2p(const char* name, c10d::OpT
                                                      std::optional<c10::Stream> stream) {
   auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_, stream,
                                             waiting_for);
+  release_finished();
   {
     std::lock_guard<std::mutex> lock(p2p_mutex_);
     p2p_.push_back(PendingP2P{work, std::move(request), std::move(on_done),
@@ -158,10 +171,14 @@ void ZcclBackend::p2p_loop() {
                                         "post the matching operation)");
         } else {
           still.push_back(std::move(item));
+          continue;
         }
       } catch (...) {
         item.work->fail(std::current_exception());
       }
+      item.request = transport::Request();  // cancelled (if still active) on this thread
+      std::lock_guard<std::mutex> lock(finished_mutex_);
+      finished_p2p_.push_back(std::move(item));
     }
     if (!still.empty()) {
       std::lock_guard<std::mutex> lock(p2p_mutex_);

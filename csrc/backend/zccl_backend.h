@@ -215,6 +215,17 @@ class ZcclBackend : public c10d::Backend {
   bool p2p_stopping_ = false;
   std::thread p2p_thread_;
 
+  // Finished queue items and point-to-point operations, dropped by release_finished() on a
+  // caller's thread (the next enqueue or post, or shutdown), never on ours: their tensors may be
+  // Python's, and dropping such a reference takes the GIL, which no thread can take once the
+  // interpreter finalizes. A script that ended without destroy_process_group had our thread
+  // ended there inside a destructor: std::terminate, exit code 134 after a correct run (seen in
+  // 1 of 8 runs over the TCP transport). They live until then: one op's tensors at most.
+  std::mutex finished_mutex_;
+  std::vector<Queued> finished_jobs_;
+  std::vector<PendingP2P> finished_p2p_;
+  void release_finished();
+
   std::atomic<uint64_t> seq_{0};
 
   mutable std::mutex stats_mutex_;

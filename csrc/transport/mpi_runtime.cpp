@@ -213,6 +213,11 @@ int ensure_initialized() {
     g_owned = false;
   } else {
     check(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    // Open MPI 4.1 reports a failed non-blocking collective (a message longer than its receive,
+    // as mismatched all_to_all splits give with check_agreement=False) through MPI_COMM_WORLD's
+    // handler, not the communicator's, and the default one aborts the whole job. As MPI's owner
+    // we make it return, so the error becomes a Python exception like every other one.
+    check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
     g_owned = true;
   }
   g_serialize.store(provided < MPI_THREAD_MULTIPLE, std::memory_order_release);

@@ -240,6 +240,30 @@ def disagreements_raise_on_every_rank() -> None:
         "size mismatch across ranks",
         "element count",
     )
+    # all_to_all: what the last rank sends rank 0 is 3 values more than rank 0 expects, on the
+    # exact path (it moved the shorter part and returned) and the compressed one (it raised on
+    # rank 0 only).
+    for n, alg in ((8, "mpi"), (large, "auto")):
+        sends = [n] * p
+        recvs = [n + 3 if rank() == 0 and q == last else n for q in range(p)]
+        src, out = data(rank(), n * p), torch.empty(sum(recvs))
+        with zccl_torch.config(algorithm=alg):
+            raises_everywhere(
+                f"all_to_all_single splits n={n}",
+                lambda src=src, out=out, recvs=recvs, sends=sends: dist.all_to_all_single(
+                    out, src, output_split_sizes=recvs, input_split_sizes=sends
+                ),
+                "size mismatch across ranks",
+                f"rank {last} sends {n} values to rank 0, which expects {n + 3}",
+            )
+            ins = [data(rank(), n + (1 if odd and q == 0 else 0)) for q in range(p)]
+            outs = [torch.empty(n) for _ in range(p)]
+            raises_everywhere(
+                f"all_to_all sizes n={n}",
+                lambda ins=ins, outs=outs: dist.all_to_all(outs, ins),
+                "split sizes disagree",
+                f"rank {last} sends {n + 1} values to rank 0, which expects {n}",
+            )
     # The opt-out still runs matching calls (and REL bounds still agree on the range).
     with zccl_torch.config(check_agreement=False):
         t = data(rank(), large)

@@ -2,11 +2,12 @@
 an exact reference computed from every rank's input (moved by a Gloo group over the same ranks).
 
 ``mpirun -np P python tests/mpi/fuzz_checks.py [--seed S] [--cases N] [--max-count C]``. Every
-rank draws the same case from the same generator (op, a send/recv ring shift included; dtype,
-count, root, reduce op; the default group or a subgroup without rank 1; a strided or 2-D layout,
-async or not; and the zccl settings: algorithm, mode, bound, threads, chunk size, integer hop,
-owner_exact), fills its input from its own generator (float data of several kinds, NaN and
-+/-Inf included) and checks what the contract promises:
+rank draws the same case from the same generator (op, a send/recv ring shift and the coalesced
+ops with 1-4 tensors of their own counts included; dtype, count, root, reduce op; the default
+group or a subgroup without rank 1; a strided or 2-D layout, async or not; and the zccl
+settings: algorithm, mode, bound, threads, chunk size, integer hop, owner_exact), fills its
+input from its own generator (float data of several kinds, NaN and +/-Inf included) and checks
+what the contract promises:
 
 * integer and bool dtypes, ``mode="lossless"`` data movement: the exact values, bit for bit;
 * float data movement: every finite value within the bound (REL: ``eb`` times the value range
@@ -30,6 +31,7 @@ import random
 import sys
 import traceback
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,8 +57,22 @@ OPS = [
     "all_to_all_single",
     "all_to_all",
     "send_recv",
+    "all_reduce_coalesced",
+    "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced",
+    "all_gather_coalesced",
 ]
-REDUCTIONS = {"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor"}
+# The coalesced ops: inside torch's _coalescing_manager (the backend's *_coalesced entry points
+# get every tensor at once) and the list-of-lists all_gather_coalesced.
+COALESCED = {op for op in OPS if op.endswith("_coalesced")}
+REDUCTIONS = {
+    "all_reduce",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_reduce_coalesced",
+    "reduce_scatter_tensor_coalesced",
+}
 ALGORITHMS = ["auto", "ring", "recursive_doubling", "halving_doubling", "cprp2p", "mpi"]
 PRIMES = [2, 3, 5, 7, 11, 13, 31, 127, 257, 1021, 4099, 65537]
 RED = {
@@ -85,6 +101,7 @@ class Case:
     async_op: bool
     subgroup: bool  # on the group of every rank but rank 1 (p >= 3), else on the default group
     splits: list[list[int]] = field(default_factory=list)  # all_to_all: splits[src][dst]
+    parts: list[int] = field(default_factory=list)  # coalesced ops: the count of each tensor
 
     def __str__(self) -> str:
         return (
@@ -95,13 +112,17 @@ class Case:
         )
 
 
-def draw_case(rng: random.Random, index: int, p: int, max_count: int) -> Case:
-    op = rng.choice(OPS)
-    dtype = rng.choice(FLOATS * 4 + INTS)  # mostly floats: they take the compressed paths
+def draw_count(rng: random.Random, p: int, max_count: int) -> int:
     count = rng.choice([0, 1, p - 1, p + 1, rng.choice(PRIMES), rng.randint(2, 5000)])
     if rng.random() < 0.25:
         count = rng.randint(min(20_000, max_count), max_count)
-    count = max(count, 0)
+    return max(count, 0)
+
+
+def draw_case(rng: random.Random, index: int, p: int, max_count: int) -> Case:
+    op = rng.choice(OPS)
+    dtype = rng.choice(FLOATS * 4 + INTS)  # mostly floats: they take the compressed paths
+    count = draw_count(rng, p, max_count)
     reduce = "sum"
     if op in REDUCTIONS:
         if dtype.is_floating_point:
@@ -141,6 +162,8 @@ def draw_case(rng: random.Random, index: int, p: int, max_count: int) -> Case:
     )
     if op == "all_to_all_single":
         case.splits = [[rng.randint(0, count) for _ in range(p)] for _ in range(p)]
+    if op in COALESCED:
+        case.parts = [draw_count(rng, p, max_count // 4) for _ in range(rng.randint(1, 4))]
     return case
 
 
@@ -279,7 +302,7 @@ def check_reduced(
         bound = (2 * p + 2) * u * w.abs()  # exact transport; rounding of p products in the dtype
     else:
         alg = case.settings["algorithm"]
-        allreduce = case.op in ("all_reduce", "reduce")
+        allreduce = case.op in ("all_reduce", "reduce", "all_reduce_coalesced")
         factor = _C.output_error_bound(alg, case.reduce, p, 1.0, allreduce) if eb > 0 else 0.0
         # p + 1 roundings in the dtype (one per add and the AVG division; half dtypes round
         # to the half type at every hop, as half streams carry the partial sums).
@@ -326,85 +349,127 @@ class Where:
     gloo: Any
 
 
-def run_case(case: Case, where: Where) -> bool:
-    """Runs and checks the case; False when this rank took no part in it."""
+def issue(case: Case, where: Where) -> Callable[[], None] | None:
+    """Issues the case's collective on this rank (its own input, nothing exchanged before) and
+    returns the check of its result (which gathers every rank's input over Gloo); None when
+    this rank takes no part in the case."""
     members, g = where.members, where.zccl
     r = dist.get_rank()
     if r not in members or (case.op == "send_recv" and len(members) == 1):
-        return False
+        return None
     p, i = len(members), members.index(r)  # group size and this rank's place in it
     root = members[case.root % p]  # a global rank, as torch's src/dst are
     n = case.count
     x = make_input(case, r, n)
-    xs = everyone(x, where.gloo)
-    eb = abs_bound(case, xs)
     red = RED[case.reduce]
     op = case.op
+
+    def inputs() -> tuple[list[torch.Tensor], float]:
+        xs = everyone(x, where.gloo)
+        return xs, abs_bound(case, xs)
+
     if op == "all_reduce":
         t = laid_out(case, x)
         call(case, dist.all_reduce, t, op=red, group=g)
-        check_reduced(op, case, t, xs, eb, p)
-        if case.settings["algorithm"] != "cprp2p":
-            same_on_every_rank(op, t, where.gloo)
+
+        def check() -> None:
+            xs, eb = inputs()
+            check_reduced(op, case, t, xs, eb, p)
+            if case.settings["algorithm"] != "cprp2p":
+                same_on_every_rank(op, t, where.gloo)
+
     elif op == "reduce":
         t = laid_out(case, x)
         call(case, dist.reduce, t, dst=root, op=red, group=g)
-        if r == root:
-            check_reduced(op, case, t, xs, eb, p)
+
+        def check() -> None:
+            xs, eb = inputs()
+            if r == root:
+                check_reduced(op, case, t, xs, eb, p)
+
     elif op == "broadcast":
         t = laid_out(case, x)
         call(case, dist.broadcast, t, src=root, group=g)
-        j = members.index(root)
-        check_moved(op, t.reshape(-1), xs[j], abs_bound(case, [xs[j]]))
+
+        def check() -> None:
+            xs, _ = inputs()
+            j = members.index(root)
+            check_moved(op, t.reshape(-1), xs[j], abs_bound(case, [xs[j]]))
+
     elif op == "all_gather":
         outs = [torch.empty_like(x) for _ in range(p)]
         call(case, dist.all_gather, outs, laid_out(case, x).reshape(-1), group=g)
-        for q in range(p):
-            check_moved(f"{op}[{q}]", outs[q], xs[q], eb)
+
+        def check() -> None:
+            xs, eb = inputs()
+            for q in range(p):
+                check_moved(f"{op}[{q}]", outs[q], xs[q], eb)
+
     elif op == "all_gather_into_tensor":
         out = torch.empty(p * n, dtype=case.dtype)
         call(case, dist.all_gather_into_tensor, out, laid_out(case, x).reshape(-1), group=g)
-        check_moved(op, out, torch.cat(xs), eb)
+
+        def check() -> None:
+            xs, eb = inputs()
+            check_moved(op, out, torch.cat(xs), eb)
+
     elif op in ("reduce_scatter", "reduce_scatter_tensor"):
         big = make_input(case, r, n * p, salt=1)
-        bigs = everyone(big, where.gloo)
-        eb = abs_bound(case, bigs)
         out = torch.empty(n, dtype=case.dtype)
         if op == "reduce_scatter":
             dist.reduce_scatter(out, list(big.split(n)) if n else [big] * p, op=red, group=g)
         else:
             call(case, dist.reduce_scatter_tensor, out, laid_out(case, big), op=red, group=g)
-        check_reduced(op, case, out, [b[i * n : (i + 1) * n] for b in bigs], eb, p)
+
+        def check() -> None:
+            bigs = everyone(big, where.gloo)
+            terms = [b[i * n : (i + 1) * n] for b in bigs]
+            check_reduced(op, case, out, terms, abs_bound(case, bigs), p)
+
     elif op == "gather":
-        outs = [torch.empty_like(x) for _ in range(p)] if r == root else None
-        call(case, dist.gather, laid_out(case, x).reshape(-1), outs, dst=root, group=g)
-        if outs is not None:
-            for q in range(p):
-                check_moved(f"{op}[{q}]", outs[q], xs[q], eb)
+        gathered = [torch.empty_like(x) for _ in range(p)] if r == root else None
+        call(case, dist.gather, laid_out(case, x).reshape(-1), gathered, dst=root, group=g)
+
+        def check() -> None:
+            xs, eb = inputs()
+            for q in range(p) if gathered is not None else ():
+                check_moved(f"{op}[{q}]", gathered[q], xs[q], eb)
+
     elif op == "scatter":
         blocks = [make_input(case, root, n, salt=2 + q) for q in range(p)]
         out = torch.empty(n, dtype=case.dtype)
         call(case, dist.scatter, out, blocks if r == root else None, src=root, group=g)
-        check_moved(op, out, blocks[i], abs_bound(case, blocks))
+
+        def check() -> None:
+            check_moved(op, out, blocks[i], abs_bound(case, blocks))
+
     elif op == "all_to_all_single":
         splits = [row[:p] for row in case.splits[:p]]  # splits[src][dst], group places
         sends, recvs = splits[i], [splits[q][i] for q in range(p)]
         src = make_input(case, r, sum(sends), salt=3)
-        srcs = [make_input(case, members[q], sum(splits[q]), salt=3) for q in range(p)]
         out = torch.empty(sum(recvs), dtype=case.dtype)
         dist.all_to_all_single(out, src, output_split_sizes=recvs, input_split_sizes=sends, group=g)
-        want = torch.cat(
-            [s[sum(splits[q][:i]) : sum(splits[q][: i + 1])] for q, s in enumerate(srcs)]
-        )
-        check_moved(op, out, want, abs_bound(case, srcs))
+
+        def check() -> None:
+            srcs = [make_input(case, members[q], sum(splits[q]), salt=3) for q in range(p)]
+            want = torch.cat(
+                [s[sum(splits[q][:i]) : sum(splits[q][: i + 1])] for q, s in enumerate(srcs)]
+            )
+            check_moved(op, out, want, abs_bound(case, srcs))
+
     elif op == "all_to_all":
         ins = [make_input(case, r, n, salt=4 + q) for q in range(p)]
         outs = [torch.empty(n, dtype=case.dtype) for _ in range(p)]
         call(case, dist.all_to_all, outs, ins, group=g)
-        every = [[make_input(case, members[q], n, salt=4 + d) for d in range(p)] for q in range(p)]
-        bound = abs_bound(case, [b for row in every for b in row])
-        for q in range(p):
-            check_moved(f"{op}[{q}]", outs[q], every[q][i], bound)
+
+        def check() -> None:
+            every = [
+                [make_input(case, members[q], n, salt=4 + d) for d in range(p)] for q in range(p)
+            ]
+            bound = abs_bound(case, [b for row in every for b in row])
+            for q in range(p):
+                check_moved(f"{op}[{q}]", outs[q], every[q][i], bound)
+
     elif op == "send_recv":
         # A ring shift: each member sends its input to the next one and receives the previous
         # one's (sends and receives posted at once, as isend/irecv).
@@ -416,26 +481,94 @@ def run_case(case: Case, where: Where) -> bool:
         ]
         for w in works:
             w.wait()
-        j = (i - 1) % p
-        check_moved(op, got.reshape(-1), xs[j], abs_bound(case, [xs[j]]))
+
+        def check() -> None:
+            xs, _ = inputs()
+            j = (i - 1) % p
+            check_moved(op, got.reshape(-1), xs[j], abs_bound(case, [xs[j]]))
+
+    elif op in COALESCED:
+        return issue_coalesced(case, where)
     else:
         raise AssertionError(f"unknown op {op}")
+    return check
+
+
+def issue_coalesced(case: Case, where: Where) -> Callable[[], None]:
+    """issue() for the coalesced ops: one tensor of each count of case.parts."""
+    g, op, red = where.zccl, case.op, RED[case.reduce]
+    r = dist.get_rank()
+    p, i = len(where.members), where.members.index(r)
+    widths = [c * p if op == "reduce_scatter_tensor_coalesced" else c for c in case.parts]
+    xs = [make_input(case, r, c, salt=10 + k) for k, c in enumerate(widths)]
+    if op == "all_gather_coalesced":  # outputs[rank][k] receives input k of rank
+        lists = [[torch.empty_like(x) for x in xs] for _ in range(p)]
+        call(case, dist.all_gather_coalesced, lists, xs, group=g)
+        outs = [torch.cat([lists[q][k] for q in range(p)]) for k in range(len(xs))]
+    else:
+        outs = [laid_out(case, x) for x in xs] if op == "all_reduce_coalesced" else []
+        with dist._coalescing_manager(group=g, async_ops=case.async_op) as cm:
+            for k, x in enumerate(xs):
+                if op == "all_reduce_coalesced":
+                    dist.all_reduce(outs[k], op=red, group=g)
+                elif op == "all_gather_into_tensor_coalesced":
+                    outs.append(torch.empty(p * x.numel(), dtype=x.dtype))
+                    dist.all_gather_into_tensor(outs[k], x, group=g)
+                else:
+                    outs.append(torch.empty(x.numel() // p, dtype=x.dtype))
+                    dist.reduce_scatter_tensor(outs[k], x, op=red, group=g)
+        if case.async_op:
+            cm.wait()
+
+    def check() -> None:
+        for k, x in enumerate(xs):
+            name, every = f"{op}[{k}]", everyone(x, where.gloo)
+            eb = abs_bound(case, every)
+            if op == "all_reduce_coalesced":
+                check_reduced(name, case, outs[k], every, eb, p)
+                if case.settings["algorithm"] != "cprp2p":
+                    same_on_every_rank(name, outs[k], where.gloo)
+            elif op == "reduce_scatter_tensor_coalesced":
+                n = case.parts[k]
+                check_reduced(name, case, outs[k], [e[i * n : (i + 1) * n] for e in every], eb, p)
+            else:
+                check_moved(name, outs[k], torch.cat(every), eb)
+
+    return check
+
+
+def run_case(case: Case, where: Where) -> bool:
+    """Runs and checks the case; False when this rank took no part in it."""
+    check = issue(case, where)
+    if check is None:
+        return False
+    check()
     return True
 
 
-def main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def start(
+    argv: list[str], doc: str, cases: int, max_count: int, timeout_s: int
+) -> tuple[argparse.Namespace, Where, Where]:
+    """Parses --seed, --cases and --max-count (defaults as given), starts the zccl group with a
+    timeout of `timeout_s` and returns the arguments, the world and the subgroup of every rank
+    but rank 1 (non-contiguous global ranks: roots and peers must be translated)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--cases", type=int, default=200)
-    ap.add_argument("--max-count", type=int, default=200_000, help="largest count of a case")
+    ap.add_argument("--cases", type=int, default=cases)
+    ap.add_argument("--max-count", type=int, default=max_count, help="largest count of a case")
     args = ap.parse_args(argv)
-    dist.init_process_group(backend="zccl", timeout=datetime.timedelta(seconds=120))
-    gloo = dist.new_group(backend="gloo")
-    p, r = dist.get_world_size(), dist.get_rank()
-    world = Where(list(range(p)), None, gloo)
-    # Every rank but rank 1: non-contiguous global ranks, so roots and peers must be translated.
+    dist.init_process_group(backend="zccl", timeout=datetime.timedelta(seconds=timeout_s))
+    p = dist.get_world_size()
+    world = Where(list(range(p)), None, dist.new_group(backend="gloo"))
     others = [q for q in range(p) if q != 1]
     sub = Where(others, dist.new_group(others), dist.new_group(others, backend="gloo"))
+    return args, world, sub
+
+
+def main(argv: list[str]) -> int:
+    args, world, sub = start(argv, __doc__, cases=200, max_count=200_000, timeout_s=120)
+    gloo = world.gloo
+    p, r = dist.get_world_size(), dist.get_rank()
     rng = random.Random(args.seed * 1000 + p)
     failures = 0
     ran: Counter[str] = Counter()  # the algorithm of each case that compressed

@@ -10,6 +10,9 @@
   initialises it, destroy_process_group shuts the worker down, and a new group works again.
 * ``oversubscribed_threads``: one compressed all_reduce with ``threads`` = max(2, cores) on
   every rank (the test looks for zccl's oversubscription warning).
+* ``transport_error``: with the agreement off, all_to_all_single split sizes that disagree make
+  a message longer than its receive: that rank raises (Open MPI 4.1 reported this through
+  MPI_COMM_WORLD's handler, which aborted the job), and the group still works afterwards.
 * ``uncaught_exception``: rank 0 raises after a collective while the others enter the next one
   (their group timeout: 300 s); the job must end at once, with the traceback (the test).
 """
@@ -200,6 +203,27 @@ def oversubscribed_threads() -> None:
     dist.destroy_process_group()
 
 
+def transport_error() -> None:
+    dist.init_process_group("zccl", timeout=datetime.timedelta(seconds=60))
+    r, p = dist.get_rank(), dist.get_world_size()
+    n = 8
+    recvs = [n - 3 if r == 0 and q == p - 1 else n for q in range(p)]
+    out = torch.empty(sum(recvs))
+    try:
+        with zccl_torch.config(algorithm="mpi", check_agreement=False):
+            dist.all_to_all_single(out, torch.ones(n * p), output_split_sizes=recvs)
+    except RuntimeError as exc:
+        assert r == 0, f"rank {r} raised: {exc}"
+        assert "TRUNCATE" in str(exc) or "truncated" in str(exc), str(exc)
+    else:
+        assert r != 0, "the short receive did not raise"
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert t.tolist() == [float(p)] * 4, t
+    print(f"rank {r} TRANSPORT ERROR RAISED", flush=True)
+    dist.destroy_process_group()
+
+
 def uncaught_exception() -> None:
     dist.init_process_group("zccl", timeout=datetime.timedelta(seconds=300))
     t = torch.ones(64)
@@ -221,5 +245,6 @@ if __name__ == "__main__":
         "no_init_on_import": no_init_on_import,
         "oversubscribed_threads": oversubscribed_threads,
         "uncaught_exception": uncaught_exception,
+        "transport_error": transport_error,
     }
     checks[sys.argv[1]]()
