@@ -48,6 +48,25 @@
 
 namespace zccl::coll::compute {
 
+namespace {
+
+// buf = op(buf, D(stream)), in that operand order: SUM/AVG decode and add chunk by chunk
+// (fz::decompress_add: buf + x', no decoded copy written and read again); MIN/MAX decode into
+// `scratch` first.
+template <class T>
+void merge_stream(Codec& codec, const uint8_t* stream, size_t bytes, T* buf, T* scratch,
+                  size_t count, int peer, ReduceOp op, const Config& cfg,
+                  const fz::Progress* progress) {
+  if (is_min_max(op)) {
+    codec.decompress(stream, bytes, scratch, count, peer, progress);
+    kernels::reduce_into(buf, buf, scratch, count, op, cfg.threads);
+  } else {
+    codec.decompress_add(stream, bytes, buf, buf, count, peer, progress);
+  }
+}
+
+}  // namespace
+
 template <class T>
 void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op, double eb,
                                   const Config& cfg, Stats& st) {
@@ -85,15 +104,13 @@ void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op,
     const size_t lo_bytes = rx.finish(comm);
     codec.decompress(own_s, lo_bytes, buf, count, r - 1);
     const size_t hi_bytes = rx2.finish(comm);
-    codec.decompress(peer_s, hi_bytes, other, count, r - 1);
-    kernels::reduce_into(buf, buf, other, count, op, cfg.threads);
+    merge_stream(codec, peer_s, hi_bytes, buf, other, count, r - 1, op, cfg, nullptr);
     if (op == ReduceOp::Avg) kernels::divide(buf, count, p, cfg.threads);
     return;
   }
   if (rd.in_fold()) {  // even folded rank: absorb r+1 (only this rank holds the sum: own exact)
     const size_t got = comm.recv(peer_s, cap, r + 1, tag_fold_in);
-    codec.decompress(peer_s, got, other, count, r + 1);
-    kernels::reduce_into(buf, buf, other, count, op, cfg.threads);
+    merge_stream(codec, peer_s, got, buf, other, count, r + 1, op, cfg, nullptr);
   }
   const int newrank = rd.newrank;
 
@@ -107,16 +124,16 @@ void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op,
     tx.start(comm.isend(own_s, own_bytes, peer, tag_round));
     st.bytes_sent += own_bytes;
     peer_bytes = rx.finish(comm);
-    // Decode both streams, the own one over buf (its exact values are no longer needed), while
-    // the send progresses; then reduce them in newrank order, exactly as the partner does.
+    // op(D(lower newrank's stream), D(higher's)), exactly as the partner computes it (the
+    // operand order decides NaN payloads and signed zeros): the lower one decoded over buf (its
+    // exact values are no longer needed), the higher one merged into it, while the send
+    // progresses.
     const fz::Progress poll_tx = [&](uint64_t, uint64_t) { tx.poll(comm); };
-    codec.decompress(peer_s, peer_bytes, other, count, peer, &poll_tx);
-    codec.decompress(own_s, own_bytes, buf, count, r, &poll_tx);
-    if (newrank < pn) {
-      kernels::reduce_into(buf, buf, other, count, op, cfg.threads);
-    } else {
-      kernels::reduce_into(buf, other, buf, count, op, cfg.threads);
-    }
+    const bool lower = newrank < pn;
+    codec.decompress(lower ? own_s : peer_s, lower ? own_bytes : peer_bytes, buf, count,
+                     lower ? r : peer, &poll_tx);
+    merge_stream(codec, lower ? peer_s : own_s, lower ? peer_bytes : own_bytes, buf, other,
+                 count, lower ? peer : r, op, cfg, &poll_tx);
     tx.finish(comm);  // own_s is rewritten next round
   }
 
