@@ -22,6 +22,8 @@
 //   T = (L + 2f) * alpha + L * n w (beta/R + 1/C + 2/D + gamma)
 //       + f * n w (beta/R + 1/C + 1/D + gamma)          (fold in)
 //       + f * n w (2 beta/R + 2/D + gamma)              (fold out)
+//   For SUM/AVG the gamma terms are mostly gone: the add runs inside the second decode
+//   (decompress_add); route.cpp's model keeps them, as it does for the ring's fused hop.
 //   Latency-optimal (log p messages) but every round moves and compresses the whole buffer: the
 //   choice for small and medium messages (see route.cpp).
 //
