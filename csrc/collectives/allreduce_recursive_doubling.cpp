@@ -86,7 +86,6 @@ void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op,
   uint8_t* const peer_s = workspace_bytes(kSlotRecv, cap);
   T* const other = workspace<T>(kSlotScratch, count);  // the partner's decoded buffer
   Pending tx, rx, rx2;
-  size_t own_bytes = 0, peer_bytes = 0;
 
   // ---- Fold in: odd ranks below 2*rem hand their data to the even rank below them. ----
   if (rd.fold_sender()) {
@@ -117,40 +116,40 @@ void recursive_doubling_allreduce(Comm& comm, T* buf, size_t count, ReduceOp op,
   const int newrank = rd.newrank;
 
   // ---- Rounds: whole-buffer exchange with newrank ^ mask. ----
+  // A round's two streams, the lower newrank's and the higher one's (the fold out forwards the
+  // last round's).
+  struct Stream {
+    const uint8_t* data = nullptr;
+    size_t bytes = 0;
+    int from = -1;
+  };
+  Stream lo, hi;
   for (int mask = 1; mask < rd.pp; mask <<= 1) {
     const int pn = newrank ^ mask;
     const int peer = rd.real_rank(pn);
     rx.start(comm.irecv(peer_s, cap, peer, tag_round));
     const fz::Progress poll = [&](uint64_t, uint64_t) { rx.poll(comm); };
-    own_bytes = codec.compress(buf, count, own_s, cap, &poll);
+    const size_t own_bytes = codec.compress(buf, count, own_s, cap, &poll);
     tx.start(comm.isend(own_s, own_bytes, peer, tag_round));
     st.bytes_sent += own_bytes;
-    peer_bytes = rx.finish(comm);
-    // op(D(lower newrank's stream), D(higher's)), exactly as the partner computes it (the
-    // operand order decides NaN payloads and signed zeros): the lower one decoded over buf (its
-    // exact values are no longer needed), the higher one merged into it, while the send
-    // progresses.
+    const Stream own{own_s, own_bytes, r}, theirs{peer_s, rx.finish(comm), peer};
+    lo = newrank < pn ? own : theirs;
+    hi = newrank < pn ? theirs : own;
+    // op(D(lo), D(hi)), exactly as the partner computes it (the operand order decides NaN
+    // payloads and signed zeros): lo decoded over buf (its exact values are no longer needed),
+    // hi merged into it, while the send progresses.
     const fz::Progress poll_tx = [&](uint64_t, uint64_t) { tx.poll(comm); };
-    const bool lower = newrank < pn;
-    codec.decompress(lower ? own_s : peer_s, lower ? own_bytes : peer_bytes, buf, count,
-                     lower ? r : peer, &poll_tx);
-    merge_stream(codec, lower ? peer_s : own_s, lower ? peer_bytes : own_bytes, buf, other,
-                 count, lower ? peer : r, op, cfg, &poll_tx);
+    codec.decompress(lo.data, lo.bytes, buf, count, lo.from, &poll_tx);
+    merge_stream(codec, hi.data, hi.bytes, buf, other, count, hi.from, op, cfg, &poll_tx);
     tx.finish(comm);  // own_s is rewritten next round
   }
 
-  // ---- Fold out: forward the last round's two streams (lower newrank's first). ----
+  // ---- Fold out: forward the last round's two streams (lo first). ----
   if (rd.in_fold()) {
-    const int last_partner = newrank ^ (rd.pp >> 1);
-    const bool lower = newrank < last_partner;
-    const uint8_t* lo = lower ? own_s : peer_s;
-    const uint8_t* hi = lower ? peer_s : own_s;
-    const size_t lo_bytes = lower ? own_bytes : peer_bytes;
-    const size_t hi_bytes = lower ? peer_bytes : own_bytes;
     std::vector<transport::Request> reqs;
-    reqs.push_back(comm.isend(lo, lo_bytes, r + 1, tag_lo));
-    reqs.push_back(comm.isend(hi, hi_bytes, r + 1, tag_hi));
-    st.bytes_sent += lo_bytes + hi_bytes;
+    reqs.push_back(comm.isend(lo.data, lo.bytes, r + 1, tag_lo));
+    reqs.push_back(comm.isend(hi.data, hi.bytes, r + 1, tag_hi));
+    st.bytes_sent += lo.bytes + hi.bytes;
     comm.wait_all(reqs);
   }
   if (op == ReduceOp::Avg) kernels::divide(buf, count, p, cfg.threads);
