@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # torch's own distributed test suite (_DistTestBase) against the "zccl" backend, at 3 and 4 ranks,
-# in the default (lossy) and exact configs; prints a passed/failed/skipped table and exits non-zero
-# on any failure. Details: tests/torch_suite/driver.py (results under $OUT, default
-# /tmp/zccl_torch_suite: summary.json per rank count and config, rank logs per job).
+# in the default (lossy), exact and compressed (lossless codec on every float payload) configs;
+# prints a passed/failed/skipped table and exits non-zero on any failure. Details:
+# tests/torch_suite/driver.py (results under $OUT, default /tmp/zccl_torch_suite: summary.json per
+# rank count and config, rank logs per job).
 #
 #   scripts/torch_suite.sh                    # everything (long: tens of minutes on 2 cores)
 #   NPS="3" CONFIGS="exact" scripts/torch_suite.sh -k all_reduce   # extra args go to driver.py
@@ -12,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 NPS=${NPS:-"3 4"}
-CONFIGS=${CONFIGS:-"default exact"}
+CONFIGS=${CONFIGS:-"default exact compressed"}
 OUT=${OUT:-/tmp/zccl_torch_suite}
 # Hard limit of the whole run (each test also has its own watchdog, each mpirun job its own).
 SUITE_TIMEOUT=${SUITE_TIMEOUT:-14400}

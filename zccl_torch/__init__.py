@@ -35,6 +35,7 @@ from zccl_torch.errors import CorruptStreamError
 
 _backend.register()
 last_stats = _backend.last_stats
+total_stats = _backend.total_stats
 
 # Submodules users reach as zccl_torch.policy / zccl_torch.hooks (imported after registration).
 from zccl_torch import hooks, policy  # noqa: E402
@@ -59,6 +60,7 @@ __all__ = [
     "recompress_add",
     "resolve_error_bound",
     "stream_info",
+    "total_stats",
 ]
 
 __version__ = "0.1.0"

@@ -339,6 +339,43 @@ def last_stats(group: Any = None, device: str = "cpu") -> dict[str, Any]:
     return _C.last_stats(get_backend(group, device))
 
 
+_TOTAL_FIELDS = (
+    "calls",
+    "compressed_calls",
+    "bytes_in",
+    "bytes_sent",
+    "bytes_compressed",
+    "compress_seconds",
+    "decompress_seconds",
+    "seconds",
+)
+
+
+def total_stats(group: Any = None, device: str = "cpu", reset: bool = False) -> dict[str, Any]:
+    """Running totals of this rank's collectives on ``group`` (on ``device``'s tensors) since the
+    group was created or last reset: for per-step or per-run accounting, where
+    :func:`last_stats` describes one call.
+
+    Returns the totals over every collective (``calls``, ``compressed_calls``: those that ran a
+    compressed algorithm, ``bytes_in``: payload bytes of every call, ``bytes_sent`` and
+    ``bytes_compressed``: of the compressed calls, their ``compress_seconds``,
+    ``decompress_seconds`` and ``seconds`` in all) and the same fields per collective under
+    ``"by_op"`` (keyed by ``last_stats``' op names). Uncompressed calls count their payload
+    only: the bytes MPI puts on the wire for them depend on its algorithm and are not counted.
+    Point-to-point messages are not counted. ``reset=True`` zeroes the totals in the same step
+    (nothing counted between reading and zeroing is lost), e.g. once per training step.
+    Counts complete when the collective completes (after ``wait()``).
+    """
+    by_op = _C.total_stats(get_backend(group, device), reset)
+    totals: dict[str, Any] = {
+        k: sum(op[k] for op in by_op.values()) if by_op else 0 for k in _TOTAL_FIELDS
+    }
+    for k in ("compress_seconds", "decompress_seconds", "seconds"):
+        totals[k] = float(totals[k])
+    totals["by_op"] = by_op
+    return totals
+
+
 # MPI is finalised (or the job aborted) at exit only if zccl initialised it (registered once, at
 # import, so it runs after the atexit handlers registered later).
 atexit.register(_finalize_mpi)

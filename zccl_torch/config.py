@@ -76,7 +76,7 @@ BASELINES: tuple[str | None, ...] = _BY_NAME["baseline"].choices
 
 
 def _literal(value: Any) -> str:
-    """A default as README writes it: ``1e-4``, ``"rel"``, ``true``, unset."""
+    """A default as README writes it: ``1e-4``, ``25``, ``"rel"``, ``true``, unset."""
     if value is None:
         return "unset"
     if isinstance(value, bool):
@@ -84,6 +84,8 @@ def _literal(value: Any) -> str:
     if isinstance(value, str):
         return f'`"{value}"`'
     if isinstance(value, float):
+        if 1.0 <= abs(value) < 1e6:
+            return f"`{value:g}`"  # 1, 25
         mantissa, exponent = f"{value:e}".split("e")
         return f"`{float(mantissa):g}e{int(exponent)}`"
     return f"`{value}`"

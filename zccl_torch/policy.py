@@ -24,7 +24,8 @@ algorithm). Leaf policies:
 patterns), see its docstring.
 
 Where a policy applies, highest precedence first: the ``policy=`` argument of the wrappers below
-(:func:`all_reduce`, :func:`reduce_scatter_tensor`, :func:`all_gather`, :func:`broadcast`);
+(:func:`all_reduce`, :func:`reduce_scatter_single`, :func:`all_gather`, :func:`all_gather_single`,
+:func:`broadcast`);
 the innermost ``with use_policy(p):`` block of the calling thread; the group's default set by
 :func:`set_policy`. With none of these the call runs with the backend configuration as is.
 
@@ -67,6 +68,7 @@ __all__ = [
     "Relative",
     "Rules",
     "all_gather",
+    "all_gather_single",
     "all_reduce",
     "broadcast",
     "check_zccl_group",
@@ -75,10 +77,16 @@ __all__ = [
     "get_policy",
     "last_decision",
     "last_stats",
+    "reduce_scatter_single",
     "reduce_scatter_tensor",
     "set_policy",
     "use_policy",
 ]
+
+# torch 2.13 renamed the single-tensor collectives (the old names warn FutureWarning there); the
+# wrappers call whichever the installed torch has, so they warn on neither.
+_REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 _OP_NAMES = {
     dist.ReduceOp.SUM: "sum",
@@ -618,7 +626,7 @@ def all_reduce(
     return _run(d, lambda: dist.all_reduce(tensor, op=op, group=group, async_op=async_op))
 
 
-def reduce_scatter_tensor(
+def reduce_scatter_single(
     output: torch.Tensor,
     input: torch.Tensor,
     op: Any = dist.ReduceOp.SUM,
@@ -627,13 +635,33 @@ def reduce_scatter_tensor(
     name: str | None = None,
     async_op: bool = False,
 ) -> Any:
-    """``dist.reduce_scatter_tensor`` under the policy in effect (statistics of ``input``)."""
+    """``dist.reduce_scatter_single`` under the policy in effect (statistics of ``input``).
+
+    Also exported as :func:`reduce_scatter_tensor`, torch's name for it before 2.13.
+    """
     leaf, d = _resolve(input, "reduce_scatter", op, group, policy, name)
     _record("reduce_scatter", name, leaf, d)
     return _run(
-        d,
-        lambda: dist.reduce_scatter_tensor(output, input, op=op, group=group, async_op=async_op),
+        d, lambda: _REDUCE_SCATTER_SINGLE(output, input, op=op, group=group, async_op=async_op)
     )
+
+
+reduce_scatter_tensor = reduce_scatter_single
+
+
+def all_gather_single(
+    output: torch.Tensor,
+    input: torch.Tensor,
+    group: Any = None,
+    policy: Policy | None = None,
+    name: str | None = None,
+    async_op: bool = False,
+) -> Any:
+    """``dist.all_gather_single`` (``all_gather_into_tensor`` before torch 2.13) under the policy
+    in effect (statistics of ``input``; output bound = the per-compression eb)."""
+    leaf, d = _resolve(input, "all_gather", "sum", group, policy, name)
+    _record("all_gather", name, leaf, d)
+    return _run(d, lambda: _ALL_GATHER_SINGLE(output, input, group=group, async_op=async_op))
 
 
 def all_gather(

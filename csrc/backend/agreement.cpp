@@ -2,6 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -49,6 +50,8 @@ enum Field : int {
   kMinCompressBytes,
   kOwnerExact,
   kIntegerRing,
+  kLinkGbps,
+  kLinkLatency,
   kCheckAgreement,
   kNumFields
 };
@@ -58,12 +61,13 @@ const char* field_name(int f) {
       "collective",       "reduce op",          "root",          "dtype",
       "element count",    "algorithm",          "mode",          "error_bound",
       "chunk_size",       "min_compress_bytes", "owner_exact",   "integer_ring",
-      "check_agreement"};
+      "link_gbps",        "link_latency_us",    "check_agreement"};
   return names[f];
 }
 
-// Slots before the field pairs: -min, max of the value range; the largest count.
-constexpr int kHead = 3;
+// Slots before the field pairs: -min, max of the value range; the largest count; -threads (so
+// the MAX gives the smallest thread count).
+constexpr int kHead = 4;
 constexpr int kLen = kHead + 2 * kNumFields;
 
 // The settings only matter to calls that may compress: a barrier, a sparse or an integer
@@ -89,6 +93,8 @@ std::vector<double> describe(const CallDescription& call, const CallConfig& cfg)
     f[kMinCompressBytes] = static_cast<double>(cfg.min_compress_bytes);
     f[kOwnerExact] = cfg.owner_exact ? 1.0 : 0.0;
     f[kIntegerRing] = cfg.integer_ring ? 1.0 : 0.0;
+    f[kLinkGbps] = cfg.link_gbps;
+    f[kLinkLatency] = cfg.link_latency_us;
   }
   f[kCheckAgreement] = cfg.check_agreement ? 1.0 : 0.0;
   return f;
@@ -113,7 +119,9 @@ std::string format_value(int field, double v) {
         case BoundMode::Lossless: return "lossless";
       }
       return "unknown";
-    case kErrorBound: std::snprintf(buf, sizeof(buf), "%.17g", v); return buf;
+    case kErrorBound:
+    case kLinkGbps:
+    case kLinkLatency: std::snprintf(buf, sizeof(buf), "%.17g", v); return buf;
     case kOwnerExact:
     case kIntegerRing:
     case kCheckAgreement: return v != 0.0 ? "True" : "False";
@@ -182,6 +190,7 @@ Agreement agree(const transport::Comm& comm, const char* what, const CallDescrip
     v[1] = range->max;
   }
   v[2] = static_cast<double>(call.count);
+  v[3] = -static_cast<double>(std::max(1, cfg.threads));
   const std::vector<double> mine = describe(call, cfg);
   for (int f = 0; f < kNumFields; ++f) {
     v[kHead + 2 * f] = mine[f];
@@ -198,6 +207,7 @@ Agreement agree(const transport::Comm& comm, const char* what, const CallDescrip
     }
   }
   out.largest_count = static_cast<uint64_t>(agreed[2]);
+  if (cfg.check_agreement) out.model_threads = static_cast<int>(-agreed[3]);
   if (rel) out.error_bound = rel_bound(cfg.error_bound, -agreed[0], agreed[1]);
   return out;
 }

@@ -57,6 +57,10 @@ inline CallDescription describe_call(OpKind op, int dtype, uint64_t count, int r
 struct Agreement {
   double error_bound = 0.0;  // absolute bound to compress with (REL resolved on the agreed range)
   uint64_t largest_count = 0;  // max of every rank's count
+  // The smallest compression thread count of the ranks, for the automatic algorithm choice
+  // (coll::Config::model_threads), which must not differ between ranks while `threads` may.
+  // 1 with check_agreement off (no exchange to agree it in).
+  int model_threads = 1;
 };
 
 // Runs the exchange on `comm` (collective: every rank of the group must call it). `range`: this

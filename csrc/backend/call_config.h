@@ -49,6 +49,9 @@ struct CallConfig {
   // How a rank waits for its transfers (backoff.h): polling without sleeping keeps up with fast
   // links, sleeping leaves the cores to the other ranks of an oversubscribed host.
   WaitMode wait = WaitMode::Auto;
+  // The network algorithm="auto" assumes (coll::Config::link_gbps, link_latency_us).
+  double link_gbps = 1.0;
+  double link_latency_us = 25.0;
 };
 
 // Some settings laid over a group's defaults (a Python `config()` block), in the order of the

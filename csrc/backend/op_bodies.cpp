@@ -109,6 +109,19 @@ void ZcclBackend::record(const char* op, const coll::Stats& stats, double eb) {
   last_.stats = stats;
   last_.error_bound = eb;
   last_.op = op;
+  totals_[op].add(stats);
+}
+
+void OpTotals::add(const coll::Stats& s) {
+  ++calls;
+  bytes_in += s.bytes_in;
+  if (s.algorithm == coll::Algorithm::Mpi) return;
+  ++compressed_calls;
+  bytes_sent += s.bytes_sent;
+  bytes_compressed += s.bytes_compressed;
+  compress_seconds += s.compress_seconds;
+  decompress_seconds += s.decompress_seconds;
+  seconds += s.total_seconds;
 }
 
 void ZcclBackend::record_exact(const char* op, uint64_t bytes_in, double eb) {
@@ -116,6 +129,13 @@ void ZcclBackend::record_exact(const char* op, uint64_t bytes_in, double eb) {
   stats.algorithm = coll::Algorithm::Mpi;
   stats.bytes_in = bytes_in;
   record(op, stats, eb);
+}
+
+bool ZcclBackend::codec_pays(const Device& dev, coll::Collective c, const CallConfig& cfg,
+                             int model_threads) const {
+  if (cfg.algorithm != coll::Algorithm::Auto) return true;
+  return coll::codec_outruns_link(c, comm_->size(), coll_config(cfg, 0.0, model_threads),
+                                  dev.kind());
 }
 
 bool ZcclBackend::compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const {
@@ -134,15 +154,18 @@ std::optional<coll::ReduceOp> ZcclBackend::reduction_path(const c10d::ReduceOp& 
   return cop;
 }
 
-coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb) const {
+coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb, int model_threads) const {
   coll::Config c;
   c.error_bound = eb;
   c.threads = cfg.threads;
+  c.model_threads = model_threads;
   c.chunk_len = cfg.chunk_len;
   c.algorithm = cfg.algorithm;
   c.min_compress_bytes = 0;  // the backend already decided to compress
   c.owner_exact = cfg.owner_exact;
   c.integer_ring = cfg.integer_ring;
+  c.link_gbps = cfg.link_gbps;
+  c.link_latency_us = cfg.link_latency_us;
   return c;
 }
 
@@ -153,8 +176,8 @@ coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb) const {
 // Lossless (eb 0) keeps float32 streams, so the result is the float32 sum rounded once, as on the
 // exact path.
 coll::Config ZcclBackend::reduction_config(const Device& dev, const CallConfig& cfg, double eb,
-                                           at::ScalarType t) const {
-  coll::Config c = coll_config(cfg, eb);
+                                           at::ScalarType t, int model_threads) const {
+  coll::Config c = coll_config(cfg, eb, model_threads);
   if (eb > 0.0 && is_half(t) && !dev.widens_halves()) c.wire_half = compressed_dtype(t);
   return c;
 }
@@ -168,18 +191,19 @@ ZcclBackend::StagedReduction ZcclBackend::stage_reduction(Device& dev, OpKind ki
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const auto cop = reduction_path(op, t.scalar_type(), n, cfg);
   Staged s(t, cop.has_value() || is_half(t.scalar_type()));
-  const double eb = agree(dev, what, describe(kind, t.scalar_type(), n, reduce_code(op), root),
-                          &s.buffer, cfg, cop.has_value());
-  return StagedReduction{cop, s, eb};
+  const Agreement agreed = agree(dev, what,
+                                 describe(kind, t.scalar_type(), n, reduce_code(op), root),
+                                 &s.buffer, cfg, cop.has_value());
+  return StagedReduction{cop, s, agreed.error_bound, agreed.model_threads};
 }
 
-double ZcclBackend::agree(Device& dev, const char* what, const CallDescription& call,
+Agreement ZcclBackend::agree(Device& dev, const char* what, const CallDescription& call,
                           const at::Tensor* data, const CallConfig& cfg, bool rel_needed) const {
   std::optional<fz::FiniteRange> range;
   if (rel_needed && cfg.mode == BoundMode::Rel && data != nullptr && data->numel() > 0) {
     range = dev.value_range(data->contiguous(), cfg.threads);
   }
-  return backend::agree(*comm_, what, call, cfg, range, rel_needed).error_bound;
+  return backend::agree(*comm_, what, call, cfg, range, rel_needed);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -187,11 +211,12 @@ double ZcclBackend::agree(Device& dev, const char* what, const CallDescription& 
 void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op,
                                 const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
-  auto [cop, s, eb] = stage_reduction(dev, OpKind::AllReduce, "all_reduce", t, op, -1, cfg);
+  auto [cop, s, eb, model_threads] =
+      stage_reduction(dev, OpKind::AllReduce, "all_reduce", t, op, -1, cfg);
   const bool chosen = cop.has_value();
   if (n == 0) return;
   const at::ScalarType type = s.buffer.scalar_type();
-  const coll::Config cc = reduction_config(dev, cfg, eb, t.scalar_type());
+  const coll::Config cc = reduction_config(dev, cfg, eb, t.scalar_type(), model_threads);
   const bool compress =
       chosen && coll::route(coll::Collective::AllReduce, n * s.buffer.element_size(),
                             comm_->size(), cc, dev.kind())
@@ -222,11 +247,15 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
 
 void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
-  const bool compress = compressed_path(t.scalar_type(), n, cfg);
   Staged s(t, false);  // data movement: the tensor's own type (half streams for half tensors)
   // Only the root compresses, so a REL bound needs no agreement: the root's own range.
-  double eb = agree(dev, "broadcast", describe(OpKind::Broadcast, t.scalar_type(), n, -1, root),
-                    nullptr, cfg, false);
+  const Agreement agreed =
+      agree(dev, "broadcast", describe(OpKind::Broadcast, t.scalar_type(), n, -1, root),
+            nullptr, cfg, false);
+  const bool compress =
+      compressed_path(t.scalar_type(), n, cfg) &&
+      codec_pays(dev, coll::Collective::Broadcast, cfg, agreed.model_threads);
+  double eb = agreed.error_bound;
   if (n == 0) return;
   const bool at_root = comm_->rank() == root;
   // The compressed broadcast's root decodes its own stream (every rank the same bits), so a
@@ -239,7 +268,7 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
     compressed(dev, *cpu_, DeviceOp::Broadcast, s.buffer.scalar_type(), io,
                [&](Device& d, const Pointers& p) {
                  d.broadcast(*comm_, p[0], n, compressed_dtype(s.buffer.scalar_type()), root,
-                             coll_config(cfg, eb), &stats);
+                             coll_config(cfg, eb, agreed.model_threads), &stats);
                });
     record("broadcast", stats, at_root ? eb : received_bound(stats, cfg, eb));
   } else {
@@ -255,7 +284,8 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
 void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op, int root,
                              const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
-  auto [cop, s, eb] = stage_reduction(dev, OpKind::Reduce, "reduce", t, op, root, cfg);
+  auto [cop, s, eb, model_threads] =
+      stage_reduction(dev, OpKind::Reduce, "reduce", t, op, root, cfg);
   const bool compress = cop.has_value();
   if (n == 0) return;
   const bool at_root = comm_->rank() == root;
@@ -266,7 +296,7 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& o
     compressed(dev, *cpu_, DeviceOp::Reduce, type, io,
                [&](Device& d, const Pointers& p) {
                  d.reduce(*comm_, p[0], n, compressed_dtype(type), *cop, root,
-                          reduction_config(d, cfg, eb, t.scalar_type()), &stats);
+                          reduction_config(d, cfg, eb, t.scalar_type(), model_threads), &stats);
                });
     record("reduce", stats, eb);
   } else {
@@ -283,11 +313,15 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& o
 void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& flat_out,
                                 const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(in.numel());
-  const bool compress = compressed_path(in.scalar_type(), n, cfg);
+  const bool may = compressed_path(in.scalar_type(), n, cfg);
   Staged src(in, false);
   Staged dst(flat_out, false);
-  const double eb = agree(dev, "all_gather", describe(OpKind::AllGather, in.scalar_type(), n),
-                          &src.buffer, cfg, compress);
+  const Agreement agreed =
+      agree(dev, "all_gather", describe(OpKind::AllGather, in.scalar_type(), n), &src.buffer,
+            cfg, may);
+  const bool compress =
+      may && codec_pays(dev, coll::Collective::AllGather, cfg, agreed.model_threads);
+  const double eb = agreed.error_bound;
   if (n == 0) return;
   const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};
   if (compress) {
@@ -295,7 +329,7 @@ void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& f
     compressed(dev, *cpu_, DeviceOp::AllGather, in.scalar_type(), io,
                [&](Device& d, const Pointers& p) {
                  d.allgather(*comm_, p[0], p[1], n, compressed_dtype(src.buffer.scalar_type()),
-                             coll_config(cfg, eb), &stats);
+                             coll_config(cfg, eb, agreed.model_threads), &stats);
                });
     record("all_gather", stats, eb);
   } else {
@@ -315,9 +349,11 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
   const bool widen = compress || is_half(out.scalar_type());
   Staged src(flat_in, widen);
   Staged dst(out, widen);
-  const double eb = agree(dev, "reduce_scatter",
-                          describe(OpKind::ReduceScatter, out.scalar_type(), n, reduce_code(op)),
-                          &src.buffer, cfg, compress);
+  const Agreement agreed =
+      agree(dev, "reduce_scatter",
+            describe(OpKind::ReduceScatter, out.scalar_type(), n, reduce_code(op)), &src.buffer,
+            cfg, compress);
+  const double eb = agreed.error_bound;
   if (n == 0) return;
   const at::ScalarType type = src.buffer.scalar_type();
   const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};
@@ -326,7 +362,9 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
     compressed(dev, *cpu_, DeviceOp::ReduceScatter, type, io,
                [&](Device& d, const Pointers& p) {
                  d.reduce_scatter(*comm_, p[0], p[1], n, compressed_dtype(type), *cop,
-                                  reduction_config(d, cfg, eb, out.scalar_type()), &stats);
+                                  reduction_config(d, cfg, eb, out.scalar_type(),
+                                                   agreed.model_threads),
+                                  &stats);
                });
     record("reduce_scatter", stats, eb);
   } else {
@@ -342,12 +380,16 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
 void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat_out, int root,
                              const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(in.numel());
-  const bool compress = compressed_path(in.scalar_type(), n, cfg);
+  const bool may = compressed_path(in.scalar_type(), n, cfg);
   Staged src(in, false);
   std::optional<Staged> dst;
   if (flat_out != nullptr) dst.emplace(*flat_out, false);
-  const double eb = agree(dev, "gather", describe(OpKind::Gather, in.scalar_type(), n, -1, root),
-                          &src.buffer, cfg, compress);
+  const Agreement agreed =
+      agree(dev, "gather", describe(OpKind::Gather, in.scalar_type(), n, -1, root), &src.buffer,
+            cfg, may);
+  const bool compress =
+      may && codec_pays(dev, coll::Collective::Gather, cfg, agreed.model_threads);
+  const double eb = agreed.error_bound;
   if (n == 0) return;
   at::Tensor none;
   const std::vector<HostArg> io = {{&src.buffer, true, false},
@@ -357,7 +399,7 @@ void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat
     compressed(dev, *cpu_, DeviceOp::Gather, in.scalar_type(), io,
                [&](Device& d, const Pointers& p) {
                  d.gather(*comm_, p[0], p[1], n, compressed_dtype(src.buffer.scalar_type()), root,
-                          coll_config(cfg, eb), &stats);
+                          coll_config(cfg, eb, agreed.model_threads), &stats);
                });
     record("gather", stats, eb);
   } else {
@@ -372,10 +414,13 @@ void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat
 void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, at::Tensor& out,
                               int root, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(out.numel());
-  const bool compress = compressed_path(out.scalar_type(), n, cfg);
   Staged dst(out, false);
-  double eb = agree(dev, "scatter", describe(OpKind::Scatter, out.scalar_type(), n, -1, root),
-                    nullptr, cfg, false);
+  const Agreement agreed =
+      agree(dev, "scatter", describe(OpKind::Scatter, out.scalar_type(), n, -1, root), nullptr,
+            cfg, false);
+  const bool compress = compressed_path(out.scalar_type(), n, cfg) &&
+                        codec_pays(dev, coll::Collective::Scatter, cfg, agreed.model_threads);
+  double eb = agreed.error_bound;
   if (n == 0) return;
   if (!compress) {
     // MPI_Scatter wants the blocks back to back; the uncompressed path pays that one copy.
@@ -404,7 +449,7 @@ void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, a
              [&](Device& d, const Pointers& p) {
                const std::vector<const void*> blocks(p.begin(), p.end() - 1);
                d.scatter(*comm_, blocks, p.back(), n, compressed_dtype(out.scalar_type()), root,
-                         coll_config(cfg, eb), &stats);
+                         coll_config(cfg, eb, agreed.model_threads), &stats);
              });
   record("scatter", stats, comm_->rank() == root ? eb : received_bound(stats, cfg, eb));
   dst.write_back();
@@ -434,7 +479,9 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
   const Agreement agreed =
       backend::agree(*comm_, "all_to_all", call, cfg, range, may_compress, /*largest_needed=*/true);
   if (cfg.check_agreement) agree_splits(*comm_, "all_to_all", send_counts, recv_counts);
-  const bool compress = compressed_path(in.scalar_type(), agreed.largest_count, cfg);
+  const bool compress =
+      compressed_path(in.scalar_type(), agreed.largest_count, cfg) &&
+      codec_pays(dev, coll::Collective::AllToAll, cfg, agreed.model_threads);
   Staged dst(out, false);
   const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};
   if (compress) {
@@ -443,7 +490,8 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
                [&](Device& d, const Pointers& p) {
                  d.alltoallv(*comm_, p[0], send_counts, sd, p[1], recv_counts, rd,
                              compressed_dtype(src.buffer.scalar_type()),
-                             coll_config(cfg, agreed.error_bound), &stats);
+                             coll_config(cfg, agreed.error_bound, agreed.model_threads),
+                             &stats);
                });
     record("all_to_all", stats, agreed.error_bound);
   } else {

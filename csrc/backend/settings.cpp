@@ -102,7 +102,8 @@ std::vector<Setting> make_table() {
       "threads", "ZCCL_THREADS", 0, std::nullopt, 1, "0 = automatic",
       "compression threads per rank, also inside the pipelined ring, broadcast and scatter "
       "(0: `OMP_NUM_THREADS` if set, else the cores this process may use divided by the ranks "
-      "on its host)"));
+      "on its host); may differ between ranks: `algorithm=\"auto\"` then assumes the "
+      "smallest count (one thread with `check_agreement=False`)"));
   table.push_back(integer<&CallConfig::chunk_len>(
       "chunk_size", "ZCCL_CHUNK_SIZE", fz::kBlockLen, fz::kMaxChunkLen, fz::kBlockLen, "",
       "chunk of the (pipelined) compressor, values"));
@@ -134,6 +135,16 @@ std::vector<Setting> make_table() {
       R"((lowest latency; fast links), `"sleep"` backs off into sleeps of up to 200 us (leaves )"
       R"(the cores to other ranks), `"auto"`: `"spin"` when `threads` times the ranks on this )"
       R"(host fit the cores this process may use, else `"sleep"`)"));
+  table.push_back(real<&CallConfig::link_gbps>(
+      "link_gbps", "ZCCL_LINK_GBPS", 1e-3,
+      R"(network bandwidth per rank in Gbit/s that `algorithm="auto"` assumes: it picks the )"
+      R"(all_reduce algorithm by it, and broadcast, scatter, gather, all_gather and all_to_all )"
+      R"(go uncompressed where the codec (about 3 GB/s per thread) cannot keep up with the )"
+      R"(link, e.g. at 100 with one thread; set it to your network's (see Configuration))"));
+  table.push_back(real<&CallConfig::link_latency_us>(
+      "link_latency_us", "ZCCL_LINK_LATENCY_US", 0.0,
+      R"(one-way network latency in microseconds that `algorithm="auto"` assumes (the )"
+      R"(all_reduce choice for small and medium messages))"));
   return table;
 }
 

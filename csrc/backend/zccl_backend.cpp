@@ -193,6 +193,13 @@ LastStats ZcclBackend::last_stats() const {
   return last_;
 }
 
+TotalStats ZcclBackend::total_stats(bool reset) {
+  std::lock_guard<std::mutex> lock(stats_mutex_);
+  TotalStats out = totals_;
+  if (reset) totals_.clear();
+  return out;
+}
+
 // ------------------------------------------------------------------------------------------
 // torch entry points: validate on the caller's thread (clear errors at the call site), then queue.
 

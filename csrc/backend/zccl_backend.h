@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -29,6 +30,23 @@ struct LastStats {
   double error_bound = 0.0;
   std::string op;
 };
+
+// Running totals of one collective kind on this group since it was created or last reset (for
+// per-step and per-run accounting: last_stats holds one call only). Exact calls count their
+// payload in bytes_in; their wire bytes are MPI's business and are not counted.
+struct OpTotals {
+  uint64_t calls = 0;
+  uint64_t compressed_calls = 0;  // calls that ran a compressed algorithm (not Mpi)
+  uint64_t bytes_in = 0;
+  uint64_t bytes_sent = 0;  // by the compressed calls
+  uint64_t bytes_compressed = 0;
+  double compress_seconds = 0.0;
+  double decompress_seconds = 0.0;
+  double seconds = 0.0;  // the compressed calls' total_seconds
+
+  void add(const coll::Stats& s);
+};
+using TotalStats = std::map<std::string, OpTotals>;
 
 class ZcclBackend : public c10d::Backend {
  public:
@@ -101,6 +119,8 @@ class ZcclBackend : public c10d::Backend {
 
   const CallConfig& defaults() const { return defaults_; }
   LastStats last_stats() const;
+  // The totals by collective (keys: last_stats' op names); `reset` zeroes them in the same step.
+  TotalStats total_stats(bool reset);
 
  private:
   // An op body bound to its tensors; runs on the worker thread with the op's device.
@@ -149,23 +169,32 @@ class ZcclBackend : public c10d::Backend {
                                            const char* name);
 
   // Agrees with the other ranks on what the call is (agreement.h) and, for REL bounds, on the
-  // value range of `data`; returns the absolute error bound to compress with.
-  double agree(Device& dev, const char* what, const CallDescription& call, const at::Tensor* data,
-               const CallConfig& cfg, bool rel_needed) const;
+  // value range of `data`; returns the absolute error bound to compress with and the thread count
+  // the automatic algorithm choice assumes.
+  Agreement agree(Device& dev, const char* what, const CallDescription& call,
+                  const at::Tensor* data, const CallConfig& cfg, bool rel_needed) const;
   struct StagedReduction {
     std::optional<coll::ReduceOp> cop;  // the compressed reduction, nullopt: exact path
     Staged staged;
-    double eb;  // the agreed absolute bound
+    double eb;          // the agreed absolute bound
+    int model_threads;  // the agreed thread count of the automatic choice (Agreement)
   };
   StagedReduction stage_reduction(Device& dev, OpKind kind, const char* what, at::Tensor& t,
                                   const c10d::ReduceOp& op, int root, const CallConfig& cfg) const;
   // The absolute bound for data only this rank compresses (roots, senders).
   double local_bound(Device& dev, const std::vector<at::Tensor>& parts,
                      const CallConfig& cfg) const;
-  coll::Config coll_config(const CallConfig& cfg, double eb) const;
+  // model_threads: Agreement::model_threads (the automatic choices assume it on every rank).
+  coll::Config coll_config(const CallConfig& cfg, double eb, int model_threads) const;
+  // Data movement (broadcast, scatter, gather, all_gather, all_to_all) with algorithm "auto":
+  // whether the codec keeps up with the configured link (coll::codec_outruns_link), decided
+  // alike on every rank from the agreed model_threads. Any other algorithm compresses.
+  bool codec_pays(const Device& dev, coll::Collective c, const CallConfig& cfg,
+                  int model_threads) const;
   // coll_config for the reductions: half tensors travel as half streams (Config::wire_half).
+  // model_threads: Agreement::model_threads.
   coll::Config reduction_config(const Device& dev, const CallConfig& cfg, double eb,
-                                at::ScalarType t) const;
+                                at::ScalarType t, int model_threads) const;
   bool compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const;
   // The compressed reduction a reduction takes, or nullopt for the exact path (an op without a
   // compressed form, or compressed_path() says no).
@@ -230,6 +259,7 @@ class ZcclBackend : public c10d::Backend {
 
   mutable std::mutex stats_mutex_;
   LastStats last_;
+  TotalStats totals_;
 };
 
 // Creates the backend for a process group (the Python creator calls this). `global_ranks` empty

@@ -34,6 +34,15 @@ enum class Algorithm : uint8_t {
 struct Config {
   double error_bound = 0.0;  // absolute bound per compression (0: lossless fZ-light)
   int threads = 0;           // compressor OpenMP threads (0: default)
+  // Threads the Auto cost model assumes (0: `threads`). The choice must be the same on every
+  // rank, and `threads` may differ between ranks (hosts with other core counts): the backend
+  // passes the group's smallest count, agreed before the call.
+  int model_threads = 0;
+  // The network the automatic choices assume (route(): which all_reduce algorithm, and whether
+  // data movement compresses at all): bandwidth per rank in Gbit/s and one-way latency.
+  // Must be equal on every rank (the backend's agreement checks it).
+  double link_gbps = 1.0;
+  double link_latency_us = 25.0;
   uint32_t chunk_len = fz::kDefaultChunkLen;  // pipeline / stream chunk, in values
   Algorithm algorithm = Algorithm::Auto;
   size_t min_compress_bytes = 0;  // payloads below this go through MPI uncompressed
@@ -172,6 +181,8 @@ struct Route {
 //     HalvingDoubling -> Ring.
 //   AllGather: Ring (CprP2P when asked for, CPU only); Broadcast, Gather, Scatter, AllToAll:
 //     Auto, meaning the collective's own compressed algorithm (CprP2P when asked for, CPU only).
+//   Data movement on the CPU with cfg.algorithm == Auto: Mpi where the codec cannot keep up
+//     with the link (codec_outruns_link).
 Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device = Device::Cpu);
 inline constexpr size_t kUnknownBytes = SIZE_MAX;
 
@@ -180,6 +191,13 @@ inline constexpr size_t kUnknownBytes = SIZE_MAX;
 // per call, before the ranks agree (the bound and the value range depend on it); route() then
 // adds the group's size and the algorithm choice.
 bool may_compress(size_t bytes, const Config& cfg);
+
+// Data movement (Broadcast, Scatter, Gather, AllGather, AllToAll) on the CPU: whether the codec
+// work of the busiest rank, per byte it puts on (or takes off) the wire, takes less time than
+// sending that byte uncompressed over cfg.link_gbps, with the codec's speed scaled by the
+// model's threads. Fixed costs are min_compress_bytes' business. The reductions' choice is
+// choose_allreduce's. True for any other collective or device.
+bool codec_outruns_link(Collective c, int p, const Config& cfg, Device device = Device::Cpu);
 
 // What Algorithm::Auto resolves to for a CPU allreduce of `bytes` on `p` ranks (the cost model
 // of route.cpp).

@@ -1,13 +1,14 @@
 // route(): whether a collective call compresses and which algorithm runs, for every collective
 // on the CPU and the GPU, in one place; and the cost model behind Algorithm::Auto for the CPU
-// reductions.
+// reductions and for whether CPU data movement compresses at all (codec_outruns_link).
 //
-// Automatic choice: an alpha-beta model with compression terms. All constants live in
-// CostModel below; they are deliberately round numbers for the bandwidth-limited networks
-// compression is for (1 Gb/s; 25 us latency, as calibrated on the emulated cluster of
-// benchmarks/cluster), fZ-light's measured single-core throughput (~3 GB/s compress, ~4 GB/s
-// decompress) and a conservative compression ratio of 5 at a lossy bound (the benchmark
-// wavefield gives 12-17 at REL 1e-4). With these constants: p = 4 -> Mpi below 4 KiB,
+// Automatic choice: an alpha-beta model with compression terms. The network is the
+// configuration's (Config::link_gbps and link_latency_us; by default 1 Gb/s and 25 us, as
+// calibrated on the emulated cluster of benchmarks/cluster, the bandwidth-limited networks
+// compression is for); the other constants live in CostModel below: fZ-light's measured
+// single-core throughput (~3 GB/s compress, ~4 GB/s decompress) and a conservative compression
+// ratio of 5 at a lossy bound (the benchmark wavefield gives 12-17 at REL 1e-4). With the
+// default network: p = 4 -> Mpi below 4 KiB,
 // RecursiveDoubling up to 512 KiB, Ring above; p = 2 -> Ring from 4 MiB; p = 8..16 -> Ring from
 // 256-512 KiB; p = 32, 64, 128 -> HalvingDoubling from 64-256 KiB; p = 48, 100 -> HalvingDoubling
 // from 64-128 KiB and Ring from 2-4 MiB (the fold's extra whole-buffer transfers).
@@ -23,7 +24,8 @@
 //         + n/D (p-1 hops that unpack and pack, measured to cost about a decode plus an
 //         encode; no float add, no separate allgather compression; p decodes).
 //   C and D scale with Config::threads (chunks coded in parallel; the integer hop codes that many
-//   segments in parallel instead).
+//   segments in parallel instead), or with Config::model_threads when set (the backend's agreed
+//   smallest count: the choice must not differ between ranks).
 //   RD    (L + 2f) alpha + L n (beta/R + 1/C + 2/D + gamma) + f n (beta/R + 1/C + 1/D + gamma)
 //         + f n (2 beta/R + 2/D) + (3L + 4f) kappa
 //   HD    (halving-doubling, only from p' >= 32: see cost_hd)
@@ -54,8 +56,8 @@ using toolkit::log2_exact;
 using toolkit::pow2_floor;
 
 struct CostModel {
-  double alpha = 25e-6;          // s per message (latency)
-  double beta = 1.0 / 1.25e8;    // s per byte on the wire (1 Gb/s)
+  double alpha = 25e-6;          // s per message (latency; Config::link_latency_us)
+  double beta = 1.0 / 1.25e8;    // s per byte on the wire (1 Gb/s; Config::link_gbps)
   double gamma = 1.0 / 5e9;      // s per byte of elementwise reduction
   double compress = 3e9;         // bytes/s, one core, pipelined (measured on fZ-light)
   double decompress = 4e9;       // bytes/s, one core
@@ -132,6 +134,14 @@ double cost_hd(double n, int p, double ratio, const CostModel& m) {
 // the ring overlaps its two stages better.
 constexpr int kHalvingDoublingMinRanks = 32;
 
+// The model of a call: the configuration's network, the codec scaled by the model's threads.
+CostModel model_for(const Config& cfg) {
+  CostModel m = kModel;
+  m.alpha = cfg.link_latency_us * 1e-6;
+  m.beta = 1.0 / (cfg.link_gbps * 1.25e8);
+  return with_threads(m, cfg.model_threads > 0 ? cfg.model_threads : cfg.threads);
+}
+
 // Nothing to send, or too little to pay for the codec.
 bool too_small(size_t bytes, const Config& cfg) {
   return bytes == 0 || bytes < cfg.min_compress_bytes;
@@ -201,13 +211,42 @@ Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device)
       throw std::invalid_argument("zccl: route: unknown collective code " +
                                   std::to_string(static_cast<int>(c)));
   }
+  const bool data_movement = c != Collective::AllReduce && c != Collective::ReduceScatter &&
+                             c != Collective::Reduce;
+  if (data_movement && cfg.algorithm == Algorithm::Auto &&
+      !codec_outruns_link(c, p, cfg, device)) {
+    algorithm = Algorithm::Mpi;
+  }
   return {algorithm != Algorithm::Mpi, algorithm};
+}
+
+// Per byte on the busiest rank's link (d = 1/decompress, e = 1/compress, p ranks): broadcast's
+// pipelined chain runs at its slowest stage, max(e, d) (the root encodes, the others decode);
+// scatter's root encodes the p-1 blocks it sends, e; gather's root decodes the p-1 it takes, d;
+// all_gather's ring encodes one block and decodes p-1 for the p-1 it passes on,
+// e/(p-1) + d; all_to_all's pairwise exchange encodes and decodes what it sends and takes,
+// e + d. The wire term of the compressed bytes (beta / ratio) overlaps the codec's and is smaller
+// than beta, so the codec term alone is compared with beta.
+bool codec_outruns_link(Collective c, int p, const Config& cfg, Device device) {
+  if (device != Device::Cpu || p < 2) return true;
+  const CostModel m = model_for(cfg);
+  const double e = 1 / m.compress, d = 1 / m.decompress;
+  double codec = 0.0;
+  switch (c) {
+    case Collective::Broadcast: codec = std::max(e, d); break;
+    case Collective::Scatter: codec = e; break;
+    case Collective::Gather: codec = d; break;
+    case Collective::AllGather: codec = e / (p - 1) + d; break;
+    case Collective::AllToAll: codec = e + d; break;
+    default: return true;
+  }
+  return codec < m.beta;
 }
 
 Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
   if (p == 1 || too_small(bytes, cfg) || cfg.error_bound == 0.0) return Algorithm::Mpi;
   const double n = static_cast<double>(bytes);
-  const CostModel m = with_threads(kModel, cfg.threads);
+  const CostModel m = model_for(cfg);
   const double mpi = cost_mpi(n, p, m);
   const double ring = cost_ring(n, p, m.ratio, m, cfg.integer_ring);
   const double rd = cost_rd(n, p, m.ratio, m);

@@ -3,6 +3,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include <map>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -13,6 +14,7 @@
 #include "../transport/tcp/tcp_comm.h"
 #include "../backend/settings.h"
 #include "../backend/zccl_backend.h"
+#include "../collectives/toolkit/validate.h"
 #include "../compress/fzlight.h"
 #include "../compress/fzlight_format.h"
 #include "../transport/mpi_comm.h"
@@ -238,6 +240,16 @@ py::dict stream_info(const torch::Tensor& stream) {
 }
 
 namespace zb = zccl::backend;
+
+namespace {
+
+zb::ZcclBackend& as_zccl(const c10::intrusive_ptr<c10d::Backend>& backend) {
+  auto* z = dynamic_cast<zb::ZcclBackend*>(backend.get());
+  if (z == nullptr) throw std::invalid_argument("zccl: not a zccl backend");
+  return *z;
+}
+
+}  // namespace
 
 // ---- Settings: Python values <-> the settings table (backend/settings.h) ----
 
@@ -504,10 +516,42 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("algorithm"), py::arg("op"), py::arg("p"), py::arg("eb"), py::arg("allreduce"),
       "Documented worst-case output error of a compressed reduction");
+  m.def(
+      "route",
+      [](const std::string& collective, size_t bytes, int p, int threads, double link_gbps,
+         double link_latency_us, const std::string& algorithm, bool lossless, bool integer_ring,
+         size_t min_compress_bytes) {
+        using zccl::coll::Collective;
+        static const std::map<std::string, Collective> names = {
+            {"all_reduce", Collective::AllReduce}, {"reduce_scatter", Collective::ReduceScatter},
+            {"reduce", Collective::Reduce},         {"broadcast", Collective::Broadcast},
+            {"all_gather", Collective::AllGather},  {"gather", Collective::Gather},
+            {"scatter", Collective::Scatter},       {"all_to_all", Collective::AllToAll}};
+        const auto it = names.find(collective);
+        if (it == names.end()) {
+          throw std::invalid_argument("zccl: unknown collective " + collective);
+        }
+        if (p < 1) throw std::invalid_argument("zccl: p must be >= 1");
+        zccl::coll::Config c;
+        c.error_bound = lossless ? 0.0 : 1.0;  // only zero or not matters to the choice
+        c.threads = threads;
+        c.link_gbps = link_gbps;
+        c.link_latency_us = link_latency_us;
+        c.algorithm = zccl::coll::algorithm_from_name(algorithm);
+        c.integer_ring = integer_ring;
+        c.min_compress_bytes = min_compress_bytes;
+        zccl::coll::toolkit::check_config(c, "route");
+        const zccl::coll::Route r = zccl::coll::route(it->second, bytes, p, c);
+        return py::make_tuple(r.compressed, zccl::coll::algorithm_name(r.algorithm));
+      },
+      py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("threads") = 1,
+      py::arg("link_gbps") = 1.0, py::arg("link_latency_us") = 25.0, py::arg("algorithm") = "auto",
+      py::arg("lossless") = false, py::arg("integer_ring") = false,
+      py::arg("min_compress_bytes") = 0,
+      "(compressed, algorithm) that a CPU collective of `bytes` on `p` ranks takes (threads: the "
+      "group's smallest compression thread count)");
   m.def("last_stats", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> py::object {
-    auto* z = dynamic_cast<zb::ZcclBackend*>(backend.get());
-    if (z == nullptr) throw std::invalid_argument("zccl: not a zccl backend");
-    const zb::LastStats s = z->last_stats();
+    const zb::LastStats s = as_zccl(backend).last_stats();
     py::dict d;
     d["op"] = s.op;
     d["error_bound"] = s.error_bound;
@@ -521,4 +565,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["total_seconds"] = s.stats.total_seconds;
     return d;
   });
+  m.def(
+      "total_stats",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend, bool reset) -> py::object {
+        py::dict by_op;
+        for (const auto& [op, t] : as_zccl(backend).total_stats(reset)) {
+          py::dict d;
+          d["calls"] = t.calls;
+          d["compressed_calls"] = t.compressed_calls;
+          d["bytes_in"] = t.bytes_in;
+          d["bytes_sent"] = t.bytes_sent;
+          d["bytes_compressed"] = t.bytes_compressed;
+          d["compress_seconds"] = t.compress_seconds;
+          d["decompress_seconds"] = t.decompress_seconds;
+          d["seconds"] = t.seconds;
+          by_op[py::str(op)] = d;
+        }
+        return by_op;
+      },
+      py::arg("backend"), py::arg("reset") = false);
 }

@@ -731,6 +731,61 @@ def subgroups() -> None:
 
 
 @check
+def total_stats_count_every_call() -> None:
+    """zccl_torch.total_stats: the running totals equal the sum of each call's last_stats, per
+    collective and in all, counted per group; reset=True returns them and starts from zero."""
+    p = world()
+    group = dist.new_group(list(range(p)))  # totals of its own, from zero
+    empty = zccl_torch.total_stats(group)
+    assert empty["calls"] == 0 and empty["by_op"] == {}, empty
+    default_before = zccl_torch.total_stats()
+    want: dict[str, dict[str, int]] = {}
+
+    def note(op: str) -> None:
+        st = zccl_torch.last_stats(group)
+        assert st["op"] == op, (st, op)
+        w = want.setdefault(op, dict.fromkeys(("calls", "compressed", "in", "sent"), 0))
+        w["calls"] += 1
+        w["compressed"] += st["algorithm"] != "mpi"
+        w["in"] += st["bytes_in"]
+        w["sent"] += st["bytes_sent"] if st["algorithm"] != "mpi" else 0
+
+    big = data(rank(), 50_000)
+    dist.all_reduce(big, group=group)
+    note("all_reduce")
+    dist.all_reduce(torch.arange(1000), group=group)  # integers: exact, payload counted
+    note("all_reduce")
+    dist.broadcast(data(0, 20_000).clone(), src=0, group=group)
+    note("broadcast")
+    with zccl_torch.config(algorithm="mpi"):
+        dist.broadcast(data(0, 20_000).clone(), src=0, group=group)  # exact by configuration
+    note("broadcast")
+    work = dist.all_reduce(data(rank(), 30_000), group=group, async_op=True)
+    work.wait()  # counted when it completes
+    note("all_reduce")
+    totals = zccl_torch.total_stats(group, reset=True)
+    for op, w in want.items():
+        got = totals["by_op"][op]
+        assert (got["calls"], got["compressed_calls"]) == (w["calls"], w["compressed"]), (op, got)
+        assert (got["bytes_in"], got["bytes_sent"]) == (w["in"], w["sent"]), (op, got, w)
+    assert set(totals["by_op"]) == set(want), totals["by_op"]
+    assert totals["calls"] == 5, totals
+    assert totals["compressed_calls"] == sum(w["compressed"] for w in want.values()), totals
+    assert totals["bytes_in"] == sum(w["in"] for w in want.values()), totals
+    assert totals["bytes_sent"] == sum(w["sent"] for w in want.values()), totals
+    # all_reduce's payload is every rank's whole tensor, whatever path it took
+    assert totals["by_op"]["all_reduce"]["bytes_in"] == 4 * (50_000 + 30_000) + 8 * 1000
+    if p > 1:  # one rank sends nothing: nothing is compressed
+        assert totals["by_op"]["all_reduce"]["compressed_calls"] == 2, totals
+        assert 0 < totals["bytes_sent"] and totals["compress_seconds"] > 0.0, totals
+    after_reset = zccl_torch.total_stats(group)
+    assert after_reset["calls"] == 0 and after_reset["by_op"] == {}, after_reset
+    # The default group's totals are its own: the subgroup's calls did not change them.
+    assert zccl_torch.total_stats()["calls"] == default_before["calls"]
+    dist.destroy_process_group(group)
+
+
+@check
 def object_collectives() -> None:
     p = world()
     objs = [None] * p

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from check_common import assert_within, exact_gather, rank, run_checks, world
+from check_common import assert_within, exact_gather, rank, rounding, run_checks, world
 
 import zccl_torch
 
@@ -144,6 +144,151 @@ def coalescing_manager_matches_single_ops() -> None:
         single = torch.empty_like(out)
         dist.reduce_scatter_tensor(single, x)
         same_bits(f"coalesced reduce_scatter_tensor n={n}", out, single)
+
+
+@check
+def single_tensor_ops_both_forms_match_gloo() -> None:
+    """all_gather_single and reduce_scatter_single (torch 2.13's names for all_gather_into_tensor
+    and reduce_scatter_tensor) in both documented output forms: the concatenation [p*n, ...] and
+    the stack [p, n, ...] (reduce_scatter: the same two forms of its input). Gloo accepts only
+    the concatenation, so the stacked result is compared with Gloo's as a view. all_gather and
+    integer sums: bit for bit on the exact and lossless paths (lossless: every float payload
+    compressed), within the bound on the lossy one; float sums (whose rounding depends on the
+    order of the additions): zccl and Gloo each within that rounding of the exact sum."""
+    p = world()
+    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    lossless = {"mode": "lossless", "min_compress_bytes": 0}
+    lossy = {"mode": "abs", "error_bound": EB, "min_compress_bytes": 0, "algorithm": "ring"}
+    for n, dtype in itertools.product(
+        (1, p + 1, 4099), (torch.float32, torch.float64, torch.int32)
+    ):
+        x = (data(rank(), 3 * n, salt=5) * 100).to(dtype).reshape(n, 3)
+        rs_in = (data(rank(), 3 * p * n, salt=6) * 100).to(dtype).reshape(p * n, 3)
+        want_ag = torch.empty(p * n, 3, dtype=dtype)
+        all_gather(want_ag, x, group=gloo())
+        want_rs = torch.empty(n, 3, dtype=dtype)
+        reduce_scatter(want_rs, rs_in, group=gloo())
+        terms = [t.reshape(p, n, 3)[rank()] for t in exact_gather(rs_in)]
+        exact = sum(t.double() for t in terms)
+        configs = [{"algorithm": "mpi"}, lossless]
+        if dtype.is_floating_point:
+            configs.append(lossy)
+        for cfg, stacked in itertools.product(configs, (False, True)):
+            name = f"n={n} {dtype} {cfg} {'stack' if stacked else 'cat'}"
+            got = torch.full((p, n, 3) if stacked else (p * n, 3), -7, dtype=dtype)
+            with zccl_torch.config(**cfg):
+                all_gather(got, x)
+                assert got.shape == ((p, n, 3) if stacked else (p * n, 3)), name
+                out = torch.full((n, 3), -7, dtype=dtype)
+                reduce_scatter(out, rs_in.reshape(p, n, 3) if stacked else rs_in)
+            if cfg is lossy:
+                assert_within(f"all_gather_single {name}", got.reshape(p * n, 3), want_ag, EB)
+            else:
+                same_bits(f"all_gather_single {name}", got.reshape(p * n, 3), want_ag)
+            if not dtype.is_floating_point:
+                same_bits(f"reduce_scatter_single {name}", out, want_rs)
+                continue
+            # Float sums: the order of the additions is the backend's own (Gloo's differs), so
+            # both are held to the exact float64 sum, within the rounding of any order (plus
+            # the ring's bound on the lossy path).
+            eb = EB if cfg is lossy else 0.0
+            bound = zccl_torch._C.output_error_bound("ring", "sum", p, eb, False)
+            for who, res in (("zccl", out), ("gloo", want_rs)):
+                slack = (bound if who == "zccl" else 0.0) + rounding(terms, eb, dtype)
+                assert_within(f"reduce_scatter_single {who} {name}", res, exact, slack)
+
+
+@check
+def thread_counts_may_differ_across_ranks() -> None:
+    """`threads` is a per-rank setting (hosts differ in cores; the automatic count is cores /
+    ranks on the host), and the automatic all_reduce choice depends on the codec's speed: every
+    rank must still pick the same algorithm. At a size where one thread and T threads give
+    different choices, rank 0 runs 1 thread and the others T: all take the choice for the
+    smallest count (agreed before the call), with results bit-identical across ranks and within
+    the bound. Before the agreement carried the count, the ranks ran different algorithms and
+    timed out. With check_agreement=False the choice assumes one thread on every rank."""
+    p = world()
+    if p < 2:
+        return
+    sizes_kib = sorted({m << j for m in (4, 5, 6, 7) for j in range(2, 11)})  # 16 KiB - 7 MiB
+
+    def choice(kib: int, threads: int) -> str:
+        return zccl_torch._C.route("all_reduce", kib * 1024, p, threads=threads)[1]
+
+    differ = [
+        (threads, kib)
+        for threads in (2, 4, 8)
+        for kib in sizes_kib
+        if choice(kib, 1) != choice(kib, threads)
+    ]
+    # At p = 3 the cost model's choice does not depend on the thread count at all: the mixed
+    # run below then still has to agree, at 1 MiB.
+    threads, kib = differ[0] if differ else (4, 1024)
+    want = choice(kib, 1)
+    n = kib * 256
+    terms = [data(r, n, salt=9) for r in range(p)]
+    for check_agreement in (True, False):
+        t = terms[rank()].clone()
+        mine = 1 if rank() == 0 else threads
+        with zccl_torch.config(threads=mine, check_agreement=check_agreement):
+            dist.all_reduce(t)
+        ran = zccl_torch.last_stats()["algorithm"]
+        name = f"threads 1/{threads}, {kib} KiB, check_agreement={check_agreement}"
+        assert ran == want, f"{name}: rank {rank()} ran {ran}, the choice for 1 thread is {want}"
+        for r, other in enumerate(exact_gather(t)):
+            same_bits(f"{name}: rank {r}'s result", other, t)
+        bound = zccl_torch._C.output_error_bound(want, "sum", p, EB, True)
+        exact = sum(x.double() for x in terms)
+        assert_within(name, t, exact, bound + rounding(terms, EB, torch.float32))
+
+
+@check
+def fast_link_sends_data_movement_exact() -> None:
+    """link_gbps: at 100 Gbit/s one thread's codec cannot keep up with the link, so with
+    algorithm "auto" broadcast, all_gather, scatter, gather, all_to_all and a large all_reduce
+    run exact (bit for bit); an explicit algorithm still compresses; ranks that assume different
+    networks raise on every rank, naming link_gbps."""
+    p = world()
+    if p < 2:
+        return
+    n = 40_000
+    fast = {"link_gbps": 100.0, "threads": 1}
+    mine = data(rank(), n, salt=11)
+    everyone = [data(r, n, salt=11) for r in range(p)]
+    with zccl_torch.config(**fast):
+        b = mine.clone()
+        dist.broadcast(b, src=p - 1)
+        assert zccl_torch.last_stats()["algorithm"] == "mpi", zccl_torch.last_stats()
+        same_bits("broadcast at 100 Gbit/s", b, everyone[p - 1])
+        gathered = torch.empty(p * n)
+        dist.all_gather_into_tensor(gathered, mine)
+        assert zccl_torch.last_stats()["algorithm"] == "mpi"
+        same_bits("all_gather at 100 Gbit/s", gathered, torch.cat(everyone))
+        k = n // p
+        out = torch.empty(k * p)
+        dist.all_to_all_single(out, mine[: k * p])
+        assert zccl_torch.last_stats()["algorithm"] == "mpi"
+        want = torch.cat([e[rank() * k : (rank() + 1) * k] for e in everyone])
+        same_bits("all_to_all at 100 Gbit/s", out, want)
+        s = torch.empty(n)
+        dist.scatter(s, list(everyone) if rank() == 0 else None, src=0)
+        same_bits("scatter at 100 Gbit/s", s, everyone[rank()])
+        big = data(rank(), 1 << 20, salt=12)
+        dist.all_reduce(big)
+        assert zccl_torch.last_stats()["algorithm"] == "mpi", zccl_torch.last_stats()
+    with zccl_torch.config(**fast, algorithm="ring"):
+        gathered = torch.empty(p * n)
+        dist.all_gather_into_tensor(gathered, mine)
+        assert zccl_torch.last_stats()["algorithm"] == "ring"
+        assert_within("all_gather, ring at 100 Gbit/s", gathered, torch.cat(everyone), EB)
+    with zccl_torch.config(link_gbps=100.0 if rank() == 0 else 1.0):
+        raises_everywhere(
+            "link_gbps differs",
+            lambda: dist.broadcast(mine.clone(), src=0),
+            "link_gbps",
+            "100 on rank 0",
+        )
 
 
 @check

@@ -73,6 +73,8 @@ SHARED_SETTINGS = {
     "min_compress_bytes": [0, 4096, 1 << 30],
     "integer_ring": [False, True],
     "owner_exact": [False, True],
+    "link_gbps": [1.0, 10.0, 100.0],
+    "link_latency_us": [5.0, 25.0],
 }
 NEEDLE = {
     "count": "size mismatch across ranks",

@@ -140,6 +140,9 @@ def draw_case(rng: random.Random, index: int, p: int, max_count: int) -> Case:
         "min_compress_bytes": rng.choice([0, 0, 0, 4096]),
         "integer_ring": rng.random() < 0.3,
         "owner_exact": rng.random() < 0.2,
+        # 100 Gbit/s: data movement goes exact and all_reduce picks by the faster link
+        "link_gbps": rng.choice([1.0, 1.0, 1.0, 10.0, 100.0]),
+        "link_latency_us": rng.choice([5.0, 25.0]),
     }
     nonfinite = dtype.is_floating_point and rng.random() < 0.3
     kind = rng.choice(["smooth", "smooth", "noise", "constant", "huge", "tiny", "signed_zeros"])

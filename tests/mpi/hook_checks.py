@@ -8,6 +8,7 @@ or gathered exactly with algorithm="mpi") and exits 1 if any check failed on thi
 import io
 import math
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -64,7 +65,10 @@ def end_to_end_pinned_reduce_scatter() -> None:
     n = 8192 * p
     inp = data(rank(), n, salt=3)
     out = torch.empty(n // p)
-    policy.reduce_scatter_tensor(out, inp, policy=EndToEnd(1e-2, algorithm="ring"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch 2.13 deprecates reduce_scatter_tensor
+        policy.reduce_scatter_single(out, inp, policy=EndToEnd(1e-2, algorithm="ring"))
+    assert policy.reduce_scatter_tensor is policy.reduce_scatter_single
     st = zccl_torch.last_stats()
     assert st["algorithm"] == "ring", st
     assert (
@@ -111,6 +115,14 @@ def norm_and_relative() -> None:
     policy.all_gather(outs, data(rank()), policy=Absolute(1e-3))
     for r in range(p):
         assert_within("all_gather", outs[r], terms[r], 1e-3)
+    # all_gather_single (torch 2.13's name for all_gather_into_tensor), stacked output
+    stacked = torch.empty(p, N)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the wrapper must not call torch's deprecated names
+        policy.all_gather_single(stacked, data(rank()), policy=Absolute(2e-3))
+    assert zccl_torch.last_stats()["error_bound"] == 2e-3
+    for r in range(p):
+        assert_within("all_gather_single", stacked[r], terms[r], 2e-3)
 
 
 @check

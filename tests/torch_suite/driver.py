@@ -229,7 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     """Runs every (rank count, config) pair; prints the table; 1 if any test failed."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--np", type=int, nargs="+", default=[3])
-    p.add_argument("--config", nargs="+", default=["default"], choices=["default", "exact"])
+    p.add_argument(
+        "--config", nargs="+", default=["default"], choices=["default", "exact", "compressed"]
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("-k", dest="keywords", action="append", default=[])
     p.add_argument("--tests", help="comma-separated exact test names")

@@ -40,7 +40,19 @@ from skips import FEATURES, SKIPS, UNGATED
 # Environment of each configuration; every other ZCCL_* variable is removed so a config name
 # means the same run everywhere. "exact" goes through the environment, not pg_options, because
 # the tests' own new_group() calls pass no pg_options and must be exact too.
-CONFIGS: dict[str, dict[str, str]] = {"default": {}, "exact": {"ZCCL_ALGORITHM": "mpi"}}
+CONFIGS: dict[str, dict[str, str]] = {
+    "default": {},
+    "exact": {"ZCCL_ALGORITHM": "mpi"},
+    # Every floating-point payload through the compressed collectives (torch's tensors are far
+    # below the default min_compress_bytes), with the lossless codec so that torch's exact
+    # assertions hold; "ring" sends the reductions through the compressed ring too (with
+    # "auto", lossless reductions take MPI's exact allreduce).
+    "compressed": {
+        "ZCCL_MODE": "lossless",
+        "ZCCL_MIN_COMPRESS_BYTES": "0",
+        "ZCCL_ALGORITHM": "ring",
+    },
+}
 FAILED = ("failed", "timeout")
 EXIT_STOPPED, EXIT_TIMEOUT, EXIT_STARTUP = 3, 4, 5
 # torch's own per-test process-group timeouts (distributed_test.CUSTOM_PG_TIMEOUT) cannot apply:
@@ -49,6 +61,14 @@ DEFAULT_PG_TIMEOUT_S = 60.0
 # Tests that legitimately need more than --timeout (seconds). None at torch 2.13 on CPU: the
 # longest passing test takes under 2 s at 4 ranks on 2 cores.
 SLOW: dict[str, float] = {}
+
+
+def compressed_calls(zccl_torch: Any) -> dict[str, int]:
+    """Compressed calls so far on the default group, by collective ({} for a zccl_torch copy
+    without total_stats)."""
+    if not hasattr(zccl_torch, "total_stats"):
+        return {}
+    return {op: t["compressed_calls"] for op, t in zccl_torch.total_stats()["by_op"].items()}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -346,7 +366,14 @@ def run_all(
         if name in SKIPS:
             outcome = {"status": "skipped", "reason": f"skips.py: {SKIPS[name]}", "seconds": 0}
         else:
+            before = compressed_calls(zccl_torch)
             outcome = run_one(case_cls, name, report, limit, out / "tmp")
+            after = compressed_calls(zccl_torch)
+            # Which collectives of the default group ran compressed during the test (the
+            # "compressed" config's provenance: tests/test_torch_suite.py asserts on it).
+            outcome["compressed_calls"] = {
+                op: n - before.get(op, 0) for op, n in after.items() if n > before.get(op, 0)
+            }
         report.record(name, outcome)
         print(f"[{rank}] {name}: {outcome['status']} ({outcome['seconds']} s)", flush=True)
         try:

@@ -30,6 +30,13 @@ void check_config(const Config& cfg, const char* op) {
     fail(op, "error bound must be finite and >= 0, got " + std::to_string(cfg.error_bound));
   }
   if (cfg.threads < 0) fail(op, "threads must be >= 0, got " + std::to_string(cfg.threads));
+  if (!std::isfinite(cfg.link_gbps) || cfg.link_gbps <= 0) {
+    fail(op, "link_gbps must be finite and > 0, got " + std::to_string(cfg.link_gbps));
+  }
+  if (!std::isfinite(cfg.link_latency_us) || cfg.link_latency_us < 0) {
+    fail(op, "link_latency_us must be finite and >= 0, got " +
+                 std::to_string(cfg.link_latency_us));
+  }
   if (cfg.chunk_len < fz::kBlockLen || cfg.chunk_len > fz::kMaxChunkLen ||
       cfg.chunk_len % fz::kBlockLen != 0) {
     fail(op, "chunk_len must be a multiple of " + std::to_string(fz::kBlockLen) + " in [" +

@@ -9,8 +9,8 @@
 
 namespace zccl::coll::toolkit {
 
-// The settings: a known algorithm, a finite error bound >= 0, threads >= 0, and a chunk length
-// the codec accepts.
+// The settings: a known algorithm, a finite error bound >= 0, threads >= 0, a chunk length
+// the codec accepts, and a network (link_gbps > 0, link_latency_us >= 0, both finite).
 void check_config(const Config& cfg, const char* op);
 // The reductions' data: float32/float64 and a known ReduceOp.
 void check_reduction(DType dt, ReduceOp rop, const char* op);
