@@ -133,3 +133,31 @@ def test_platform_xml() -> None:
     assert 'radical="0-7"' in xml and 'bw="10Gbps"' in xml and "SPLITDUPLEX" in xml
     assert 'lat="2.5us"' in xml  # two host links per route: 5 us one way
     assert plat.hostfile_text(3) == "node-0\nnode-1\nnode-2\n"
+
+
+def test_smpi_driver_link_setting_sends_data_movement_exact(tmp_path: Path) -> None:
+    """--link-gbps 100 on a 100 Gbit/s platform: zccl's broadcast, scatter and all_gather take the
+    exact path (nothing compressed, exact results); without it they compress."""
+    run_smpi = _load("run_smpi")
+    exe = run_smpi.build(shutil.which("smpicxx"), run_smpi.DEFAULT_BUILD)
+    case = run_smpi.Case(p=4, gbps=100.0, mbytes=0.256, iters=1, warmup=1)
+    compressed = {}
+    for label, extra in (("default", []), ("set", ["--link-gbps", "100"])):
+        cmd = run_smpi.smpirun_command(
+            shutil.which("smpirun"),
+            exe,
+            case,
+            tmp_path,
+            run_smpi.SELECTOR_MAIN,
+            ["--colls", "broadcast,scatter,allgather", "--impls", "zccl", "--label", label, *extra],
+        )
+        res = run_smpi.run_once(cmd, timeout_s=50)
+        assert res.returncode == 0, f"{' '.join(cmd)}\n{res.error}"
+        zccl = [r for r in res.records if r.get("impl") == "zccl"]
+        assert {r["collective"] for r in zccl} == {"broadcast", "scatter", "allgather"}
+        assert all(r["pass"] for r in zccl), zccl
+        compressed[label] = {r["collective"]: r["bytes_compressed_total"] for r in zccl}
+        if label == "set":
+            assert all(r["max_err"] == 0.0 for r in zccl), zccl
+    assert all(v > 0 for v in compressed["default"].values()), compressed
+    assert all(v == 0 for v in compressed["set"].values()), compressed

@@ -12,7 +12,7 @@
 //                         [--mpi-path-budget BYTES] [--timeout-s S] [--label TEXT]
 //                         [--impls zccl,mpi] [--skip-ring 0|1] [--wait spin|sleep]
 //                         [--allreduce-algos ring,ring_int,recursive_doubling,halving_doubling]
-//                         [--threads T]
+//                         [--threads T] [--link-gbps G] [--link-latency-us L]
 //   --colls  "allreduce" times zccl ring (float hop, then integer hop: zccl_ring_int), recursive
 //            doubling, halving-doubling and auto, and MPI_Allreduce;
 //            "allreduce_mpi_path" times zccl's Algorithm::Mpi path (its own MPI_Iallreduce call);
@@ -28,6 +28,9 @@
 //            one tiny exchange takes ~9 minutes of wall time (8 s at p = 128).
 //   --wait   how zccl's waits poll (transport/backoff.h): spin (default: the backend's choice
 //            with one rank per host) or sleep (its choice on an oversubscribed host).
+//   --link-gbps, --link-latency-us  zccl's Config::link_gbps / link_latency_us, the network
+//            algorithm "auto" assumes (defaults 1 and 25, Config's, whatever the platform;
+//            link_setting.py passes the platform's).
 //   --threads  zccl's Config::threads (default 1). Above 1 the process must run with
 //            OMP_THREAD_LIMIT=1 (checked): the algorithms then plan and schedule as for T threads
 //            (the integer ring codes windows of T segments) while one thread runs the lanes one
@@ -81,6 +84,10 @@ struct Options {
   int warmup = 1;
   double rel = 1e-4;
   int threads = 1;  // zccl's Config::threads (--threads)
+  // zccl's Config::link_gbps / link_latency_us (--link-gbps, --link-latency-us): the network
+  // algorithm "auto" assumes; the defaults are Config's (1 Gbit/s, 25 us), whatever the platform.
+  double link_gbps = 1.0;
+  double link_latency_us = 25.0;
   std::vector<std::string> colls = {"allreduce", "broadcast", "scatter", "allgather"};
   double mpi_path_budget = 2.0 * (1u << 30);
   double timeout_s = 6 * 3600.0;  // transport deadlines are wall clock: a simulation is slow
@@ -129,6 +136,10 @@ bool parse(int argc, char** argv, Options& o, std::string& err) {
       o.rel = std::stod(v);
     } else if (a == "--threads") {
       o.threads = std::stoi(v);
+    } else if (a == "--link-gbps") {
+      o.link_gbps = std::stod(v);
+    } else if (a == "--link-latency-us") {
+      o.link_latency_us = std::stod(v);
     } else if (a == "--colls") {
       o.colls = split(v, ',');
     } else if (a == "--mpi-path-budget") {
@@ -418,6 +429,8 @@ coll::Config zccl_config(const Ctx& c, Algorithm a) {
   cfg.threads = c.opt.threads;
   cfg.algorithm = a;
   cfg.min_compress_bytes = 0;
+  cfg.link_gbps = c.opt.link_gbps;
+  cfg.link_latency_us = c.opt.link_latency_us;
   return cfg;
 }
 
