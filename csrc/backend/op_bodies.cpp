@@ -198,7 +198,8 @@ ZcclBackend::StagedReduction ZcclBackend::stage_reduction(Device& dev, OpKind ki
 }
 
 Agreement ZcclBackend::agree(Device& dev, const char* what, const CallDescription& call,
-                          const at::Tensor* data, const CallConfig& cfg, bool rel_needed) const {
+                             const at::Tensor* data, const CallConfig& cfg,
+                             bool rel_needed) const {
   std::optional<fz::FiniteRange> range;
   if (rel_needed && cfg.mode == BoundMode::Rel && data != nullptr && data->numel() > 0) {
     range = dev.value_range(data->contiguous(), cfg.threads);
