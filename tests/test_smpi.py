@@ -14,6 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -41,21 +42,27 @@ def _load(name: str) -> ModuleType:
     return module
 
 
+def _simulate(
+    tmp_path: Path, case: Any, args: list[str], timeout_s: float
+) -> tuple[Any, list[str]]:
+    """Builds the driver (cached), runs it once on ``case`` with ``args``; asserts it succeeded.
+    Returns the run and its command."""
+    run_smpi = _load("run_smpi")
+    exe = run_smpi.build(shutil.which("smpicxx"), run_smpi.DEFAULT_BUILD)
+    cmd = run_smpi.smpirun_command(
+        shutil.which("smpirun"), exe, case, tmp_path, run_smpi.SELECTOR_MAIN, args
+    )
+    res = run_smpi.run_once(cmd, timeout_s=timeout_s)
+    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.error}"
+    return res, cmd
+
+
 def test_smpi_driver_p4_within_bounds(tmp_path: Path) -> None:
     """p = 4, 1 Gbit/s, 256 KB: all collectives run, pass their checks and report their fields."""
     run_smpi = _load("run_smpi")
-    exe = run_smpi.build(shutil.which("smpicxx"), run_smpi.DEFAULT_BUILD)
     case = run_smpi.Case(p=4, gbps=1.0, mbytes=0.256, iters=1, warmup=1)
-    cmd = run_smpi.smpirun_command(
-        shutil.which("smpirun"),
-        exe,
-        case,
-        tmp_path,
-        run_smpi.SELECTOR_MAIN,
-        ["--colls", ",".join(run_smpi.COLLECTIVES), "--label", "pytest"],
-    )
-    res = run_smpi.run_once(cmd, timeout_s=50)
-    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.error}"
+    args = ["--colls", ",".join(run_smpi.COLLECTIVES), "--label", "pytest"]
+    res, _ = _simulate(tmp_path, case, args, timeout_s=50)
 
     setup = [r for r in res.records if r.get("record") == "setup"]
     summary = [r for r in res.records if r.get("record") == "summary"]
@@ -93,14 +100,9 @@ def test_smpi_driver_models_threads(tmp_path: Path) -> None:
     all_reduce algorithm, the integer hop included, passes its checks. (Teams smaller than
     asked once produced corrupt streams here.) Without the limit the driver refuses."""
     run_smpi = _load("run_smpi")
-    exe = run_smpi.build(shutil.which("smpicxx"), run_smpi.DEFAULT_BUILD)
     case = run_smpi.Case(p=4, gbps=10.0, mbytes=4.0, iters=1, warmup=1)
     args = ["--colls", "allreduce", "--impls", "zccl", "--label", "pytest", "--threads", "4"]
-    cmd = run_smpi.smpirun_command(
-        shutil.which("smpirun"), exe, case, tmp_path, run_smpi.SELECTOR_MAIN, args
-    )
-    res = run_smpi.run_once(cmd, timeout_s=120)
-    assert res.returncode == 0, f"{' '.join(cmd)}\n{res.error}"
+    res, cmd = _simulate(tmp_path, case, args, timeout_s=120)
     summary = [r for r in res.records if r.get("record") == "summary"]
     assert len(summary) == 1 and summary[0]["all_pass"] is True, summary
     impls = {r["impl"] for r in res.records if r.get("collective") == "allreduce"}
@@ -139,20 +141,11 @@ def test_smpi_driver_link_setting_sends_data_movement_exact(tmp_path: Path) -> N
     """--link-gbps 100 on a 100 Gbit/s platform: zccl's broadcast, scatter and all_gather take the
     exact path (nothing compressed, exact results); without it they compress."""
     run_smpi = _load("run_smpi")
-    exe = run_smpi.build(shutil.which("smpicxx"), run_smpi.DEFAULT_BUILD)
     case = run_smpi.Case(p=4, gbps=100.0, mbytes=0.256, iters=1, warmup=1)
     compressed = {}
     for label, extra in (("default", []), ("set", ["--link-gbps", "100"])):
-        cmd = run_smpi.smpirun_command(
-            shutil.which("smpirun"),
-            exe,
-            case,
-            tmp_path,
-            run_smpi.SELECTOR_MAIN,
-            ["--colls", "broadcast,scatter,allgather", "--impls", "zccl", "--label", label, *extra],
-        )
-        res = run_smpi.run_once(cmd, timeout_s=50)
-        assert res.returncode == 0, f"{' '.join(cmd)}\n{res.error}"
+        args = ["--colls", "broadcast,scatter,allgather", "--impls", "zccl", "--label", label]
+        res, _ = _simulate(tmp_path, case, [*args, *extra], timeout_s=50)
         zccl = [r for r in res.records if r.get("impl") == "zccl"]
         assert {r["collective"] for r in zccl} == {"broadcast", "scatter", "allgather"}
         assert all(r["pass"] for r in zccl), zccl

@@ -133,9 +133,8 @@ void ZcclBackend::record_exact(const char* op, uint64_t bytes_in, double eb) {
 
 bool ZcclBackend::codec_pays(const Device& dev, coll::Collective c, const CallConfig& cfg,
                              int model_threads) const {
-  if (cfg.algorithm != coll::Algorithm::Auto) return true;
-  return coll::codec_outruns_link(c, comm_->size(), coll_config(cfg, 0.0, model_threads),
-                                  dev.kind());
+  return coll::compression_pays(c, comm_->size(), coll_config(cfg, 0.0, model_threads),
+                                dev.kind());
 }
 
 bool ZcclBackend::compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const {

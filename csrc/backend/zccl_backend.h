@@ -187,8 +187,8 @@ class ZcclBackend : public c10d::Backend {
   // model_threads: Agreement::model_threads (the automatic choices assume it on every rank).
   coll::Config coll_config(const CallConfig& cfg, double eb, int model_threads) const;
   // Data movement (broadcast, scatter, gather, all_gather, all_to_all) with algorithm "auto":
-  // whether the codec keeps up with the configured link (coll::codec_outruns_link), decided
-  // alike on every rank from the agreed model_threads. Any other algorithm compresses.
+  // whether the codec keeps up with the configured link (coll::compression_pays, route()'s own
+  // rule), decided alike on every rank from the agreed model_threads.
   bool codec_pays(const Device& dev, coll::Collective c, const CallConfig& cfg,
                   int model_threads) const;
   // coll_config for the reductions: half tensors travel as half streams (Config::wire_half).

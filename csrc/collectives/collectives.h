@@ -182,7 +182,7 @@ struct Route {
 //   AllGather: Ring (CprP2P when asked for, CPU only); Broadcast, Gather, Scatter, AllToAll:
 //     Auto, meaning the collective's own compressed algorithm (CprP2P when asked for, CPU only).
 //   Data movement on the CPU with cfg.algorithm == Auto: Mpi where the codec cannot keep up
-//     with the link (codec_outruns_link).
+//     with the link (compression_pays).
 Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device = Device::Cpu);
 inline constexpr size_t kUnknownBytes = SIZE_MAX;
 
@@ -192,12 +192,13 @@ inline constexpr size_t kUnknownBytes = SIZE_MAX;
 // adds the group's size and the algorithm choice.
 bool may_compress(size_t bytes, const Config& cfg);
 
-// Data movement (Broadcast, Scatter, Gather, AllGather, AllToAll) on the CPU: whether the codec
-// work of the busiest rank, per byte it puts on (or takes off) the wire, takes less time than
-// sending that byte uncompressed over cfg.link_gbps, with the codec's speed scaled by the
-// model's threads. Fixed costs are min_compress_bytes' business. The reductions' choice is
-// choose_allreduce's. True for any other collective or device.
-bool codec_outruns_link(Collective c, int p, const Config& cfg, Device device = Device::Cpu);
+// route()'s network rule. Data movement (Broadcast, Scatter, Gather, AllGather, AllToAll) on the
+// CPU with cfg.algorithm == Auto: whether the codec work of the busiest rank, per byte it puts on
+// (or takes off) the wire, takes less time than sending that byte uncompressed over
+// cfg.link_gbps, with the codec's speed scaled by the model's threads. Fixed costs are
+// min_compress_bytes' business. True for an explicit algorithm (always obeyed), the reductions
+// (choose_allreduce decides) and the GPU.
+bool compression_pays(Collective c, int p, const Config& cfg, Device device = Device::Cpu);
 
 // What Algorithm::Auto resolves to for a CPU allreduce of `bytes` on `p` ranks (the cost model
 // of route.cpp).

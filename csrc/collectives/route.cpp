@@ -1,6 +1,6 @@
 // route(): whether a collective call compresses and which algorithm runs, for every collective
 // on the CPU and the GPU, in one place; and the cost model behind Algorithm::Auto for the CPU
-// reductions and for whether CPU data movement compresses at all (codec_outruns_link).
+// reductions and for whether CPU data movement compresses at all (compression_pays).
 //
 // Automatic choice: an alpha-beta model with compression terms. The network is the
 // configuration's (Config::link_gbps and link_latency_us; by default 1 Gb/s and 25 us, as
@@ -211,12 +211,7 @@ Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device)
       throw std::invalid_argument("zccl: route: unknown collective code " +
                                   std::to_string(static_cast<int>(c)));
   }
-  const bool data_movement = c != Collective::AllReduce && c != Collective::ReduceScatter &&
-                             c != Collective::Reduce;
-  if (data_movement && cfg.algorithm == Algorithm::Auto &&
-      !codec_outruns_link(c, p, cfg, device)) {
-    algorithm = Algorithm::Mpi;
-  }
+  if (!compression_pays(c, p, cfg, device)) algorithm = Algorithm::Mpi;
   return {algorithm != Algorithm::Mpi, algorithm};
 }
 
@@ -227,8 +222,8 @@ Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device)
 // e/(p-1) + d; all_to_all's pairwise exchange encodes and decodes what it sends and takes,
 // e + d. The wire term of the compressed bytes (beta / ratio) overlaps the codec's and is smaller
 // than beta, so the codec term alone is compared with beta.
-bool codec_outruns_link(Collective c, int p, const Config& cfg, Device device) {
-  if (device != Device::Cpu || p < 2) return true;
+bool compression_pays(Collective c, int p, const Config& cfg, Device device) {
+  if (cfg.algorithm != Algorithm::Auto || device != Device::Cpu || p < 2) return true;
   const CostModel m = model_for(cfg);
   const double e = 1 / m.compress, d = 1 / m.decompress;
   double codec = 0.0;

@@ -360,13 +360,13 @@ def run_all(
 
     # The configuration the default group really got (provenance of the "default"/"exact" name).
     report.save(state="running", options=dataclasses.asdict(zccl_torch.current_options()))
+    before = compressed_calls(zccl_torch)  # the counts after the previous test
     for name in names:
         report.save(running=name)
         limit = SLOW.get(name, args.timeout)
         if name in SKIPS:
             outcome = {"status": "skipped", "reason": f"skips.py: {SKIPS[name]}", "seconds": 0}
         else:
-            before = compressed_calls(zccl_torch)
             outcome = run_one(case_cls, name, report, limit, out / "tmp")
             after = compressed_calls(zccl_torch)
             # Which collectives of the default group ran compressed during the test (the
@@ -374,6 +374,7 @@ def run_all(
             outcome["compressed_calls"] = {
                 op: n - before.get(op, 0) for op, n in after.items() if n > before.get(op, 0)
             }
+            before = after
         report.record(name, outcome)
         print(f"[{rank}] {name}: {outcome['status']} ({outcome['seconds']} s)", flush=True)
         try:
