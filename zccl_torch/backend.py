@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from zccl_torch import state_transfer
 from zccl_torch._native import _C
 from zccl_torch.config import Options, register_group_options
 
@@ -250,41 +251,10 @@ def register() -> None:
     """Registers the backend with torch.distributed (no-op when already registered)."""
     _set_launch_defaults()
     _enable_monitored_barrier()
-    _exact_module_state_sync()
+    state_transfer.install()
     if BACKEND_NAME in dist.Backend.backend_list:
         return
     dist.Backend.register_backend(BACKEND_NAME, _create, extended_api=True, devices=devices())
-
-
-def _exact_module_state_sync() -> None:
-    """Makes module-state synchronisation on zccl groups exact.
-
-    DDP's construction (and its per-iteration buffer broadcast, and FSDP's
-    ``sync_module_states``) copies rank 0's parameters and buffers to every rank through
-    ``torch.distributed._broadcast_coalesced``. Through a compressed broadcast the replicas would
-    be identical but no longer equal to the weights the user initialised or loaded from a
-    checkpoint. The wrapper runs those broadcasts on zccl groups with ``algorithm="mpi"``
-    (exact); gradient all-reduces and the user's own broadcasts stay compressed.
-    """
-    original = dist._broadcast_coalesced
-    if getattr(original, "_zccl_wrapper", False):
-        return
-
-    def broadcast_coalesced(process_group: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            on_zccl = dist.get_backend(process_group) == BACKEND_NAME
-        except (RuntimeError, ValueError):  # not a registered group: leave it to torch
-            on_zccl = False
-        if not on_zccl:
-            return original(process_group, *args, **kwargs)
-        from zccl_torch.config import config  # late: config imports the extension's options
-
-        with config(algorithm="mpi"):
-            return original(process_group, *args, **kwargs)
-
-    broadcast_coalesced.__doc__ = original.__doc__
-    broadcast_coalesced._zccl_wrapper = True  # type: ignore[attr-defined]
-    dist._broadcast_coalesced = broadcast_coalesced
 
 
 def _enable_monitored_barrier() -> None:
