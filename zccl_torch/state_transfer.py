@@ -16,6 +16,9 @@ parallelism's activations, the user's own collectives) keeps its configuration:
 * The checkpoint state-dict API, ``torch.distributed.checkpoint.state_dict`` (``get_/set_`` model,
   optimizer and whole state dicts; full state dicts and ``broadcast_from_rank0`` loads, for FSDP2,
   FSDP1 and DDP models alike).
+* DCP's ``BroadcastingTorchSaveReader`` (a ``torch.save`` file read on one rank and broadcast
+  into a distributed state dict) and the older ShardedTensor's ``ChunkShardingSpec.shard``
+  (scatter from a source rank).
 * FSDP1's own full state dicts: ``model.state_dict()`` under ``StateDictType.FULL_STATE_DICT``
   and its optimizer state-dict functions (``optim_state_dict``, ``full_optim_state_dict``,
   ``optim_state_dict_to_load``, ``scatter_full_optim_state_dict``, ...).
@@ -49,6 +52,10 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "_get_optim_state_dict",
         "_load_optim_state_dict",
     ),
+    # Loads a torch.save file on one rank into a DCP state dict, broadcasting each tensor.
+    "torch.distributed.checkpoint.format_utils": ("BroadcastingTorchSaveReader.read_data",),
+    # ShardedTensor's (torch.distributed._shard) placement from a source rank.
+    "torch.distributed._shard.sharding_spec.chunk_sharding_spec": ("ChunkShardingSpec.shard",),
     "torch.distributed.fsdp._state_dict_utils": ("_full_pre_state_dict_hook",),
     "torch.distributed.fsdp.fully_sharded_data_parallel": (
         "FullyShardedDataParallel._optim_state_dict_impl",

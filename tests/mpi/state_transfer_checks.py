@@ -12,14 +12,23 @@ DTensor and compiled code call) must compress and stay within the bound.
 """
 
 import copy
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
+import torch.distributed.checkpoint as dcp
 from check_common import assert_within, rank, run_checks, world
+from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+from torch.distributed.checkpoint.format_utils import (
+    BroadcastingTorchSaveReader,
+    DynamicMetaLoadPlanner,
+)
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -320,6 +329,43 @@ def fsdp1_full_state_dicts_exact() -> None:
             want_optim = FullyShardedDataParallel.optim_state_dict(model, opt)
     same_state("model", got_model, want_model)
     same_state("optimizer", got_optim["state"], want_optim["state"])
+
+
+@check
+def torch_save_file_broadcast_into_dcp_exactly() -> None:
+    """dcp.load with BroadcastingTorchSaveReader: rank 0 reads a torch.save file and broadcasts
+    each tensor into every rank's state dict (ranks start apart), bit for bit. (torch's reader
+    fills plain tensors; FSDP2's DTensor shards it does not handle, on Gloo either.)"""
+    source = make_model(seed=7).state_dict()
+    folder = [tempfile.mkdtemp() if rank() == 0 else None]
+    dist.broadcast_object_list(folder, src=0, group=gloo())
+    path = os.path.join(folder[0], "model.pt")
+    if rank() == 0:
+        torch.save(source, path)
+    dist.barrier(group=gloo())
+    model = make_model(seed=rank())
+    state = model.state_dict()
+    dcp.load(
+        state,
+        checkpoint_id=path,
+        storage_reader=BroadcastingTorchSaveReader(),
+        planner=DynamicMetaLoadPlanner(),
+    )
+    same_state("torch.save -> DCP", model.state_dict(), source)
+    dist.barrier(group=gloo())
+    if rank() == 0:
+        shutil.rmtree(folder[0])
+
+
+@check
+def sharded_tensor_scatter_exact() -> None:
+    """ShardedTensor's ChunkShardingSpec.shard(tensor, src_rank=0) scatters rank 0's rows."""
+    p = world()
+    source = torch.randn(4 * p + 1, 33, generator=torch.Generator().manual_seed(3))
+    mine = source if rank() == 0 else torch.randn(source.shape)
+    spec = ChunkShardingSpec(dim=0, placements=[f"rank:{r}/cpu" for r in range(p)])
+    (shard,) = spec.shard(mine, src_rank=0, process_group=dist.group.WORLD).local_shards()
+    exact("ChunkShardingSpec.shard", shard.tensor, list(torch.chunk(source, p))[rank()])
 
 
 @check
