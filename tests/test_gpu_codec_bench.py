@@ -1,9 +1,12 @@
 """benchmarks/gpu_codec.py without a GPU: ``--dry-run`` writes both inputs and prints the
 codec_compare command for each (the program itself needs a GPU; scripts/gpu_session.sh runs it).
+And benchmarks/predictor_choice.py, which estimates on the CPU, from the same gradient input, the
+ratio a per-chunk choice of predictor would give.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -38,3 +41,29 @@ def test_gpu_codec_dry_run_writes_inputs(tmp_path: Path) -> None:
     # The gradient model is zero-mean with layer scales over three decades.
     grads = np.fromfile(data / f"gradients-{n}.f32", dtype=np.float32)
     assert abs(float(grads.mean())) < 1e-3 and float(np.abs(grads).max()) < 1.0
+
+
+def test_predictor_choice_estimates_match_the_encoder(tmp_path: Path) -> None:
+    """benchmarks/predictor_choice.py on 4 MiB of the gradient input: its Lorenzo estimate is the
+    real encoder's ratio (same layout, no outliers), coding noise directly is smaller, and the
+    per-chunk choice is at least as good as either."""
+    out = tmp_path / "choice.json"
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "predictor_choice.py"),
+        "--mb",
+        "4",
+        "--data",
+        "gradients",
+        "--out",
+        str(out),
+    ]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["rel"] for r in rows] == [1e-2, 1e-3, 1e-4]
+    for r in rows:
+        assert abs(r["lorenzo_ratio"] / r["real_ratio"] - 1) < 1e-3, r
+        assert r["no prediction_ratio"] > r["lorenzo_ratio"], r
+        best = r["best per chunk_ratio"]
+        assert best >= max(r["lorenzo_ratio"], r["no prediction_ratio"]) * (1 - 1e-12), r
