@@ -616,7 +616,7 @@ def ddp_hook_on_cuda() -> None:
     ).to(dev())  # a module: moved, not copied
     ids = [dev().index] if dev().type == "cuda" else None
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=ids)
-    # After DDP's initial (compressed) broadcast: the weights this rank actually has.
+    # After DDP's initial broadcast (exact, see state_transfer_exact): this rank's weights.
     reference = [param.detach().clone() for param in model.parameters()]
     state = ZcclHookState(policy=Absolute(EB), start_iter=0)
     ddp.register_comm_hook(state, compressed_allreduce_hook)
@@ -641,6 +641,47 @@ def ddp_hook_on_cuda() -> None:
         bound = 2 * p * EB + 1e-5 * (avg.abs() + 1)
         assert_within(f"ddp grad {name}", mine.grad, avg, bound)
         assert_identical_replicas(f"ddp grad {name}", mine.grad.contiguous())
+
+
+# ------------------------------------------------------------------------------------------
+# State transfer (zccl_torch/state_transfer.py)
+
+
+@check
+def state_transfer_exact() -> None:
+    """DDP's construction broadcast and DTensor's distribute_tensor (shards of uneven size, and
+    replicas) copy rank 0's tensors bit for bit, on the device's mesh; ranks start apart."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+
+    p = world()
+    failures = []
+    source = (torch.randn(9 * p + 2, 129, generator=torch.Generator().manual_seed(3)) * 4).to(dev())
+    mine = source if rank() == 0 else torch.randn(source.shape).to(dev())
+    mesh = DeviceMesh.from_group(dist.group.WORLD, dev().type)
+    for placement in (Shard(0), Shard(1), Replicate()):
+        local = distribute_tensor(mine, mesh, [placement]).to_local()
+        want = source if placement.is_replicate() else source.chunk(p, placement.dim)[rank()]
+        if not torch.equal(local, want):
+            failures.append(f"distribute_tensor {placement}")
+
+    def model(seed: int) -> torch.nn.Module:
+        torch.manual_seed(seed)
+        return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.Linear(256, 8)).to(dev())
+
+    wrapped = model(seed=rank())  # ranks apart; DDP copies rank 0's
+    ids = [dev().index] if dev().type == "cuda" else None
+    torch.nn.parallel.DistributedDataParallel(wrapped, device_ids=ids)
+    for (name, got), want in zip(
+        wrapped.named_parameters(), model(seed=0).parameters(), strict=True
+    ):
+        if not torch.equal(got.detach(), want.detach()):
+            failures.append(f"DDP {name}")
+    # Every rank learns of every failure before raising: rank 0 (the source) always passes.
+    count = torch.tensor([len(failures)])
+    with zccl_torch.config(algorithm="mpi"):
+        dist.all_reduce(count)
+    assert int(count) == 0, f"{int(count)} copies not bit-identical; here: {failures}"
 
 
 # ------------------------------------------------------------------------------------------
