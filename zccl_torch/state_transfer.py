@@ -16,6 +16,10 @@ parallelism's activations, the user's own collectives) keeps its configuration:
 * The checkpoint state-dict API, ``torch.distributed.checkpoint.state_dict`` (``get_/set_`` model,
   optimizer and whole state dicts; full state dicts and ``broadcast_from_rank0`` loads, for FSDP2,
   FSDP1 and DDP models alike).
+* ``ZeroRedundancyOptimizer``'s parameter synchronisation after each step (each owner's updated
+  shard copied to the others; with ``overlap_with_ddp`` too). It overwrites the weights, so
+  through a compressed broadcast every step would snap them to the quantisation grid, and an
+  update smaller than half a bin would be lost (training stalls with an absolute bound).
 * DCP's ``BroadcastingTorchSaveReader`` (a ``torch.save`` file read on one rank and broadcast
   into a distributed state dict) and the older ShardedTensor's ``ChunkShardingSpec.shard``
   (scatter from a source rank).
@@ -56,6 +60,11 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "torch.distributed.checkpoint.format_utils": ("BroadcastingTorchSaveReader.read_data",),
     # ShardedTensor's (torch.distributed._shard) placement from a source rank.
     "torch.distributed._shard.sharding_spec.chunk_sharding_spec": ("ChunkShardingSpec.shard",),
+    # ZeroRedundancyOptimizer: each owner broadcasts its updated parameters after the step (also
+    # from the DDP hook that overlaps it). These overwrite the weights themselves, so a lossy
+    # copy would re-quantise them every step and freeze every update under the bin.
+    "torch.distributed.optim.zero_redundancy_optimizer": ("ZeroRedundancyOptimizer._sync_params",),
+    "torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook": ("_broadcast_bucket",),
     "torch.distributed.fsdp._state_dict_utils": ("_full_pre_state_dict_hook",),
     "torch.distributed.fsdp.fully_sharded_data_parallel": (
         "FullyShardedDataParallel._optim_state_dict_impl",

@@ -43,6 +43,7 @@ from torch.distributed.fsdp import (
     StateDictType,
     fully_shard,
 )
+from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -366,6 +367,25 @@ def sharded_tensor_scatter_exact() -> None:
     spec = ChunkShardingSpec(dim=0, placements=[f"rank:{r}/cpu" for r in range(p)])
     (shard,) = spec.shard(mine, src_rank=0, process_group=dist.group.WORLD).local_shards()
     exact("ChunkShardingSpec.shard", shard.tensor, list(torch.chunk(source, p))[rank()])
+
+
+@check
+def zero_redundancy_optimizer_syncs_exactly() -> None:
+    """ZeroRedundancyOptimizer broadcasts each owner's updated parameters after its step. With
+    the same batch on every rank (the same gradients), every rank must end each step with exactly
+    the SGD update of every parameter, an update far below the bound included."""
+    lr = 1e-4  # updates ~1e-6, far under EB: a lossy copy would snap them back to the grid
+    model = make_model(seed=0)
+    opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=torch.optim.SGD, lr=lr)
+    for step, (x, y) in enumerate(batches(3, per_rank=False)):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        # SGD's own arithmetic (param.add_(grad, alpha=-lr)) on every parameter, here.
+        want = [q.detach().clone().add_(q.grad, alpha=-lr) for q in model.parameters()]
+        opt.step()
+        for i, (q, w) in enumerate(zip(model.parameters(), want, strict=True)):
+            exact(f"ZeRO step {step} parameter {i}", q.detach(), w)
+    still_compresses()
 
 
 @check
