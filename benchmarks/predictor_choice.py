@@ -81,6 +81,13 @@ def cuszp_ratios(path: Path) -> dict[tuple[str, float, str], float]:
     }
 
 
+def _repo_relative(path: Path) -> str:
+    """``path`` relative to the checkout when inside it (the JSON stays portable)."""
+    resolved = path.resolve()
+    root = HERE.parent
+    return str(resolved.relative_to(root)) if resolved.is_relative_to(root) else str(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--mb", type=int, default=256, help="MiB of float32 per input (default 256)")
@@ -134,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
             {
                 "benchmark": "predictor_choice",
                 "command": f"python benchmarks/predictor_choice.py --mb {args.mb}",
-                "cuszp_json": str(args.cuszp_json),
+                "cuszp_json": _repo_relative(args.cuszp_json),
                 "chunk": CHUNK,
                 "rows": rows,
             },
