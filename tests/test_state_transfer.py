@@ -4,9 +4,9 @@ Under real mpirun (tests/mpi/state_transfer_checks.py, 2 and 3 ranks, every payl
 compressible): distribute_tensor, DTensor.from_local(run_check=True), DDP's construction,
 parallelize_module, the checkpoint state-dict API (full state dicts, broadcast_from_rank0 loads),
 FSDP1's full state dicts, DCP's BroadcastingTorchSaveReader, ShardedTensor's
-ChunkShardingSpec.shard and ZeroRedundancyOptimizer's parameter sync copy state bit for bit,
-while training and the functional collectives compress. Without the patches each of those ten
-checks fails (values move by up to eb).
+ChunkShardingSpec.shard, ZeroRedundancyOptimizer's parameter sync and model averaging copy state
+bit for bit, while training and the functional collectives compress. Without the patches each of
+those eleven checks fails (values move by up to eb).
 
 Here, without MPI: every target of the pinned torch is patched whatever the import order, once.
 """

@@ -20,6 +20,8 @@ parallelism's activations, the user's own collectives) keeps its configuration:
   shard copied to the others; with ``overlap_with_ddp`` too). It overwrites the weights, so
   through a compressed broadcast every step would snap them to the quantisation grid, and an
   update smaller than half a bin would be lost (training stalls with an absolute bound).
+* Model averaging (``PeriodicModelAverager``, ``HierarchicalModelAverager``: post-local SGD),
+  whose all-reduced average replaces every rank's weights in the same way.
 * DCP's ``BroadcastingTorchSaveReader`` (a ``torch.save`` file read on one rank and broadcast
   into a distributed state dict) and the older ShardedTensor's ``ChunkShardingSpec.shard``
   (scatter from a source rank).
@@ -65,6 +67,9 @@ TARGETS: dict[str, tuple[str, ...]] = {
     # copy would re-quantise them every step and freeze every update under the bin.
     "torch.distributed.optim.zero_redundancy_optimizer": ("ZeroRedundancyOptimizer._sync_params",),
     "torch.distributed.algorithms.ddp_comm_hooks.ddp_zero_hook": ("_broadcast_bucket",),
+    # Model averaging (post-local SGD; the periodic and hierarchical averagers call this): the
+    # averaged weights replace each rank's own, so the same holds.
+    "torch.distributed.algorithms.model_averaging.utils": ("average_parameters",),
     "torch.distributed.fsdp._state_dict_utils": ("_full_pre_state_dict_hook",),
     "torch.distributed.fsdp.fully_sharded_data_parallel": (
         "FullyShardedDataParallel._optim_state_dict_impl",

@@ -25,6 +25,7 @@ import torch.distributed._functional_collectives as funcol
 import torch.distributed.checkpoint as dcp
 from check_common import assert_within, rank, run_checks, world
 from torch.distributed._shard.sharding_spec import ChunkShardingSpec
+from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.distributed.checkpoint.format_utils import (
     BroadcastingTorchSaveReader,
     DynamicMetaLoadPlanner,
@@ -385,6 +386,24 @@ def zero_redundancy_optimizer_syncs_exactly() -> None:
         opt.step()
         for i, (q, w) in enumerate(zip(model.parameters(), want, strict=True)):
             exact(f"ZeRO step {step} parameter {i}", q.detach(), w)
+    still_compresses()
+
+
+@check
+def model_averaging_exact() -> None:
+    """PeriodicModelAverager (post-local SGD): the averaged weights equal, bit for bit, the same
+    average taken with algorithm="mpi" (ranks hold different weights)."""
+    model = make_model(seed=rank())
+    exact_copy = make_model(seed=rank())
+    ((x, y),) = batches(1, per_rank=True)
+    for m in (model, exact_copy):  # torch averages the parameters that have a gradient
+        torch.nn.functional.mse_loss(m(x), y).backward()
+    averager = PeriodicModelAverager(period=1, warmup_steps=0)
+    with zccl_torch.config(algorithm="mpi"):
+        averager.average_parameters(exact_copy.parameters())
+    PeriodicModelAverager(period=1, warmup_steps=0).average_parameters(model.parameters())
+    for i, (q, w) in enumerate(zip(model.parameters(), exact_copy.parameters(), strict=True)):
+        exact(f"averaged parameter {i}", q.detach(), w.detach())
     still_compresses()
 
 
