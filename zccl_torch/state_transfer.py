@@ -86,23 +86,22 @@ def _run_exact(wrapped: Callable[..., Any], instance: Any, args: Any, kwargs: An
         return wrapped(*args, **kwargs)
 
 
-def _owner_and_name(module: ModuleType, path: str) -> tuple[Any, str]:
-    parts = path.split(".")
+def _raw_attribute(module: ModuleType, path: str) -> Any:
+    """``module``'s attribute at dotted ``path`` as stored (a class's staticmethod, not the
+    function it binds to); None when absent."""
     owner: Any = module
-    for part in parts[:-1]:
+    *parents, name = path.split(".")
+    for part in parents:
         owner = getattr(owner, part, None)
-    return owner, parts[-1]
+    return getattr(owner, "__dict__", {}).get(name)
 
 
 def _patch(paths: tuple[str, ...], module: ModuleType) -> None:
     """Wraps each of ``paths`` in ``module`` with _run_exact, once; absent ones are skipped."""
     for path in paths:
-        owner, name = _owner_and_name(module, path)
-        # The raw attribute (a class's staticmethod, not the function it binds to).
-        current = getattr(owner, "__dict__", {}).get(name)
-        if current is None:
+        if _raw_attribute(module, path) is None:
             continue  # another torch release: nothing of that name to make exact
-        if isinstance(current, wrapt.FunctionWrapper) and current._self_wrapper is _run_exact:
+        if is_exact(module, path):
             continue  # already exact (imported by name from a module patched before)
         wrapt.wrap_function_wrapper(module, path, _run_exact)
 
@@ -116,6 +115,5 @@ def install() -> None:
 
 def is_exact(module: ModuleType, path: str) -> bool:
     """Whether ``module``'s attribute ``path`` runs exact on zccl groups (for tests)."""
-    owner, name = _owner_and_name(module, path)
-    current = getattr(owner, "__dict__", {}).get(name)
+    current = _raw_attribute(module, path)
     return isinstance(current, wrapt.FunctionWrapper) and current._self_wrapper is _run_exact

@@ -4,6 +4,7 @@ assertion, exact references, and the loop that runs the checks and reports PASS/
 """
 
 import datetime
+import functools
 import os
 import traceback
 from collections.abc import Callable
@@ -21,6 +22,13 @@ def rank() -> int:
 
 def world() -> int:
     return dist.get_world_size()
+
+
+@functools.cache
+def gloo() -> Any:
+    """A Gloo group over every rank, the reference torch ships (created once, collectively, on
+    first use: every rank must reach the first call)."""
+    return dist.new_group(backend="gloo")
 
 
 def assert_within(name: str, got: torch.Tensor, ref: torch.Tensor, bound: Any) -> None:

@@ -17,26 +17,17 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from check_common import assert_within, exact_gather, rank, rounding, run_checks, world
+from check_common import assert_within, exact_gather, gloo, rank, rounding, run_checks, world
 
 import zccl_torch
 
 EB = 1e-3
 CHECKS: dict[str, Callable[[], None]] = {}
-_gloo: Any = None
 
 
 def check(fn: Callable[[], None]) -> Callable[[], None]:
     CHECKS[fn.__name__] = fn
     return fn
-
-
-def gloo() -> Any:
-    """A Gloo group over every rank (created once, collectively, on first use)."""
-    global _gloo
-    if _gloo is None:
-        _gloo = dist.new_group(backend="gloo")
-    return _gloo
 
 
 def data(r: int, n: int, dtype: torch.dtype = torch.float32, salt: int = 0) -> torch.Tensor:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from check_common import rank, run_checks, world
+from check_common import gloo, rank, run_checks, world
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
 
@@ -36,17 +36,6 @@ LOSS_TOLERANCE = 0.02  # relative, as the DDP example's acceptance
 def check(fn: Callable[[], None]) -> Callable[[], None]:
     CHECKS[fn.__name__] = fn
     return fn
-
-
-_gloo: Any = None
-
-
-def gloo() -> Any:
-    """A Gloo group over every rank (created once, collectively, on first use)."""
-    global _gloo
-    if _gloo is None:
-        _gloo = dist.new_group(backend="gloo")
-    return _gloo
 
 
 def make_model() -> torch.nn.Module:

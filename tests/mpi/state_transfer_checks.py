@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.distributed.checkpoint as dcp
-from check_common import assert_within, rank, run_checks, world
+from check_common import assert_within, gloo, rank, run_checks, world
 from torch.distributed._shard.sharding_spec import ChunkShardingSpec
 from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
 from torch.distributed.checkpoint.format_utils import (
@@ -82,17 +82,6 @@ def check(fn: Callable[[], None]) -> Callable[[], None]:
     agreed.__doc__ = fn.__doc__
     CHECKS[fn.__name__] = agreed
     return fn
-
-
-_gloo: Any = None
-
-
-def gloo() -> Any:
-    """A Gloo group over every rank (created once, collectively, on first use)."""
-    global _gloo
-    if _gloo is None:
-        _gloo = dist.new_group(backend="gloo")
-    return _gloo
 
 
 def mesh(group: Any = None) -> DeviceMesh:
