@@ -1,22 +1,23 @@
-"""Would a per-chunk choice of predictor close the ratio gap to cuSZp on gradients?
+"""Per-chunk choice of predictor: what it gains on gradients, and how it compares with cuSZp.
 
-fZ-light codes each 5120-value chunk as 1-D Lorenzo residuals (``q_i - q_{i-1}`` of the integer
-codes ``q = round(x / bin)``). On smooth data that shrinks the codes; on noise (gradients) it
-doubles their variance, half a bit more per value. cuSZp's ``fixed`` mode codes the quantised
-values themselves, and on the gradient-like input of ``benchmarks/gpu_codec.py`` its ratio was
-7-9 % above ours at REL 1e-3/1e-4 (issue 11 asks for at most 5 % below). This script estimates,
-from the same codes, the stream each choice would give:
+fZ-light format version 2 coded each 5120-value chunk as 1-D Lorenzo residuals (``q_i - q_{i-1}``
+of the integer codes ``q = round(x / bin)``). On smooth data that shrinks the codes; on noise
+(gradients) it doubles their variance, half a bit more per value, and on the gradient-like input
+of ``benchmarks/gpu_codec.py`` cuSZp's ``fixed`` mode (which codes the quantised values
+themselves) was 7-9 % above our ratio at REL 1e-3/1e-4 (issue 11 asks for at most 5 % below).
+Version 3 codes each chunk both ways and keeps the smaller (a *direct* chunk, mode 4). This
+script estimates, from the codes, the stream each choice gives:
 
 * ``lorenzo``: the version-2 layout (block bitmap, a length byte and sign + L planes per nonzero
-  32-value block, 17 fixed bytes per chunk); it matches the real encoder to 0.01 % on gradients
-  and sits up to 1.3 % below it on the wavefield (its all-zero chunks, which the encoder stores
-  as 8-byte repeats, are counted here as encoded).
+  32-value block, 17 fixed bytes per chunk): what version 2 wrote; it matched the version-2
+  encoder to 0.01 % on gradients and sat up to 1.3 % below it on the wavefield (its all-zero
+  chunks, which the encoder stores as 8-byte repeats, are counted here as encoded).
 * ``no prediction``: the same layout over the codes ``q_i`` themselves.
-* ``best per chunk``: each chunk the smaller of the two (a chunk mode could name the choice at no
-  extra byte).
+* ``best per chunk``: each chunk the smaller of the two,
 
-Outliers are not counted (none on these inputs). The real ratio is the CPU encoder's (its stream
-is byte-identical to the GPU encoder's); cuSZp's ratios are read from a GPU session's JSON
+and prints them beside the real ratio of the current encoder (``real``: version 3, which makes
+that choice; the GPU encoder must write the same bytes). Outliers are not counted in the
+estimates (none on these inputs). cuSZp's ratios are read from a GPU session's JSON
 (``--cuszp-json``, the same inputs, sizes and bounds). The inputs are ``gpu_codec.py``'s:
 gradient-like noise (layers of N(0, s_k^2)) and the 256^3 wavefield (simulated once, cached).
 Writes ``benchmarks/results/predictor_choice.json``.

@@ -376,16 +376,17 @@ def num_chunks(numel: int, chunk_size: int) -> int:
 
 # --------------------------------------------------------------------------------------------
 # The stream layout, for tests that craft streams with valid checksums
-# (csrc/compress/fzlight_format.h, versions 1 and 2; written independently of the library)
+# (csrc/compress/fzlight_format.h, versions 1, 2 and 3; written independently of the library)
 # --------------------------------------------------------------------------------------------
 
 ELEM_BYTES = {1: 4, 2: 8, 3: 2, 4: 2}  # dtype code -> bytes per stored value
-MODE_ENCODED, MODE_RAW, MODE_CONSTANT, MODE_LOSSLESS = 0, 1, 2, 3
+MODE_ENCODED, MODE_RAW, MODE_CONSTANT, MODE_LOSSLESS, MODE_DIRECT = 0, 1, 2, 3, 4
 _MODE_NAMES = {
     MODE_ENCODED: "encoded",
     MODE_RAW: "raw",
     MODE_CONSTANT: "constant",
     MODE_LOSSLESS: "lossless",
+    MODE_DIRECT: "direct",
 }
 
 
@@ -412,7 +413,8 @@ def crc32c(data: bytes) -> int:
 
 
 class EncodedChunk(NamedTuple):
-    """Where the fields of an encoded (mode 0) chunk are, as absolute offsets in the stream."""
+    """Where the fields of an encoded (mode 0) or direct (mode 4, version 3) chunk are, as
+    absolute offsets in the stream."""
 
     off: int  # the mode byte
     size: int
@@ -425,12 +427,14 @@ class EncodedChunk(NamedTuple):
     planes: int  # offset of the first plane
     outliers: int  # offset of the outlier index array
     n_out: int
+    n_out_at: int  # offset of the n_outliers field
+    direct: bool  # a direct chunk: the planes hold the codes (no q_start, no prediction)
 
 
 class Stream:
-    """A mutable view of a version-1 or version-2 stream that can re-seal its checksums.
+    """A mutable view of a version-1, 2 or 3 stream that can re-seal its checksums.
 
-    ``chunk_offset(c)`` is where chunk c's own bytes start; a repeat entry (version 2, table
+    ``chunk_offset(c)`` is where chunk c's own bytes start; a repeat entry (version >= 2, table
     size 0) has none, so its offset is where the next chunk's bytes start, and the bytes it
     stands for (``chunk_span``) are the 1 + elem bytes of the constant chunk that end there.
     """
@@ -550,12 +554,15 @@ class Stream:
         return [self.kind(c) for c in range(self.nchunks)]
 
     def encoded(self, c) -> EncodedChunk:
-        """The layout of encoded chunk c (version 1 or 2, by the header's version byte)."""
+        """The layout of encoded or direct chunk c (version 1 layout or the bitmap one, by the
+        header's version byte)."""
         off, size = self.chunk_offset(c), self.chunk_size(c)
-        assert self.b[off] == MODE_ENCODED, f"chunk {c} is {self.kind(c)}, not encoded"
+        direct = self.b[off] == MODE_DIRECT
+        assert self.b[off] == MODE_ENCODED or direct, f"chunk {c} is {self.kind(c)}, not encoded"
         m = self.chunk_values(c)
         nblocks = -(-m // 32)
-        at = off + 9
+        n_out_at = off + 1 if direct else off + 5
+        at = n_out_at + 4
         if self.version == 1:
             lens = list(self.b[at : at + nblocks])
             len_pos = {blk: at + blk for blk in range(nblocks)}
@@ -585,8 +592,32 @@ class Stream:
             bm_bytes,
             planes,
             planes + payload,
-            self.u32(off + 5),
+            self.u32(n_out_at),
+            n_out_at,
+            direct,
         )
+
+    def codes(self, c) -> np.ndarray:
+        """The m integer codes of encoded or direct chunk c, read as the format says: sign and
+        magnitude planes per block; Lorenzo deltas prefix-summed from q_start (int32 wrap) in an
+        encoded chunk, the codes themselves in a direct one. Outliers' codes are included as
+        stored (the decoder replaces those values)."""
+        lay = self.encoded(c)
+        codes = np.zeros(32 * lay.nblocks, dtype=np.int64)
+        at = lay.planes
+        for blk, n in enumerate(lay.lens):
+            if n == 0:
+                continue
+            words = [self.u32(at + 4 * j) for j in range(n + 1)]
+            for i in range(32):
+                mag = sum(((words[1 + j] >> i) & 1) << j for j in range(n))
+                codes[32 * blk + i] = -mag if (words[0] >> i) & 1 else mag
+            at += 4 * (n + 1)
+        if not lay.direct:
+            q_start = int(np.array([self.u32(lay.off + 1)], dtype=np.uint32).view(np.int32)[0])
+            codes = np.cumsum(codes) + q_start
+            codes = ((codes + 2**31) % 2**32) - 2**31
+        return codes[: lay.m].astype(np.int32)
 
     # editing
     def seal(self, chunks=True, total=True) -> Stream:

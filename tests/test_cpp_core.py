@@ -215,19 +215,37 @@ def test_fuzz_decoder_under_sanitizers(variant):
     assert int(d.group(1)) >= 2 * iters, proc.stdout
     # Every mutation of a checksummed stream must be rejected by the whole-stream decoder.
     assert rejected == plain, proc.stdout
-    # Both format versions: version-2 streams synthesized (well-formed ones decoded to the
-    # format's values, defective ones refused: the fuzzer fails otherwise), version-1 and
-    # version-2 corpus streams mutated.
+    # Every format version: version-2 and version-3 streams synthesized (well-formed ones decoded
+    # to the format's values, direct chunks among them, defective ones refused: the fuzzer fails
+    # otherwise), direct chunks refused in version-2 and version-1 streams, version-1, 2 and 3
+    # corpus streams (v3 ones with direct chunks) mutated.
     v2 = re.search(
         r"synthesized version-2 streams: well-formed (\d+) \(decoded to the model's "
         r"values: (\d+)\), with a defect (\d+)",
         proc.stdout,
     )
-    corpus = re.search(r"corpus: (\d+) version-2 and (\d+) version-1 streams", proc.stdout)
-    assert v2 and corpus, proc.stdout
-    assert int(v2.group(1)) == int(v2.group(2)) >= iters // 40, proc.stdout
-    assert int(v2.group(3)) >= iters // 200, proc.stdout
-    assert int(corpus.group(1)) > 0 and int(corpus.group(2)) > 0, proc.stdout
+    v3 = re.search(
+        r"synthesized version-3 streams: well-formed (\d+) \(decoded to the model's "
+        r"values: (\d+); direct chunks: (\d+)\), with a defect (\d+)",
+        proc.stdout,
+    )
+    old = re.search(
+        r"direct chunks in version-1/2 streams \(all refused\): (\d+) synthesized v2 streams; "
+        r"v3 streams relabelled v2 and v1: (\d+) synthesized, (\d+) from the corpus",
+        proc.stdout,
+    )
+    corpus = re.search(
+        r"corpus: (\d+) version-3 \((\d+) with direct chunks\), (\d+) version-2 and "
+        r"(\d+) version-1 streams",
+        proc.stdout,
+    )
+    assert v2 and v3 and old and corpus, proc.stdout
+    for m in (v2, v3):
+        assert int(m.group(1)) == int(m.group(2)) >= iters // 40, proc.stdout
+        assert int(m.group(m.lastindex)) >= iters // 200, proc.stdout
+    assert int(v3.group(3)) >= iters // 200, proc.stdout  # direct chunks decoded and checked
+    assert all(int(n) > 0 for n in old.groups()), proc.stdout
+    assert all(int(n) > 0 for n in corpus.groups()), proc.stdout
 
 
 def test_streams_identical_across_builds():

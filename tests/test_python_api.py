@@ -550,7 +550,7 @@ def test_half_streams_are_native(dtype):
     x = torch.randn(50_000, generator=g).to(dtype)
     s = zccl_torch.compress(x, 1e-9)  # far below the half resolution: stored exactly
     info = zccl_torch.stream_info(s)
-    assert info.dtype == dtype and info.version == zccl_torch.FORMAT_VERSION == 2
+    assert info.dtype == dtype and info.version == zccl_torch.FORMAT_VERSION == 3
     assert s.numel() <= zccl_torch.max_compressed_size(dtype, x.numel())
     assert s.numel() < 0.55 * zccl_torch.compress(x.float(), 1e-9).numel()
     assert torch.equal(zccl_torch.decompress(s).view(torch.int16), x.view(torch.int16))

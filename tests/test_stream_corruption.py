@@ -5,9 +5,10 @@ The format carries checksums over the header, the chunk table and every chunk, s
 mutation may decode. Multi-byte mutations get past a 32-bit checksum with probability ~2**-32,
 which no test here will ever see.
 
-The fixtures are format version 2 streams (what the encoder writes): encoded chunks in the bitmap
-layout, raw, constant, repeat and (codec 1, zstd) lossless chunks, float32/float64/float16/
-bfloat16. Version-1 streams made by the old encoder are tested in test_format_versions.py.
+The fixtures are format version 3 streams (what the encoder writes): encoded and direct chunks in
+the bitmap layout, raw, constant, repeat and (codec 1, zstd) lossless chunks, float32/float64/
+float16/bfloat16. Version-1 and version-2 streams made by the old encoders are tested in
+test_format_versions.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 import torch
 from helpers_compress import (
     MODE_CONSTANT,
+    MODE_DIRECT,
     MODE_ENCODED,
     MODE_LOSSLESS,
     MODE_RAW,
@@ -138,6 +140,27 @@ def _small_const_runs():
     return x, 1e-2, 32
 
 
+def _noise(n: int, seed: int) -> torch.Tensor:
+    return 2.0 * torch.randn(n, generator=torch.Generator().manual_seed(seed))
+
+
+def _small_direct():
+    """float32 noise (gradient-like): direct chunks with outliers (NaN, -Inf, 1e30) and a
+    partial last block."""
+    x = _noise(300, 42)
+    x[7], x[130], x[299] = float("nan"), -float("inf"), 1e30
+    return x, 1e-3, 128
+
+
+def _small_direct_f16_2d():
+    """float16 noise, 2-D: direct chunks with outliers (NaN, +Inf, 6e4 beyond the grid) and a
+    raw chunk of random bits."""
+    x = _noise(320, 43).to(torch.float16)
+    x[200:264] = make_data("random_bits", 64, torch.float16, seed=44)
+    x[3], x[70], x[100] = float("nan"), float("inf"), 6e4
+    return x.reshape(10, 32), 1e-2, 64
+
+
 def _big_f32():
     x = make_data("cumsum", 20_000, torch.float32, seed=5, nonfinite=0.01)
     x[100:140] = make_data("random_bits", 40, torch.float32, seed=6)
@@ -189,6 +212,8 @@ SMALL = {
     "small_f16": _small_f16,
     "small_bf16_2d": _small_bf16_2d,
     "small_const_runs": _small_const_runs,
+    "small_direct": _small_direct,
+    "small_direct_f16_2d": _small_direct_f16_2d,
 }
 BIG = {
     "big_f32": _big_f32,
@@ -268,9 +293,10 @@ def assert_info_rejected_or_same(buf: np.ndarray, info, what: str) -> None:
 # Sanity: the fixtures are valid and cover what they claim
 # --------------------------------------------------------------------------------------------
 
-# What each fixture must contain (chunk kinds; "outliers": an encoded chunk with outliers), so
-# every truncation, mutation and splice test below covers it. Without zstd, "lossless" chunks are
-# raw ones.
+# What each fixture must contain (chunk kinds; "outliers" / "direct outliers": an encoded / a
+# direct chunk with outliers), so every truncation, mutation and splice test below covers it.
+# Without zstd, "lossless" chunks are raw ones. Direct chunks appear where codes are cheaper than
+# their Lorenzo deltas by more than q_start's 4 bytes: noise.
 REQUIRED = {
     "small_f32": {"encoded", "raw", "outliers"},
     "small_f64_2d": {"encoded", "raw", "outliers"},
@@ -283,9 +309,11 @@ REQUIRED = {
     "small_lossless_mixed_f64": {"lossless", "raw", "constant", "repeat"},
     "small_f16": {"encoded", "raw", "outliers"},
     "small_bf16_2d": {"encoded", "raw", "outliers"},
-    "small_const_runs": {"constant", "repeat", "encoded"},
+    "small_direct": {"direct", "direct outliers"},
+    "small_direct_f16_2d": {"direct", "direct outliers", "raw"},
+    "small_const_runs": {"constant", "repeat", "direct"},
     "big_f32": {"encoded", "outliers"},
-    "big_f64_mixed": {"encoded", "raw", "constant", "repeat", "outliers"},
+    "big_f64_mixed": {"encoded", "direct", "raw", "constant", "repeat", "outliers"},
     "big_lossless_f32": {"lossless"},
     "big_f16": {"encoded", "outliers"},
     "big_bf16": {"encoded", "constant", "repeat", "outliers"},
@@ -294,8 +322,9 @@ REQUIRED = {
 
 def _contents(st_: Stream) -> set:
     found = set(st_.kinds())
-    if any(k == "encoded" and st_.encoded(c).n_out > 0 for c, k in enumerate(st_.kinds())):
-        found.add("outliers")
+    for c, k in enumerate(st_.kinds()):
+        if k in ("encoded", "direct") and st_.encoded(c).n_out > 0:
+            found.add("outliers" if k == "encoded" else "direct outliers")
     return found
 
 
@@ -304,7 +333,7 @@ def test_fixture_streams_are_valid(name):
     x, buf, ref = valid(name)
     lossless = {**SMALL, **BIG}[name]()[1] in (None, 0.0)
     info = zccl_torch.stream_info(_t(buf))
-    assert info.version == 2 == zccl_torch.FORMAT_VERSION
+    assert info.version == 3 == zccl_torch.FORMAT_VERSION
     assert info.dtype == x.dtype
     assert info.total_bytes == buf.size
     assert info.lossless_codec == (zccl_torch.lossless_codec() if lossless else "none")
@@ -572,24 +601,35 @@ _ENC_EB = {torch.float32: 1e-3, torch.float64: 1e-3, torch.float16: 1e-2, torch.
 _ENCODED: dict = {}
 
 
-def _encoded_stream(dtype=torch.float32):
+def _encoded_stream(dtype=torch.float32, direct=False):
     """A stream of 250 values in 2 chunks (128 + 122: the last block partial), every chunk
-    encoded: chunk 0 has outliers at 5, 10, 11 and a zero block (block 2, values 64..95, repeat
-    the code of value 63), so its bitmap is 0b1011; chunk 1 has 4 blocks, all nonzero."""
-    if dtype not in _ENCODED:
-        x = make_data("sin", 250, torch.float64, seed=21).to(dtype)
-        x[40:96] = x[40].item()
+    encoded (``direct``: every chunk direct): chunk 0 has outliers at 5, 10, 11 and a zero block
+    (block 2, values 64..95: smooth data repeating the code of value 63, or, direct, noise that is
+    0 there), so its bitmap is 0b1011; chunk 1 has 4 blocks, all nonzero."""
+    key = (dtype, direct)
+    if key not in _ENCODED:
+        if direct:  # noise: its codes are cheaper than their Lorenzo deltas (the seed gives
+            # direct chunks in every dtype; the asserts below say so)
+            x = _noise(250, 24).to(dtype)
+            x[64:96] = 0.0
+        else:
+            x = make_data("sin", 250, torch.float64, seed=21).to(dtype)
+            x[40:96] = x[40].item()
         x[5], x[10], x[11] = float("nan"), 1e30, -float("inf")
         s = zccl_torch.compress(x, _ENC_EB[dtype], chunk_size=128)
         st_ = Stream(s)
-        assert st_.kinds() == ["encoded", "encoded"], f"{dtype}: {st_.kinds()}; pick smoother data"
+        kind = "direct" if direct else "encoded"
+        assert st_.kinds() == [kind, kind], f"{dtype}: {st_.kinds()}; pick other data"
         lay = st_.encoded(0)
         assert lay.lens[2] == 0 and all(lay.lens[b] for b in (0, 1, 3)), lay.lens
         assert lay.n_out >= 3 and st_.u8(lay.bitmap) == 0b1011
         assert all(st_.encoded(1).lens) and st_.encoded(1).nblocks == 4
-        _ENCODED[dtype] = (x, st_.array())
-    x, buf = _ENCODED[dtype]
+        _ENCODED[key] = (x, st_.array())
+    x, buf = _ENCODED[key]
     return x, Stream(buf)
+
+
+KINDS2 = ["encoded", "direct"]  # the two lossy chunk kinds (modes 0 and 4)
 
 
 def _rejected_everywhere(st_: Stream, what: str, chunks=None) -> None:
@@ -623,7 +663,7 @@ def _v2_features(st_: Stream) -> bool:
     if st_.dtype_code > 2 or st_.codec != 0:
         return True
     kinds = st_.kinds()
-    if {"constant", "repeat", "lossless"} & set(kinds):
+    if {"constant", "repeat", "lossless", "direct"} & set(kinds):
         return True
     return any(k == "encoded" and any(st_.encoded(c).lens) for c, k in enumerate(kinds))
 
@@ -634,7 +674,7 @@ def test_resealing_unchanged_stream_still_decodes():
         _, buf, _ref = valid(name)
         st_ = Stream(buf)
         assert st_.u64(40) == buf.size
-        assert st_.version == 2
+        assert st_.version == 3
         resealed = Stream(buf).seal().array()
         assert np.array_equal(resealed, buf), f"{name}: re-sealing changed the stream"
         # rebuilding the stream from its chunk bodies (repeats as None) gives it back
@@ -643,15 +683,16 @@ def test_resealing_unchanged_stream_still_decodes():
         ]
         assert np.array_equal(st_.with_chunks(bodies).array(), buf), name
         for c, k in enumerate(st_.kinds()):
-            if k == "encoded":  # the layout adds up exactly as the test reads it
+            if k in ("encoded", "direct"):  # the layout adds up exactly as the test reads it
                 lay = st_.encoded(c)
                 assert lay.outliers + lay.n_out * (2 + st_.elem) == lay.off + lay.size, (name, c)
             if k == "repeat":
                 assert st_.kind(c - 1) in ("constant", "repeat"), (name, c)
                 assert st_.chunk_bytes(c)[0] == MODE_CONSTANT
     for dtype in DTYPES4.values():
-        _, st_ = _encoded_stream(dtype)
-        assert np.array_equal(Stream(st_.array()).seal().array(), st_.array())
+        for direct in (False, True):
+            _, st_ = _encoded_stream(dtype, direct)
+            assert np.array_equal(Stream(st_.array()).seal().array(), st_.array())
 
 
 # Header edits that must be rejected (header CRC re-sealed). `only`: "lossy" / "lossless" limits
@@ -659,7 +700,7 @@ def test_resealing_unchanged_stream_still_decodes():
 _DTYPE_WIDTH_SWAP = {1: 2, 2: 1, 3: 1, 4: 2}  # changes the value size of every dtype
 _DTYPE_HALF_SWAP = {1: 3, 3: 1, 2: 4, 4: 2}
 HEADER_EDITS = {
-    "version 3": (lambda s: s.u8(4, 3), None),
+    "version 4": (lambda s: s.u8(4, 4), None),
     "version 0": (lambda s: s.u8(4, 0), None),
     "version 255": (lambda s: s.u8(4, 255), None),
     "version 1": (lambda s: s.u8(4, 1), None),  # every fixture below has version-2 features
@@ -701,6 +742,7 @@ HEADER_FIXTURES = {
     "small_f16": "lossy",
     "small_bf16_2d": "lossy",
     "small_const_runs": "lossy",
+    "small_direct_f16_2d": "lossy",
     "small_lossless_f32": "lossless",
 }
 
@@ -773,9 +815,10 @@ def test_crafted_float32_bin_not_representable_rejected(name):
     assert_rejected(st_.array(), f"{name}: bin not representable in float32")
 
 
+@pytest.mark.parametrize("kind", KINDS2)
 @pytest.mark.parametrize("dt", list(DTYPES4))
-def test_crafted_chunk_table_sizes_rejected(dt):
-    _, st0 = _encoded_stream(DTYPES4[dt])
+def test_crafted_chunk_table_sizes_rejected(dt, kind):
+    _, st0 = _encoded_stream(DTYPES4[dt], kind == "direct")
     buf = st0.array()
     n = st0.nchunks
     for c in range(n):
@@ -820,11 +863,13 @@ def _edit_chunk(st_, c, fn):
     return st_.seal()
 
 
+@pytest.mark.parametrize("kind", KINDS2)
 @pytest.mark.parametrize("dt", list(DTYPES4))
-def test_crafted_chunk_mode_rejected(dt):
-    _, st0 = _encoded_stream(DTYPES4[dt])
+def test_crafted_chunk_mode_rejected(dt, kind):
+    _, st0 = _encoded_stream(DTYPES4[dt], kind == "direct")
     for c in range(st0.nchunks):
-        for mode in (MODE_RAW, MODE_CONSTANT, MODE_LOSSLESS, 4, 0x80, 0xFF):
+        other = MODE_ENCODED if kind == "direct" else MODE_DIRECT
+        for mode in (MODE_RAW, MODE_CONSTANT, MODE_LOSSLESS, other, 5, 0x80, 0xFF):
             st_ = _edit_chunk(Stream(st0.array()), c, lambda s, off, size, m=mode: s.u8(off, m))
             _rejected_everywhere(st_, f"{dt}: chunk {c} mode {mode}", chunks=[c])
 
@@ -866,11 +911,12 @@ def test_crafted_single_value_constant_is_raw_layout():
 # -- encoded chunks (version-2 layout: bitmap, then one code length per set bit) -------------
 
 
+@pytest.mark.parametrize("kind", KINDS2)
 @pytest.mark.parametrize("dt", list(DTYPES4))
-def test_crafted_code_lengths_rejected(dt):
+def test_crafted_code_lengths_rejected(dt, kind):
     """Every nonzero block's code length set to 0 (no longer matching its bitmap bit), out of
     range (32, 33, 200, 255) or to another legal value (the sizes no longer add up)."""
-    _, st0 = _encoded_stream(DTYPES4[dt])
+    _, st0 = _encoded_stream(DTYPES4[dt], kind == "direct")
     for c in range(st0.nchunks):
         lay = st0.encoded(c)
         for blk, pos in lay.len_pos.items():
@@ -880,15 +926,18 @@ def test_crafted_code_lengths_rejected(dt):
                 st_.u8(pos, new)
                 st_.seal()
                 _rejected_everywhere(
-                    st_, f"{dt}: chunk {c} block {blk} code length {old} -> {new}", chunks=[c]
+                    st_,
+                    f"{dt} {kind}: chunk {c} block {blk} code length {old} -> {new}",
+                    chunks=[c],
                 )
 
 
+@pytest.mark.parametrize("kind", KINDS2)
 @pytest.mark.parametrize("dt", list(DTYPES4))
-def test_crafted_bitmap_bits_rejected(dt):
+def test_crafted_bitmap_bits_rejected(dt, kind):
     """Flipping any block's bitmap bit (a nonzero block declared zero, or a zero block declared
     nonzero) shifts every later length and plane: refused. So are set padding bits."""
-    _, st0 = _encoded_stream(DTYPES4[dt])
+    _, st0 = _encoded_stream(DTYPES4[dt], kind == "direct")
     for c in range(st0.nchunks):
         lay = st0.encoded(c)
         for blk in range(lay.nblocks):
@@ -927,14 +976,16 @@ def test_crafted_bitmap_padding_across_bytes_rejected():
 
 
 def _outlier_layout(st_, c):
-    """(offset of n_outliers, n_outliers, offset of the index array, m) of encoded chunk c."""
+    """(offset of n_outliers, n_outliers, offset of the index array, m) of encoded or direct
+    chunk c."""
     lay = st_.encoded(c)
-    return lay.off + 5, lay.n_out, lay.outliers, lay.m
+    return lay.n_out_at, lay.n_out, lay.outliers, lay.m
 
 
+@pytest.mark.parametrize("kind", KINDS2)
 @pytest.mark.parametrize("dt", list(DTYPES4))
-def test_crafted_outlier_fields_rejected(dt):
-    _, st0 = _encoded_stream(DTYPES4[dt])
+def test_crafted_outlier_fields_rejected(dt, kind):
+    _, st0 = _encoded_stream(DTYPES4[dt], kind == "direct")
     # chunk 0 holds the outliers at 5, 10 and 11
     at_n, n_out, at_idx, m = _outlier_layout(st0, 0)
     assert n_out >= 3, n_out
@@ -957,30 +1008,170 @@ def test_crafted_outlier_fields_rejected(dt):
         st_ = Stream(st0.array())
         fn(st_)
         st_.seal()
-        _rejected_everywhere(st_, f"{dt} outliers: {what}", chunks=[0])
+        _rejected_everywhere(st_, f"{dt} {kind} outliers: {what}", chunks=[0])
 
 
+@pytest.mark.parametrize("kind", KINDS2)
 @pytest.mark.parametrize("dt", list(DTYPES4))
-def test_crafted_encoded_as_raw_rejected(dt):
-    """An encoded chunk relabelled raw has the wrong size for a raw chunk."""
-    _, st0 = _encoded_stream(DTYPES4[dt])
+def test_crafted_encoded_as_raw_rejected(dt, kind):
+    """An encoded or direct chunk relabelled raw has the wrong size for a raw chunk."""
+    _, st0 = _encoded_stream(DTYPES4[dt], kind == "direct")
     st_ = _edit_chunk(Stream(st0.array()), 0, lambda s, off, size: s.u8(off, MODE_RAW))
-    _rejected_everywhere(st_, f"{dt}: encoded chunk relabelled raw", chunks=[0])
+    _rejected_everywhere(st_, f"{dt}: {kind} chunk relabelled raw", chunks=[0])
 
 
+@pytest.mark.parametrize("kind", KINDS2)
 @pytest.mark.parametrize("codec", [0, 1])
-def test_crafted_lossless_stream_with_encoded_chunk_rejected(codec):
+def test_crafted_lossless_stream_with_encoded_chunk_rejected(codec, kind):
     """Setting bin (and eb) to 0 on a lossy stream: encoded chunks cannot be decoded, whatever
     the lossless codec field says."""
     if codec == 1 and not HAVE_ZSTD:
         pytest.skip("no zstd: codec-1 streams are refused before any chunk")
-    _, st0 = _encoded_stream()
+    _, st0 = _encoded_stream(direct=kind == "direct")
     st_ = Stream(st0.array())
     st_.f64(16, 0.0)
     st_.f64(24, 0.0)
     st_.u32(36, codec)
     st_.seal()
-    _rejected_everywhere(st_, f"bin 0 with encoded chunks (codec {codec})")
+    _rejected_everywhere(st_, f"bin 0 with {kind} chunks (codec {codec})")
+
+
+_TORCH_OF_CODE = {1: torch.float32, 2: torch.float64, 3: torch.float16, 4: torch.bfloat16}
+_COMPUTE_OF_CODE = {1: np.float32, 2: np.float64, 3: np.float32, 4: np.float32}
+
+
+def _format_values(st_: Stream, c: int) -> torch.Tensor:
+    """Encoded or direct chunk c decoded the way fzlight_format.h says, independently of the
+    library: x' = S(C(q) * C(bin)) (C the compute type, S the storage type), outliers patched."""
+    lay = st_.encoded(c)
+    ctype = _COMPUTE_OF_CODE[st_.dtype_code]
+    prod = st_.codes(c).astype(ctype) * ctype(st_.bin)
+    out = torch.from_numpy(np.asarray(prod)).to(_TORCH_OF_CODE[st_.dtype_code])
+    elem = st_.elem
+    raw = out.view(torch.int16 if elem == 2 else torch.int32 if elem == 4 else torch.int64)
+    for k in range(lay.n_out):
+        i = st_.u16(lay.outliers + 2 * k)
+        at = lay.outliers + 2 * lay.n_out + k * elem
+        raw[i] = int.from_bytes(st_.b[at : at + elem], "little", signed=True)
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS2)
+@pytest.mark.parametrize("dt", list(DTYPES4))
+def test_encoded_and_direct_chunks_decode_as_the_format_says(dt, kind):
+    """The decoder's values are the format's: codes from the planes (prefix sums from q_start in
+    an encoded chunk, the codes themselves in a direct one) times bin, outliers patched."""
+    x, st_ = _encoded_stream(DTYPES4[dt], kind == "direct")
+    got = zccl_torch.decompress(st_.tensor()).reshape(-1)
+    for c in range(st_.nchunks):
+        want = _format_values(st_, c)
+        assert_bitwise_equal(want, got[c * 128 : c * 128 + want.numel()], f"{dt} {kind} chunk {c}")
+    assert_within_bound(x, got, zccl_torch.stream_info(st_.tensor()).error_bound, f"{dt} {kind}")
+
+
+def _chunk_bytes_as(codes: np.ndarray, outlier: np.ndarray, elem: int, direct: bool) -> int:
+    """Bytes of a chunk of these codes coded as an encoded (Lorenzo) or a direct chunk: the
+    size the encoder compares (fzlight_format.h), from codes read off the stream."""
+    m = codes.size
+    nblocks = -(-m // 32)
+    if direct:
+        q = np.where(outlier, 0, codes).astype(np.int64)
+        q = np.concatenate([q, np.zeros(32 * nblocks - m, dtype=np.int64)])
+        mags = np.abs(q).reshape(nblocks, 32)
+    else:  # effective codes: an outlier repeats the previous one (0 before the first value)
+        e = np.empty(m, dtype=np.int64)
+        prev = 0
+        for i in range(m):
+            prev = prev if outlier[i] else int(codes[i])
+            e[i] = prev
+        e = np.concatenate([e, np.full(32 * nblocks - m, e[-1], dtype=np.int64)])
+        mags = np.abs(np.diff(np.concatenate([[e[0]], e]))).reshape(nblocks, 32)
+    lens = [int(blk.max()).bit_length() for blk in mags]
+    fixed = 5 if direct else 9
+    n_out = int(outlier.sum())
+    return fixed + -(-nblocks // 8) + sum(1 + 4 * (n + 1) for n in lens if n) + n_out * (2 + elem)
+
+
+def _assert_predictor_rule(st_: Stream, what: str) -> set:
+    """Every lossy chunk of the stream follows the format's rule, sizes computed from the codes it
+    holds: direct exactly when that is smaller than encoded by more than q_start's 4 bytes.
+    Returns the lossy kinds seen."""
+    seen = set()
+    for c, kind in enumerate(st_.kinds()):
+        if kind not in KINDS2:
+            continue
+        lay = st_.encoded(c)
+        codes = st_.codes(c)
+        outlier = np.zeros(lay.m, dtype=bool)
+        for k in range(lay.n_out):
+            outlier[st_.u16(lay.outliers + 2 * k)] = True
+        mine = _chunk_bytes_as(codes, outlier, st_.elem, kind == "direct")
+        other = _chunk_bytes_as(codes, outlier, st_.elem, kind != "direct")
+        assert mine == lay.size, (what, c, kind, mine, lay.size)
+        direct, encoded = (mine, other) if kind == "direct" else (other, mine)
+        assert (direct + 4 < encoded) == (kind == "direct"), (what, c, kind, direct, encoded)
+        seen.add(kind)
+    return seen
+
+
+_LOSSY = [n for n in {**SMALL, **BIG} if n not in ("empty", "single")]
+
+
+@pytest.mark.parametrize("name", _LOSSY)
+def test_encoder_follows_the_predictor_rule(name):
+    """The rule of fzlight_format.h, which the GPU encoder must follow byte for byte."""
+    _, buf, _ = valid(name)
+    st_ = Stream(buf)
+    seen = _assert_predictor_rule(st_, name)
+    if name in ("small_direct", "big_f64_mixed"):  # both kinds, so the rule is tested both ways
+        assert seen == set(KINDS2), (name, st_.kinds())
+
+
+def test_predictor_choice_independent_of_order_and_threads():
+    """Chunks alternate smooth / noise: an encoder thread codes a chunk first the way its
+    previous chunk went (fzlight.cpp, encode_chunk), so that guess is wrong at every switch and
+    differs with the thread count. The stream is the same bytes for 1, 2 and 3 threads, every
+    chunk follows the format's rule, and decodes to the format's values."""
+    g = torch.Generator().manual_seed(41)
+    pattern = ["smooth", "noise", "noise", "smooth", "smooth", "noise", "smooth", "noise", "noise"]
+    smooth = 5 * torch.sin(torch.linspace(0, 3, 512, dtype=torch.float64))
+    x = torch.cat([smooth if p == "smooth" else torch.randn(512, generator=g) for p in pattern])
+    x = x.float()
+    x[600], x[1500] = float("nan"), 1e30  # outliers in a noise chunk and in a smooth one
+    streams = [zccl_torch.compress(x, 1e-3, chunk_size=512, threads=t) for t in (1, 2, 3)]
+    for t, s in zip((2, 3), streams[1:], strict=True):
+        assert torch.equal(s, streams[0]), f"{t} threads wrote other bytes than 1"
+    st_ = Stream(streams[0])
+    assert st_.kinds() == ["encoded" if p == "smooth" else "direct" for p in pattern]
+    _assert_predictor_rule(st_, "alternating")
+    got = zccl_torch.decompress(streams[0])
+    for c in range(st_.nchunks):
+        assert_bitwise_equal(_format_values(st_, c), got[512 * c : 512 * (c + 1)], f"chunk {c}")
+    assert_within_bound(x, got, 1e-3, "alternating")
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_direct_chunks_in_older_versions_rejected(version):
+    """Mode 4 is version 3's: relabelled version 1 or 2 (header CRC re-sealed), a stream with
+    direct chunks is refused."""
+    for dtype in DTYPES4.values():
+        _, st0 = _encoded_stream(dtype, direct=True)
+        st_ = Stream(st0.array())
+        st_.u8(4, version)
+        st_.seal(chunks=False, total=False)
+        _rejected_everywhere(st_, f"{dtype}: direct chunks in a version-{version} stream")
+
+
+@pytest.mark.parametrize("dt", list(DTYPES4))
+def test_encoded_and_direct_relabelled_rejected(dt):
+    """An encoded chunk labelled direct, or a direct one labelled encoded: the fixed fields
+    differ by q_start's 4 bytes, so the sizes inside the chunk no longer add up."""
+    for direct in (False, True):
+        _, st0 = _encoded_stream(DTYPES4[dt], direct)
+        new = MODE_ENCODED if direct else MODE_DIRECT
+        for c in range(st0.nchunks):
+            st_ = _edit_chunk(Stream(st0.array()), c, lambda s, off, size, new=new: s.u8(off, new))
+            _rejected_everywhere(st_, f"{dt}: chunk {c} relabelled mode {new}", chunks=[c])
 
 
 # -- constant chunks and repeats -------------------------------------------------------------
@@ -1022,13 +1213,14 @@ def test_crafted_repeat_as_first_chunk_rejected():
     ],
 )
 def test_crafted_repeat_after_non_constant_rejected(name, chunk):
-    """A repeat entry after an encoded, raw or lossless chunk (CRC: the 1 + elem bytes that end
-    where it starts, as for a genuine repeat) is refused by parse(), so by every entry point."""
+    """A repeat entry after an encoded, direct, raw or lossless chunk (CRC: the 1 + elem bytes
+    that end where it starts, as for a genuine repeat) is refused by parse(), so by every entry
+    point."""
     _, buf, _ = valid(name)
     st0 = Stream(buf)
     if st0.kind(chunk - 1) == "lossless" and not HAVE_ZSTD:
         pytest.skip("no zstd")
-    assert st0.kind(chunk - 1) in ("encoded", "raw", "lossless"), st0.kinds()
+    assert st0.kind(chunk - 1) in ("encoded", "direct", "raw", "lossless"), st0.kinds()
     st_ = st0.replace_chunk(chunk, None)
     _rejected_everywhere(st_, f"{name}: chunk {chunk} a repeat after a {st0.kind(chunk - 1)} chunk")
     with pytest.raises(CorruptStreamError):

@@ -45,7 +45,7 @@ ProgressCallback = Callable[[int, int], None]
 class StreamInfo:
     """Header of a compressed stream, as :func:`stream_info` reads it.
 
-    ``version`` is the stream format version (1 or 2); ``lossless_codec`` is ``"zstd"`` for a
+    ``version`` is the stream format version (1, 2 or 3); ``lossless_codec`` is ``"zstd"`` for a
     stream made with ``mode="lossless"`` by a build with zstd, else ``"none"``.
     """
 

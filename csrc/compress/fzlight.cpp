@@ -120,12 +120,24 @@ struct Scratch {
   std::vector<S> outlier_value;
   std::vector<uint8_t> planes;   // encoded blocks' planes when they cannot go in place
   std::vector<uint8_t> lengths;  // code lengths of the nonzero blocks
+  // encode_both: the chunk's codes as an encoded chunk (Lorenzo, effective codes) and as a
+  // direct chunk codes them, and each block's code length either way.
+  std::vector<int32_t> lorenzo_codes, direct_codes;
+  std::vector<uint8_t> lorenzo_lengths, direct_lengths;
+  int32_t q_start = 0;
+  // Which predictor this thread's last lossy chunk took: the next one is coded first the way
+  // that suggests (encode_chunk). Only speed depends on it, never the bytes.
+  bool guess_direct = false;
   LosslessScratch lossless;
   uint32_t chunk_len;
   bool zstd;
   explicit Scratch(uint32_t chunk_len_, bool zstd_)
       : planes(raw_chunk_bytes(chunk_len_, sizeof(S))),
         lengths(chunk_len_ / kBlockLen + 1),
+        lorenzo_codes(static_cast<size_t>(chunk_len_ / kBlockLen + 1) * kBlockLen),
+        direct_codes(lorenzo_codes.size()),
+        lorenzo_lengths(chunk_len_ / kBlockLen + 1),
+        direct_lengths(chunk_len_ / kBlockLen + 1),
         lossless(chunk_len_, sizeof(S), zstd_), chunk_len(chunk_len_), zstd(zstd_) {
     outlier_index.reserve(chunk_len);
     outlier_value.reserve(chunk_len);
@@ -278,64 +290,232 @@ size_t write_constant(const S& v, uint8_t* dst) {
   return 1 + sizeof(S);
 }
 
-// Quantise + Lorenzo + bit planes (version-2 layout); raw when that would not be smaller.
+// An encoded (mode 0) or direct (mode 4) chunk from the codes and code lengths encode_both
+// kept: fixed fields, bitmap, lengths, planes, outliers. `total` is its size, already known.
+template <class S>
+size_t write_from_codes(bool direct, uint32_t nblocks, uint8_t* dst, size_t total,
+                        uint32_t nonzero, const Scratch<S>& s) {
+  const uint32_t bm_bytes = fmt::bitmap_bytes(nblocks);
+  const size_t n_out = s.outlier_index.size();
+  const std::vector<int32_t>& codes = direct ? s.direct_codes : s.lorenzo_codes;
+  const std::vector<uint8_t>& lens = direct ? s.direct_lengths : s.lorenzo_lengths;
+  dst[0] = direct ? fmt::kChunkDirect : fmt::kChunkEncoded;
+  uint8_t* bitmap = dst + 1;
+  if (!direct) {
+    fmt::store<int32_t>(dst + 1, s.q_start);
+    bitmap += 4;
+  }
+  fmt::store<uint32_t>(bitmap, static_cast<uint32_t>(n_out));
+  bitmap += 4;
+  std::memset(bitmap, 0, bm_bytes);
+  uint8_t* lengths = bitmap + bm_bytes;
+  uint8_t* at = lengths + nonzero;
+  for (uint32_t b = 0; b < nblocks; ++b) {
+    const int len = lens[b];
+    if (len == 0) continue;
+    bitmap[b / 8] = static_cast<uint8_t>(bitmap[b / 8] | (1u << (b % 8)));
+    *lengths++ = static_cast<uint8_t>(len);
+    // The packers write exactly the block's 4 * (len + 1) bytes, and the chunk's size was
+    // computed from these lengths: nothing is written past it.
+    const int32_t* q = codes.data() + static_cast<size_t>(b) * kBlockLen;
+    if (direct) {
+      block::pack<false>(q, 0, at);
+    } else {
+      block::pack(q, b == 0 ? s.q_start : q[-1], at);
+    }
+    at += 4u * static_cast<size_t>(len + 1);
+  }
+  if (n_out > 0) {  // memcpy from an empty vector's null data() is undefined even for 0 bytes
+    std::memcpy(at, s.outlier_index.data(), n_out * 2);
+    std::memcpy(at + n_out * 2, s.outlier_value.data(), n_out * sizeof(S));
+  }
+  return total;
+}
+
+// Quantises block b of a chunk into q (32 codes) and records its outliers; returns the mask of
+// the lanes stored exactly (outliers; padding lanes past m are never in it). `xb` points to the
+// block's values, or to `padded` for a partial last block.
 template <class K>
-size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename K::C>& qz,
-                    uint8_t* dst, Scratch<typename K::S>& s) {
+uint32_t quantize_block(const typename K::S* x, uint32_t m, uint32_t b,
+                        const Quantizer<typename K::C>& qz, int32_t* q, typename K::S* padded,
+                        const typename K::S*& xb, Scratch<typename K::S>& s) {
+  using S = typename K::S;
+  const uint32_t base = b * kBlockLen;
+  const uint32_t n = std::min(kBlockLen, m - base);
+  xb = x + base;
+  if (n < kBlockLen) {  // partial last block: pad (the padding lanes are set by the callers)
+    std::fill(padded, padded + kBlockLen, S(0));
+    std::copy(xb, xb + n, padded);
+    xb = padded;
+  }
+  uint32_t bad = block::quantize<K>(xb, qz, q);
+  if (n < kBlockLen) bad &= (1u << n) - 1u;
+  for (uint32_t rest = bad; rest != 0; rest &= rest - 1) {
+    const uint32_t i = static_cast<uint32_t>(__builtin_ctz(rest));
+    s.outlier_index.push_back(static_cast<uint16_t>(base + i));
+    s.outlier_value.push_back(xb[i]);
+  }
+  return bad;
+}
+
+// Encoded chunks: outliers take the prediction (the previous effective code, `prev` before
+// lane 0: delta 0) and are patched with their exact value on decode; padding lanes repeat the
+// last code. Returns the block's last effective code.
+inline int32_t lorenzo_codes(int32_t* q, uint32_t bad, uint32_t n, int32_t prev) {
+  for (uint32_t rest = bad; rest != 0; rest &= rest - 1) {
+    const int i = __builtin_ctz(rest);
+    q[i] = i == 0 ? prev : q[i - 1];
+  }
+  for (uint32_t i = n; i < kBlockLen; ++i) q[i] = q[n - 1];
+  return q[kBlockLen - 1];
+}
+
+// Direct chunks: outliers and padding lanes code 0.
+inline void direct_codes(int32_t* q, uint32_t bad, uint32_t n) {
+  for (uint32_t rest = bad; rest != 0; rest &= rest - 1) q[__builtin_ctz(rest)] = 0;
+  for (uint32_t i = n; i < kBlockLen; ++i) q[i] = 0;
+}
+
+// The format's rule (fzlight_format.h): a chunk is direct when its code-length bytes and planes
+// are fewer than the encoded chunk's, i.e. when it is smaller by more than the 4 bytes of
+// q_start it does without. Quiet smooth data, whose two forms often have the same planes, then
+// stays encoded instead of flipping between the two; that keeps a thread's guess (encode_chunk)
+// right, which was worth 10-15 % of compression time on the wavefield, for 0.6 % of ratio.
+inline bool direct_wins(size_t direct_bytes, size_t encoded_bytes) {
+  return direct_bytes + (fmt::kEncodedChunkFixedBytes - fmt::kDirectChunkFixedBytes) < encoded_bytes;
+}
+
+// The chunk quantised once into both kinds of codes (kept in s), sized both ways, and written
+// as the smaller (encoded on a tie), or raw when that is larger than raw.
+template <class K>
+size_t encode_both(const typename K::S* x, uint32_t m, const Quantizer<typename K::C>& qz,
+                   uint8_t* dst, Scratch<typename K::S>& s) {
+  using S = typename K::S;
+  const size_t raw_bytes = raw_chunk_bytes(m, sizeof(S));
+  const uint32_t nblocks = (m + kBlockLen - 1) / kBlockLen;
+  s.outlier_index.clear();
+  s.outlier_value.clear();
+  size_t sizes[2] = {0, 0};  // planes and length bytes: [0] encoded, [1] direct
+  uint32_t nonzero[2] = {0, 0};
+  alignas(32) S padded[kBlockLen];
+  int32_t prev = 0;
+  for (uint32_t b = 0; b < nblocks; ++b) {
+    const uint32_t base = b * kBlockLen;
+    const uint32_t n = std::min(kBlockLen, m - base);
+    const S* xb;
+    int32_t* q = s.lorenzo_codes.data() + base;
+    int32_t* d = s.direct_codes.data() + base;
+    const uint32_t bad = quantize_block<K>(x, m, b, qz, q, padded, xb, s);
+    std::memcpy(d, q, kBlockLen * sizeof(int32_t));
+    direct_codes(d, bad, n);
+    if (b == 0) s.q_start = prev = (bad & 1u) ? 0 : q[0];
+    const int32_t last = lorenzo_codes(q, bad, n, prev);
+    const int lens[2] = {block::code_length(q, prev), block::code_length<false>(d, 0)};
+    prev = last;
+    s.lorenzo_lengths[b] = static_cast<uint8_t>(lens[0]);
+    s.direct_lengths[b] = static_cast<uint8_t>(lens[1]);
+    for (int k = 0; k < 2; ++k) {
+      if (lens[k] == 0) continue;
+      ++nonzero[k];
+      sizes[k] += 1 + 4u * static_cast<size_t>(lens[k] + 1);
+    }
+  }
+  const size_t outlier_bytes = s.outlier_index.size() * (2 + sizeof(S));
+  const size_t bm_bytes = fmt::bitmap_bytes(nblocks);
+  const size_t encoded = fmt::kEncodedChunkFixedBytes + bm_bytes + sizes[0] + outlier_bytes;
+  const size_t direct = fmt::kDirectChunkFixedBytes + bm_bytes + sizes[1] + outlier_bytes;
+  const bool take_direct = direct_wins(direct, encoded);
+  const size_t total = take_direct ? direct : encoded;
+  if (total > raw_bytes) return write_raw(x, m, dst);
+  s.guess_direct = take_direct;
+  return write_from_codes(take_direct, nblocks, dst, total, nonzero[take_direct ? 1 : 0], s);
+}
+
+// encode_lorenzo_first's answer when the direct chunk may be the smaller: encode_both decides.
+inline constexpr size_t kUndecided = ~size_t{0};
+
+// Bit length of |a| | |b|.
+inline int bit_length_of(int32_t a, int32_t b) {
+  const uint32_t m = (a < 0 ? 0u - static_cast<uint32_t>(a) : static_cast<uint32_t>(a)) |
+                     (b < 0 ? 0u - static_cast<uint32_t>(b) : static_cast<uint32_t>(b));
+  return m == 0 ? 0 : 32 - __builtin_clz(m);
+}
+
+// The encoded chunk packed as the chunk is quantised, in one pass (smooth data, where it is the
+// usual choice). On the side it bounds the direct chunk's size from below, from two lanes of
+// each block (the exact size costs a tenth of the encoder's time on smooth data, where the bound
+// alone settles nearly every chunk). Returns the encoded chunk, or raw when the direct one
+// cannot be smaller and the encoded one is larger than raw, else kUndecided.
+template <class K>
+size_t encode_lorenzo_first(const typename K::S* x, uint32_t m, const Quantizer<typename K::C>& qz,
+                            uint8_t* dst, Scratch<typename K::S>& s) {
   using S = typename K::S;
   const size_t raw_bytes = raw_chunk_bytes(m, sizeof(S));
   const uint32_t nblocks = (m + kBlockLen - 1) / kBlockLen;
   const uint32_t bm_bytes = fmt::bitmap_bytes(nblocks);
   const size_t fixed = fmt::kEncodedChunkFixedBytes + bm_bytes;
-  if (fixed >= raw_bytes) return write_raw(x, m, dst);
-  const size_t room = raw_bytes - fixed;  // for lengths, planes and outliers
-
+  const size_t direct_fixed = fmt::kDirectChunkFixedBytes + bm_bytes;
+  // Packed in place while it can still beat raw; once it cannot, only the direct chunk may.
+  bool encoded_fits = fixed < raw_bytes;
+  const size_t room = encoded_fits ? raw_bytes - fixed : 0;  // for lengths, planes, outliers
   uint8_t* bitmap = dst + fmt::kEncodedChunkFixedBytes;
-  std::memset(bitmap, 0, bm_bytes);
+  if (encoded_fits) std::memset(bitmap, 0, bm_bytes);
   s.outlier_index.clear();
   s.outlier_value.clear();
   size_t planes = 0;
   uint32_t nonzero = 0;
+  size_t direct_sizes = 0;  // planes and length bytes of the direct chunk, or a lower bound
   // Planes go straight to the destination, after room for every block's length byte (on busy
   // data every block is nonzero, and nothing moves later); if that provisional spot would run
   // past the chunk's raw size, they continue in the scratch buffer instead.
   uint8_t* provisional = dst + fixed + nblocks;
   bool spilled = fixed + nblocks > raw_bytes;
   alignas(32) int32_t q[kBlockLen];
+  alignas(32) int32_t d[kBlockLen];
   alignas(32) S padded[kBlockLen];
   uint8_t words[4 * kBlockLen];  // a block's planes where they cannot go straight to dst
   int32_t prev = 0;
+  bool in_place = false;
   for (uint32_t b = 0; b < nblocks; ++b) {
-    const uint32_t base = b * kBlockLen;
-    const uint32_t n = std::min(kBlockLen, m - base);
-    const S* xb = x + base;
-    if (n < kBlockLen) {  // partial last block: pad, and later repeat the last code (delta 0)
-      std::fill(padded, padded + kBlockLen, S(0));
-      std::copy(xb, xb + n, padded);
-      xb = padded;
+    const uint32_t n = std::min(kBlockLen, m - b * kBlockLen);
+    const S* xb;
+    const uint32_t bad = quantize_block<K>(x, m, b, qz, q, padded, xb, s);
+    // The block's direct code length, or a lower bound of it: two lanes' bit length, made
+    // exact only where it is below the block's encoded length (then the block may favour the
+    // direct chunk; on smooth data away from zero it rarely is). `plain`: q holds the direct
+    // codes as they stand, before and after lorenzo_codes.
+    const bool plain = bad == 0 && n == kBlockLen;
+    int direct_len;
+    if (plain) {
+      direct_len = bit_length_of(q[0], q[kBlockLen - 1]);
+    } else {
+      std::memcpy(d, q, sizeof(q));
+      direct_codes(d, bad, n);
+      direct_len = block::code_length<false>(d, 0);
     }
-    uint32_t bad = block::quantize<K>(xb, qz, q);
-    if (n < kBlockLen) bad &= (1u << n) - 1u;
     if (b == 0) {
       prev = (bad & 1u) ? 0 : q[0];
-      fmt::store<int32_t>(dst + 1, prev);
+      if (encoded_fits) fmt::store<int32_t>(dst + 1, prev);
     }
-    // Outliers take the prediction (delta 0) and are patched with their exact value on decode.
-    for (uint32_t rest = bad; rest != 0; rest &= rest - 1) {
-      const int i = __builtin_ctz(rest);
-      q[i] = i == 0 ? prev : q[i - 1];
-      s.outlier_index.push_back(static_cast<uint16_t>(base + static_cast<uint32_t>(i)));
-      s.outlier_value.push_back(xb[i]);
+    const int32_t last = lorenzo_codes(q, bad, n, prev);
+    int len = block::kLen;  // the encoded length, once packed (more than any direct length)
+    if (encoded_fits) {
+      // Straight into the provisional spot while a whole block's planes fit there (a copy per
+      // block, of a length known only at run time, is a library call).
+      in_place = !spilled && nblocks + planes + sizeof(words) <= room;
+      len = block::pack(q, prev, in_place ? provisional + planes : words);
     }
-    for (uint32_t i = n; i < kBlockLen; ++i) q[i] = q[n - 1];
-    // Straight into the provisional spot while a whole block's planes fit there (a copy per
-    // block, of a length known only at run time, is a library call).
-    const bool in_place = !spilled && nblocks + planes + sizeof(words) <= room;
-    const int len = block::pack(q, prev, in_place ? provisional + planes : words);
-    prev = q[kBlockLen - 1];
+    prev = last;
+    if (plain && direct_len < len) direct_len = block::code_length<false>(q, 0);
+    // Branch-free: on quiet data zero and nonzero blocks alternate unpredictably.
+    direct_sizes += static_cast<size_t>(direct_len != 0) * (5u + 4u * static_cast<size_t>(direct_len));
+    if (!encoded_fits) continue;
     if (len == 0) continue;  // a zero block: one clear bit, nothing else
     const size_t need = 4u * static_cast<size_t>(len + 1);
-    if (nonzero + 1 + planes + need > room) return write_raw(x, m, dst);
+    if (nonzero + 1 + planes + need > room) {  // larger than raw
+      encoded_fits = false;
+      continue;
+    }
     if (!spilled && nblocks + planes + need > room) {
       if (planes > 0) std::memcpy(s.planes.data(), provisional, planes);
       spilled = true;
@@ -346,7 +526,12 @@ size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename
     planes += need;
   }
   const size_t n_out = s.outlier_index.size();
-  const size_t total = fixed + nonzero + planes + n_out * (2 + sizeof(S));
+  const size_t outlier_bytes = n_out * (2 + sizeof(S));
+  const size_t direct_total = direct_fixed + direct_sizes + outlier_bytes;
+  const size_t total = fixed + nonzero + planes + outlier_bytes;
+  if (!encoded_fits || direct_wins(direct_total, total)) {  // the direct chunk may win
+    return direct_total > raw_bytes ? write_raw(x, m, dst) : kUndecided;
+  }
   if (total > raw_bytes) return write_raw(x, m, dst);
   dst[0] = fmt::kChunkEncoded;
   fmt::store<uint32_t>(dst + 5, static_cast<uint32_t>(n_out));
@@ -363,6 +548,28 @@ size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename
     std::memcpy(at + n_out * 2, s.outlier_value.data(), n_out * sizeof(S));
   }
   return total;
+}
+
+// Quantise, then bit planes of Lorenzo deltas (an encoded chunk) or of the codes themselves (a
+// direct chunk), whichever is smaller (encoded on a tie); raw when that is larger than raw.
+// Smooth data is nearly always encoded, noise (gradients) direct, and a thread's chunks mostly
+// go the way its previous one went: after an encoded chunk the next is packed as it is
+// quantised (one pass; a lower bound of the direct size is tracked on the side), after a direct
+// one it is quantised into both kinds of codes, sized, and the smaller packed (no second
+// quantisation). A wrong guess, or a bound that does not settle the chunk, costs one more pass
+// over it; the bytes never depend on the path.
+template <class K>
+size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename K::C>& qz,
+                    uint8_t* dst, Scratch<typename K::S>& s) {
+  const uint32_t nblocks = (m + kBlockLen - 1) / kBlockLen;
+  if (fmt::kDirectChunkFixedBytes + fmt::bitmap_bytes(nblocks) >= raw_chunk_bytes(m, sizeof(typename K::S))) {
+    return write_raw(x, m, dst);  // neither can be smaller than raw
+  }
+  if (!s.guess_direct) {
+    const size_t bytes = encode_lorenzo_first<K>(x, m, qz, dst, s);
+    if (bytes != kUndecided) return bytes;
+  }
+  return encode_both<K>(x, m, qz, dst, s);
 }
 
 // Lossless codec 1: byte planes + zstd; raw when that would not be smaller.
@@ -404,7 +611,8 @@ size_t code_chunk(const typename K::S* xc, uint32_t m, const ChunkCoding& how,
   return write_raw(xc, m, dst);
 }
 
-// Validates a version-1 or version-2 encoded chunk's structure against its size; returns the
+// Validates the structure of an encoded chunk (version-1 or version-2 layout) or of a direct
+// chunk (mode 4: the version-2 layout after a 5-byte fixed part) against its size; returns the
 // per-block code lengths through `lens_out` (nblocks entries) and the outlier section's start.
 struct EncodedLayout {
   const uint8_t* planes = nullptr;
@@ -415,9 +623,10 @@ struct EncodedLayout {
 EncodedLayout check_encoded(const uint8_t* src, size_t size, uint32_t m, size_t elem,
                             uint8_t version, uint8_t* lens_out, const std::string& where) {
   const uint32_t nblocks = (m + kBlockLen - 1) / kBlockLen;
+  const bool direct = src[0] == fmt::kChunkDirect;
   EncodedLayout lay;
-  lay.n_out = size >= fmt::kEncodedChunkFixedBytes ? fmt::load<uint32_t>(src + 5) : 0;
-  size_t header = fmt::kEncodedChunkFixedBytes;
+  size_t header = direct ? fmt::kDirectChunkFixedBytes : fmt::kEncodedChunkFixedBytes;
+  lay.n_out = size >= header ? fmt::load<uint32_t>(src + header - 4) : 0;
   if (version == fmt::kVersion1) {
     header += nblocks;
     if (size < header) corrupt(where + ": shorter than its header");
@@ -427,9 +636,9 @@ EncodedLayout check_encoded(const uint8_t* src, size_t size, uint32_t m, size_t 
     }
   } else {
     const uint32_t bm_bytes = fmt::bitmap_bytes(nblocks);
+    const uint8_t* bitmap = src + header;
     header += bm_bytes;
     if (size < header) corrupt(where + ": shorter than its header");
-    const uint8_t* bitmap = src + fmt::kEncodedChunkFixedBytes;
     uint32_t nonzero = 0;
     for (uint32_t i = 0; i < bm_bytes; ++i) nonzero += static_cast<uint32_t>(__builtin_popcount(bitmap[i]));
     if (nblocks % 8 != 0 && (bitmap[bm_bytes - 1] >> (nblocks % 8)) != 0) {
@@ -505,13 +714,14 @@ void decode_chunk(const uint8_t* src, size_t size, uint32_t m, const StreamTrait
     byte_planes_join(s.bytes.data(), m, sizeof(S), reinterpret_cast<uint8_t*>(out));
     return;
   }
-  if (mode != fmt::kChunkEncoded) corrupt(where + ": unknown chunk mode");
+  const bool direct = mode == fmt::kChunkDirect && st.version >= 3;  // mode 4 is version 3's
+  if (mode != fmt::kChunkEncoded && !direct) corrupt(where + ": unknown chunk mode");
   if (st.bin == 0.0) corrupt(where + ": encoded chunk in a lossless stream");
   uint8_t lens[kMaxChunkLen / kBlockLen];
   const EncodedLayout lay = check_encoded(src, size, m, sizeof(S), st.version, lens, where);
   const uint32_t nblocks = (m + kBlockLen - 1) / kBlockLen;
   const C bin = static_cast<C>(st.bin);
-  int32_t carry = fmt::load<int32_t>(src + 1);
+  int32_t carry = direct ? 0 : fmt::load<int32_t>(src + 1);
   const uint8_t* words = lay.planes;
   alignas(32) S tail[kBlockLen];
   for (uint32_t b = 0; b < nblocks; ++b) {
@@ -527,12 +737,13 @@ void decode_chunk(const uint8_t* src, size_t size, uint32_t m, const StreamTrait
         __builtin_prefetch(reinterpret_cast<const uint8_t*>(warm + base) + k, 0, 3);
       }
     }
-    if (n == kBlockLen) {
-      block::unpack<K>(words, len, carry, bin, out + base);
+    S* to = n == kBlockLen ? out + base : tail;
+    if (direct) {
+      block::unpack<K, false>(words, len, carry, bin, to);
     } else {
-      block::unpack<K>(words, len, carry, bin, tail);
-      std::copy(tail, tail + n, out + base);
+      block::unpack<K>(words, len, carry, bin, to);
     }
+    if (n < kBlockLen) std::copy(tail, tail + n, out + base);
     words += len == 0 ? 0 : 4u * (len + 1u);
   }
   const uint8_t* values = lay.outliers + 2 * static_cast<size_t>(lay.n_out);
@@ -740,7 +951,7 @@ Parsed parse(const uint8_t* src, size_t len) {
     corrupt("stream of " + std::to_string(len) + " bytes is shorter than the header");
   }
   if (std::memcmp(src, fmt::kMagic, 4) != 0) corrupt("bad magic (not a zccl fZ-light stream)");
-  if (src[4] != fmt::kVersion1 && src[4] != fmt::kVersion) {
+  if (src[4] != fmt::kVersion1 && src[4] != fmt::kVersion2 && src[4] != fmt::kVersion) {
     corrupt("unsupported format version " + std::to_string(src[4]));
   }
   Parsed p;

@@ -214,13 +214,18 @@ inline uint32_t quantize_scalar(const typename K::S* x, const Quantizer<typename
 // alignment: the packers write straight into a stream.
 inline void store_word(uint8_t* words, int j, uint32_t w) { std::memcpy(words + 4 * j, &w, 4); }
 
-// Lorenzo deltas against `prev`, then sign plane + L magnitude planes into words (at most
-// 4 * 32 bytes, only the 4 * (L + 1) of the block written). Returns L.
+// The packers and unpackers take the predictor as a template argument: kLorenzo (the default)
+// codes Lorenzo deltas against the previous code (`prev` / `carry` before lane 0), false codes
+// the codes themselves (a direct chunk, fzlight_format.h; `prev` and `carry` are then unused).
+
+// Lorenzo deltas against `prev` (or, !kLorenzo, the codes), then sign plane + L magnitude planes
+// into words (at most 4 * 32 bytes, only the 4 * (L + 1) of the block written). Returns L.
+template <bool kLorenzo = true>
 inline int pack_scalar(const int32_t* q, int32_t prev, uint8_t* words) {
   uint32_t mags[kLen];
   uint32_t sign = 0, all = 0;
   for (int i = 0; i < kLen; ++i) {
-    const int32_t d = q[i] - (i == 0 ? prev : q[i - 1]);
+    const int32_t d = kLorenzo ? q[i] - (i == 0 ? prev : q[i - 1]) : q[i];
     const uint32_t neg = d < 0;
     sign |= neg << i;
     mags[i] = neg ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
@@ -238,13 +243,14 @@ inline int pack_scalar(const int32_t* q, int32_t prev, uint8_t* words) {
 }
 
 // Inverse of pack: reads the sign + len planes at `src` and prefix-sums the deltas from `carry`,
-// handing each lane's code to sink(i, code); carry becomes the last code. Integer arithmetic
-// wraps (uint32) so a hostile stream cannot cause undefined behaviour.
-template <class Sink>
+// handing each lane's code to sink(i, code); carry becomes the last code (!kLorenzo: the signed
+// magnitudes are the codes; carry is left alone). Integer arithmetic wraps (uint32) so a hostile
+// stream cannot cause undefined behaviour.
+template <bool kLorenzo = true, class Sink>
 inline void unpack_codes_scalar_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
   uint32_t acc = static_cast<uint32_t>(carry);
   if (len == 0) {
-    for (int i = 0; i < kLen; ++i) sink(i, carry);
+    for (int i = 0; i < kLen; ++i) sink(i, kLorenzo ? carry : 0);
     return;
   }
   uint32_t words[33];
@@ -252,25 +258,39 @@ inline void unpack_codes_scalar_with(const uint8_t* src, int len, int32_t& carry
   for (int i = 0; i < kLen; ++i) {
     uint32_t mag = 0;
     for (int j = 0; j < len; ++j) mag |= ((words[1 + j] >> i) & 1u) << j;
-    acc += ((words[0] >> i) & 1u) ? 0u - mag : mag;
+    const uint32_t d = ((words[0] >> i) & 1u) ? 0u - mag : mag;
+    acc = kLorenzo ? acc + d : d;
     sink(i, static_cast<int32_t>(acc));
   }
-  carry = static_cast<int32_t>(acc);
+  if (kLorenzo) carry = static_cast<int32_t>(acc);
 }
 
 // Reconstructs the values of a packed block: out[i] = S(C(code) * bin).
-template <class K>
+template <class K, bool kLorenzo = true>
 inline void unpack_scalar(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
                           typename K::S* out) {
   using C = typename K::C;
-  unpack_codes_scalar_with(src, len, carry, [&](int i, int32_t code) {
+  unpack_codes_scalar_with<kLorenzo>(src, len, carry, [&](int i, int32_t code) {
     out[i] = K::narrow(static_cast<C>(code) * bin);
   });
 }
 
 // The codes of a packed block, as integers (the integer-domain reductions, fzcodes.h).
+template <bool kLorenzo = true>
 inline void unpack_codes_scalar(const uint8_t* src, int len, int32_t& carry, int32_t* q) {
-  unpack_codes_scalar_with(src, len, carry, [q](int i, int32_t code) { q[i] = code; });
+  unpack_codes_scalar_with<kLorenzo>(src, len, carry, [q](int i, int32_t code) { q[i] = code; });
+}
+
+// The code length L that pack<kLorenzo>(q, prev, ...) returns, without writing any plane: the
+// encoder sizes a chunk both ways before it packs one (SIMD versions below).
+template <bool kLorenzo = true>
+inline int code_length_scalar(const int32_t* q, int32_t prev) {
+  uint32_t all = 0;
+  for (int i = 0; i < kLen; ++i) {
+    const int32_t d = kLorenzo ? q[i] - (i == 0 ? prev : q[i - 1]) : q[i];
+    all |= d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
+  }
+  return all == 0 ? 0 : 32 - __builtin_clz(all);
 }
 
 #if defined(__AVX2__)
@@ -604,13 +624,37 @@ inline uint32_t or_of_lanes(__m256i v) {
   return static_cast<uint32_t>(_mm_cvtsi128_si32(r));
 }
 
+// code_length_scalar, eight lanes at a time (the previous code of lane 8k: lane 8k - 1's).
+template <bool kLorenzo = true>
+inline int code_length(const int32_t* q, int32_t prev) {
+  __m256i all = _mm256_setzero_si256();
+  for (int k = 0; k < 4; ++k) {
+    const __m256i cur = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * k));
+    __m256i d = cur;
+    if constexpr (kLorenzo) {
+      const __m256i before =
+          k == 0 ? _mm256_blend_epi32(
+                       _mm256_permutevar8x32_epi32(cur, _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6)),
+                       _mm256_set1_epi32(prev), 0x01)
+                 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * k - 1));
+      d = _mm256_sub_epi32(cur, before);
+    }
+    all = _mm256_or_si256(all, _mm256_abs_epi32(d));
+  }
+  const uint32_t any = or_of_lanes(all);
+  return any == 0 ? 0 : 32 - __builtin_clz(any);
+}
+
 #if defined(__AVX512F__)
 // pack() on codes in registers: lanes 0-15 in lo, 16-31 in hi.
+template <bool kLorenzo = true>
 ZCCL_AVX512_INLINE int pack16x2(__m512i lo, __m512i hi, int32_t prev, uint8_t* words) {
   // Previous code of each lane: the codes shifted up by one lane across the 32, prev in lane 0.
-  const __m512i dlo = _mm512_sub_epi32(
-      lo, _mm512_maskz_alignr_epi32(0xFFFF, lo, _mm512_set1_epi32(prev), 15));
-  const __m512i dhi = _mm512_sub_epi32(hi, _mm512_maskz_alignr_epi32(0xFFFF, hi, lo, 15));
+  __m512i dlo = lo, dhi = hi;
+  if constexpr (kLorenzo) {
+    dlo = _mm512_sub_epi32(lo, _mm512_maskz_alignr_epi32(0xFFFF, lo, _mm512_set1_epi32(prev), 15));
+    dhi = _mm512_sub_epi32(hi, _mm512_maskz_alignr_epi32(0xFFFF, hi, lo, 15));
+  }
   const __m512i zero = _mm512_setzero_si512();
   const uint32_t sign = _cvtmask16_u32(_mm512_cmplt_epi32_mask(dlo, zero)) |
                         _cvtmask16_u32(_mm512_cmplt_epi32_mask(dhi, zero)) << 16;
@@ -637,15 +681,18 @@ ZCCL_AVX512_INLINE int pack16x2(__m512i lo, __m512i hi, int32_t prev, uint8_t* w
 }
 
 // pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
+template <bool kLorenzo = true>
 ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
-  return pack16x2(join512(codes[0], codes[1]), join512(codes[2], codes[3]), prev, words);
+  return pack16x2<kLorenzo>(join512(codes[0], codes[1]), join512(codes[2], codes[3]), prev, words);
 }
 
+template <bool kLorenzo = true>
 ZCCL_AVX512_INLINE int pack(const int32_t* q, int32_t prev, uint8_t* words) {
-  return pack16x2(_mm512_loadu_si512(q), _mm512_loadu_si512(q + 16), prev, words);
+  return pack16x2<kLorenzo>(_mm512_loadu_si512(q), _mm512_loadu_si512(q + 16), prev, words);
 }
 #else
 // pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
+template <bool kLorenzo = true>
 inline int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
   // Previous code for each lane: the codes shifted up by one lane across the 32, prev in lane 0.
   const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
@@ -657,7 +704,7 @@ inline int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
     const __m256i cur = codes[k];
     const __m256i shifted =
         _mm256_blend_epi32(_mm256_permutevar8x32_epi32(cur, rotate), carry, 0x01);
-    const __m256i delta = _mm256_sub_epi32(cur, shifted);
+    const __m256i delta = kLorenzo ? _mm256_sub_epi32(cur, shifted) : cur;
     sign |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(delta))) << (8 * k);
     mag[k] = _mm256_abs_epi32(delta);
     all = _mm256_or_si256(all, mag[k]);
@@ -681,12 +728,13 @@ inline int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
   return len;
 }
 
+template <bool kLorenzo = true>
 inline int pack(const int32_t* q, int32_t prev, uint8_t* words) {
   __m256i codes[4];
   for (int k = 0; k < 4; ++k) {
     codes[k] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * k));
   }
-  return pack_regs(codes, prev, words);
+  return pack_regs<kLorenzo>(codes, prev, words);
 }
 #endif
 
@@ -731,11 +779,11 @@ inline void store_codes(__m256i codes, double bin, double* out) {
 
 #if defined(__AVX512F__)
 // The codes of a packed block, sixteen lanes at a time: sink16(h, codes of lanes 16h .. 16h+15).
-template <class Sink16>
+template <bool kLorenzo = true, class Sink16>
 ZCCL_AVX512_INLINE void unpack_codes16_with(const uint8_t* src, int len, int32_t& carry,
                                             Sink16&& sink16) {
   if (len == 0) {
-    const __m512i same = _mm512_set1_epi32(carry);
+    const __m512i same = _mm512_set1_epi32(kLorenzo ? carry : 0);
     sink16(0, same);
     sink16(1, same);
     return;
@@ -763,6 +811,11 @@ ZCCL_AVX512_INLINE void unpack_codes16_with(const uint8_t* src, int len, int32_t
   const __m512i zero512 = _mm512_setzero_si512();
   lo = _mm512_mask_sub_epi32(lo, _cvtu32_mask16(sign & 0xFFFFu), zero512, lo);
   hi = _mm512_mask_sub_epi32(hi, _cvtu32_mask16(sign >> 16), zero512, hi);
+  if constexpr (!kLorenzo) {  // a direct block: the signed magnitudes are the codes
+    sink16(0, lo);
+    sink16(1, hi);
+    return;
+  }
   // Prefix sums inside the block first, the carry added last: from block to block only
   // carry += total depends on the previous block (the 8-lane scans chained a cross-lane permute
   // per 8 lanes).
@@ -780,19 +833,19 @@ ZCCL_AVX512_INLINE void unpack_codes16_with(const uint8_t* src, int len, int32_t
 }
 
 // The same, eight lanes at a time: sink(k, codes of lanes 8k .. 8k+7).
-template <class Sink>
+template <bool kLorenzo = true, class Sink>
 ZCCL_AVX512_INLINE void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
-  unpack_codes16_with(src, len, carry, [&](int h, __m512i codes) {
+  unpack_codes16_with<kLorenzo>(src, len, carry, [&](int h, __m512i codes) {
     sink(2 * h, half256<0>(codes));
     sink(2 * h + 1, half256<1>(codes));
   });
 }
 #else
 // The codes of a packed block, eight lanes at a time: sink(k, codes of lanes 8k .. 8k+7).
-template <class Sink>
+template <bool kLorenzo = true, class Sink>
 inline void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&& sink) {
   if (len == 0) {
-    const __m256i same = _mm256_set1_epi32(carry);
+    const __m256i same = _mm256_set1_epi32(kLorenzo ? carry : 0);
     for (int k = 0; k < 4; ++k) sink(k, same);
     return;
   }
@@ -813,36 +866,41 @@ inline void unpack_codes_with(const uint8_t* src, int len, int32_t& carry, Sink&
         _mm256_setzero_si256(),
         _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(words[0])), idx), one));
     const __m256i delta = _mm256_sub_epi32(_mm256_xor_si256(mag, neg), neg);
+    if constexpr (!kLorenzo) {  // a direct block: the signed magnitudes are the codes
+      sink(k, delta);
+      continue;
+    }
     const __m256i codes = scan8(delta, acc);
     sink(k, codes);
     acc = _mm256_permutevar8x32_epi32(codes, _mm256_set1_epi32(7));
   }
-  carry = _mm256_cvtsi256_si32(acc);
+  if (kLorenzo) carry = _mm256_cvtsi256_si32(acc);
 }
 #endif
 
-template <class K>
+template <class K, bool kLorenzo = true>
 ZCCL_AVX512_INLINE void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
                                typename K::S* out) {
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<K, KindF32>) {  // 16 lanes per conversion, product and store
     const __m512 b = _mm512_set1_ps(bin);
-    unpack_codes16_with(src, len, carry, [&](int h, __m512i codes) {
+    unpack_codes16_with<kLorenzo>(src, len, carry, [&](int h, __m512i codes) {
       _mm512_storeu_ps(out + 16 * h, _mm512_mul_ps(_mm512_maskz_cvtepi32_ps(0xFFFF, codes), b));
     });
     return;
   }
 #endif
-  unpack_codes_with(src, len, carry,
-                    [&](int k, __m256i codes) { store_codes<K>(codes, bin, out + 8 * k); });
+  unpack_codes_with<kLorenzo>(src, len, carry,
+                              [&](int k, __m256i codes) { store_codes<K>(codes, bin, out + 8 * k); });
 }
 
+template <bool kLorenzo = true>
 ZCCL_AVX512_INLINE void unpack_codes(const uint8_t* src, int len, int32_t& carry, int32_t* q) {
 #if defined(__AVX512F__)
-  unpack_codes16_with(src, len, carry,
-                      [q](int h, __m512i codes) { _mm512_storeu_si512(q + 16 * h, codes); });
+  unpack_codes16_with<kLorenzo>(src, len, carry,
+                                [q](int h, __m512i codes) { _mm512_storeu_si512(q + 16 * h, codes); });
 #else
-  unpack_codes_with(src, len, carry, [q](int k, __m256i codes) {
+  unpack_codes_with<kLorenzo>(src, len, carry, [q](int k, __m256i codes) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 8 * k), codes);
   });
 #endif
@@ -854,16 +912,22 @@ template <class K>
 inline uint32_t quantize(const typename K::S* x, const Quantizer<typename K::C>& qz, int32_t* q) {
   return quantize_scalar<K>(x, qz, q);
 }
+template <bool kLorenzo = true>
 inline int pack(const int32_t* q, int32_t prev, uint8_t* words) {
-  return pack_scalar(q, prev, words);
+  return pack_scalar<kLorenzo>(q, prev, words);
 }
-template <class K>
+template <bool kLorenzo = true>
+inline int code_length(const int32_t* q, int32_t prev) {
+  return code_length_scalar<kLorenzo>(q, prev);
+}
+template <class K, bool kLorenzo = true>
 inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
                    typename K::S* out) {
-  unpack_scalar<K>(src, len, carry, bin, out);
+  unpack_scalar<K, kLorenzo>(src, len, carry, bin, out);
 }
+template <bool kLorenzo = true>
 inline void unpack_codes(const uint8_t* src, int len, int32_t& carry, int32_t* q) {
-  unpack_codes_scalar(src, len, carry, q);
+  unpack_codes_scalar<kLorenzo>(src, len, carry, q);
 }
 
 #endif

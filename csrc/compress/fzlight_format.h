@@ -1,9 +1,9 @@
-// The fZ-light stream format, versions 1 and 2. All integers little-endian. Encoders write
-// version 2; every decoder (CPU fzlight.cpp, GPU cuszp) reads both.
+// The fZ-light stream format, versions 1, 2 and 3. All integers little-endian. Encoders write
+// version 3; every decoder (CPU fzlight.cpp, GPU cuszp) reads all three.
 //
 //   offset size  field
 //   0      4     magic "ZCFZ"
-//   4      1     format version (1 or 2)
+//   4      1     format version (1, 2 or 3)
 //   5      1     dtype (1 = float32, 2 = float64; version 2 adds 3 = float16, 4 = bfloat16)
 //   6      1     block length (32)
 //   7      1     ndim (0..64)
@@ -15,7 +15,7 @@
 //                storage type: the product is rounded to nearest-even into the half type), the
 //                arithmetic the encoder verified against eb.
 //   32     4     chunk length (values per chunk)
-//   36     4     lossless chunk codec (version 2; 0 in version 1): 0 none (lossless chunks are
+//   36     4     lossless chunk codec (version >= 2; 0 in version 1): 0 none (lossless chunks are
 //                raw), 1 = byte-shuffle + zstd (chunk mode 3 below)
 //   40     8     total stream bytes
 //   48     8*ndim           shape
@@ -39,6 +39,12 @@
 //             planes of a block: u32 sign plane, L x u32 magnitude planes (plane j holds bit j
 //             of each value's |delta|; value i of the block is bit i); after all planes:
 //             n_outliers x u16 index (strictly increasing), n_outliers x S exact value.
+//   direct    version 3:  u8 4, u32 n_outliers, then bitmap, code lengths, planes and outliers
+//                         exactly as a version-2 encoded chunk, except that the planes hold each
+//                         value's code q_i itself (no prediction, no q_start): "delta" above
+//                         reads q_i. Outliers and the lanes past m in the last block have code 0.
+// Version 3 differs from version 2 only by the direct chunk (mode 4); a version-1 or version-2
+// stream holding mode 4 is corrupt.
 // A chunk table entry of size 0 (version 2) repeats a constant chunk: the chunk is the previous
 // chunk's constant value again (m values of it), its CRC field is that constant chunk's CRC,
 // and it occupies no bytes. The previous chunk is a constant chunk or itself such a repeat, so
@@ -46,13 +52,22 @@
 // Whole runs of zero (or any constant) chunks thus cost 8 table bytes each.
 //
 // Encoders choose, per chunk: a repeat when the chunk and the previous one are constant with
-// the same bits, else constant when all its values have the same bits, else encoded (lossy) or
-// lossless (codec 1) when smaller than raw, else raw. Hence max_compressed_size =
-// 52 + 8*ndim + 9*num_chunks + count*sizeof(S).
+// the same bits, else constant when all its values have the same bits, else (lossy streams)
+// direct when its code-length bytes and planes are fewer than the encoded chunk's (the two share
+// bitmap and outliers, so: when direct is smaller by more than 4 bytes), else encoded, when not
+// larger than raw, else (codec 1) lossless when smaller than raw, else raw. Hence
+// max_compressed_size = 52 + 8*ndim + 9*num_chunks + count*sizeof(S).
 //
-// Deltas are Lorenzo residuals of integer codes q_i = round(x_i / bin) within a chunk,
-// q_{-1} = q_start. Outliers (NaN, Inf, |x/bin| too large, or a value whose reconstruction would
-// miss eb) are predicted exactly (delta 0) and patched with their stored value.
+// Why two predictors: Lorenzo residuals shrink smooth data's codes (fields, images), but on
+// data without correlation between neighbours (gradients) a residual has twice the variance
+// of the code itself, half a bit more per value. The choice is per chunk, from the code lengths
+// both would give (benchmarks/predictor_choice.py: +6..12 % ratio on gradient-like noise).
+//
+// In encoded chunks, deltas are Lorenzo residuals of integer codes q_i = round(x_i / bin) within
+// a chunk, q_{-1} = q_start. Outliers (NaN, Inf, |x/bin| too large, or a value whose
+// reconstruction would miss eb) are predicted exactly (delta 0; their code is the previous
+// value's) and patched with their stored value; lanes past m in the last block repeat the last
+// code. |q| <= 2^30 - 1, so every delta and code fits 31 bits (L <= 31).
 #pragma once
 
 #include <cstdint>
@@ -64,7 +79,8 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the stream format is l
 
 inline constexpr uint8_t kMagic[4] = {'Z', 'C', 'F', 'Z'};
 inline constexpr uint8_t kVersion1 = 1;
-inline constexpr uint8_t kVersion = 2;  // what encoders write
+inline constexpr uint8_t kVersion2 = 2;
+inline constexpr uint8_t kVersion = 3;  // what encoders write
 inline constexpr size_t kFixedHeaderBytes = 48;
 inline constexpr size_t kTableEntryBytes = 8;
 inline constexpr size_t kHeaderCrcBytes = 4;
@@ -72,9 +88,11 @@ inline constexpr uint8_t kChunkEncoded = 0;
 inline constexpr uint8_t kChunkRaw = 1;
 inline constexpr uint8_t kChunkConstant = 2;
 inline constexpr uint8_t kChunkLossless = 3;
+inline constexpr uint8_t kChunkDirect = 4;  // version 3
 inline constexpr uint32_t kCodecNone = 0;
 inline constexpr uint32_t kCodecShuffleZstd = 1;
 inline constexpr size_t kEncodedChunkFixedBytes = 9;  // mode, q_start, n_outliers
+inline constexpr size_t kDirectChunkFixedBytes = 5;   // mode, n_outliers
 
 template <class V>
 inline void store(uint8_t* p, V v) {

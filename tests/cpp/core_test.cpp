@@ -45,6 +45,7 @@
 #include "fzlight.h"
 #include "crc32c.h"
 #include "fzlight_block.h"
+#include "fzlight_format.h"
 
 namespace fz = zccl::fz;
 
@@ -626,7 +627,7 @@ static void roundtrip_case(const std::vector<T>& x, double eb, uint32_t chunk_le
   const fz::StreamInfo info = fz::read_info(s1.data(), s1.size());
   const uint64_t nchunks = (n + chunk_len - 1) / chunk_len;
   CHECK(info.dtype == dtype_of<T>());
-  CHECK(info.version == 2);
+  CHECK(info.version == fz::format::kVersion);
   CHECK_MSG(info.lossless_codec == expected_codec(eb, codec),
             fmt("lossless codec %u", static_cast<unsigned>(info.lossless_codec)));
   CHECK(info.count == n);
@@ -1721,8 +1722,9 @@ static void test_crc32c() {
 }
 
 // The block kernels of this build (scalar, AVX2 plane loops, AVX-512 plane loops or GFNI
-// transposes) against the portable scalar ones, for code lengths 0..31 (each must occur): the
-// same planes, nothing written past them, and unpacking gives back the codes and the carry.
+// transposes) against the portable scalar ones, for code lengths 0..31 (each must occur), with
+// Lorenzo deltas and direct codes: the same planes, nothing written past them, code_length()
+// equal to the packers' length, and unpacking gives back the codes and the carry.
 static void test_block_planes() {
   g_ctx = "block_planes";
   namespace blk = fz::block;
@@ -1734,7 +1736,7 @@ static void test_block_planes() {
   const int64_t limit = static_cast<int64_t>(blk::kCodeLimit<double>);  // |code| at most this
   auto clamp = [limit](int64_t v) { return static_cast<int32_t>(std::clamp(v, -limit, limit)); };
   constexpr uint32_t kSentinel = 0xA5C3E1F7u;
-  bool seen[32] = {};
+  bool seen[32] = {}, seen_direct[32] = {};
   for (int len = 0; len <= 31; ++len) {
     // Codes spread over +-2^(len-1) around prev: Lorenzo deltas of about len bits. Pattern 0
     // swings between the extremes, 1 moves in the last lane only, the rest are random.
@@ -1755,6 +1757,7 @@ static void test_block_planes() {
       const int ls = blk::pack_scalar(q, prev, reinterpret_cast<uint8_t*>(scalar));
       const std::string what = fmt("span 2^%d pattern %d length %d", len - 1, pattern, ls);
       CHECK_MSG(lf == ls && ls >= 0 && ls <= 31, what);
+      CHECK_MSG(blk::code_length(q, prev) == ls && blk::code_length_scalar(q, prev) == ls, what);
       seen[ls] = true;
       CHECK_MSG(std::equal(std::begin(fast), std::end(fast), std::begin(scalar)), what);
       int32_t out_fast[32], out_scalar[32];
@@ -1765,9 +1768,35 @@ static void test_block_planes() {
       CHECK_MSG(std::equal(out_fast, out_fast + 32, q), what);
       CHECK_MSG(std::equal(out_scalar, out_scalar + 32, q), what);
       CHECK_MSG(carry_fast == q[31] && carry_scalar == q[31], what);
+
+      // The same codes packed directly (a direct chunk's block: no prediction): the build's
+      // packer against the scalar one, code_length<false>() against both, and the codes back from
+      // either unpacker, with the carry untouched.
+      int32_t d[32];
+      for (int i = 0; i < 32; ++i) d[i] = q[i] - prev;  // |d| of about len bits (no overflow)
+      std::fill(std::begin(fast), std::end(fast), kSentinel);
+      std::fill(std::begin(scalar), std::end(scalar), kSentinel);
+      const int df = blk::pack<false>(d, 12345, reinterpret_cast<uint8_t*>(fast));
+      const int ds = blk::pack_scalar<false>(d, -777, reinterpret_cast<uint8_t*>(scalar));
+      const std::string dwhat = "direct " + what + fmt(" direct length %d", ds);
+      CHECK_MSG(df == ds && ds >= 0 && ds <= 31, dwhat);
+      CHECK_MSG(blk::code_length<false>(d, 5) == ds && blk::code_length_scalar<false>(d, -5) == ds, dwhat);
+      seen_direct[ds] = true;
+      CHECK_MSG(std::equal(std::begin(fast), std::end(fast), std::begin(scalar)), dwhat);
+      carry_fast = carry_scalar = 99;
+      blk::unpack_codes<false>(planes, ds, carry_fast, out_fast);
+      blk::unpack_codes_scalar<false>(planes, ds, carry_scalar, out_scalar);
+      CHECK_MSG(std::equal(out_fast, out_fast + 32, d), dwhat);
+      CHECK_MSG(std::equal(out_scalar, out_scalar + 32, d), dwhat);
+      CHECK_MSG(carry_fast == 99 && carry_scalar == 99, dwhat);
+      double vf[32], vs[32];
+      blk::unpack<fz::block::KindF64, false>(planes, ds, carry_fast, 0.5, vf);
+      blk::unpack_scalar<fz::block::KindF64, false>(planes, ds, carry_scalar, 0.5, vs);
+      for (int i = 0; i < 32; ++i) CHECK_MSG(vf[i] == 0.5 * d[i] && vs[i] == vf[i], dwhat);
     }
   }
   for (int len = 0; len <= 31; ++len) CHECK_MSG(seen[len], fmt("no block of length %d", len));
+  for (int len = 0; len <= 31; ++len) CHECK_MSG(seen_direct[len], fmt("no direct block of length %d", len));
 }
 
 // Encoding the same values as float32 and float64: the streams carry their dtype.

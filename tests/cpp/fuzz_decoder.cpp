@@ -11,32 +11,42 @@
 //   mutated     valid streams with bit flips, byte sets, truncation, extension, insertion,
 //               deletion, chunk-table edits, header-field edits (count, chunk_len, eb, bin, ndim,
 //               total bytes, version, dtype, lossless codec, ...), chunk swaps and splices. The
-//               corpus: format version 2 streams of all four dtypes (float32/float64/float16/
-//               bfloat16; many sizes/bounds/chunk lengths, outliers, raw and encoded chunks,
-//               constant chunks and repeats, lossless codec 0 and 1 (zstd) chunks), and every
-//               float32/float64 one again as version 1 (encoded chunks rewritten to the v1
-//               layout, constant/repeat/lossless chunks to raw ones; it must decode to exactly
-//               the v2 stream's values). The format carries CRC-32C checksums over the
-//               header+table and over every chunk, so each of these must be rejected: a mutated
-//               stream that decodes to values different from the original is a FAILURE (one
-//               that decodes to identical values is counted and reported).
+//               corpus: format version 3 streams from the encoder, of all four dtypes (float32/
+//               float64/float16/bfloat16; many sizes/bounds/chunk lengths, outliers, raw,
+//               encoded and direct chunks (noise inputs), constant chunks and repeats, lossless
+//               codec 0 and 1 (zstd) chunks); every one again as version 2 (direct chunks
+//               rewritten as raw chunks of their values, the rest unchanged: a stream without
+//               direct chunks is only relabelled) and every float32/float64 one as version 1
+//               (encoded chunks rewritten to the v1 layout, constant/repeat/lossless/direct
+//               chunks to raw ones); each must decode to exactly the v3 stream's values. The
+//               format carries CRC-32C checksums over the header+table and over every chunk, so
+//               each of these must be rejected: a mutated stream that decodes to values
+//               different from the original is a FAILURE (one that decodes to identical values
+//               is counted and reported).
 //   resealed    the same edits, plus structural edits inside chunks, after which the checksums
 //               (a repeat's: its constant chunk's) and the recorded total are recomputed:
-//               version 1 and 2: mode, q_start, outlier count and indices, chunk resizing;
-//               v1: code lengths; v2: bitmap bits and padding, code lengths (also with the
+//               every version: mode, q_start, outlier count and indices, chunk resizing;
+//               v1: code lengths; v2/v3: bitmap bits and padding, code lengths (also with the
 //               planes resized to match), constant chunks (value, size, into a repeat, relabel),
 //               repeats (into a constant, size, the repeated chunk relabelled), zstd frames
-//               (truncated, extended, bit flips, hand-made frames of right or wrong size).
+//               (truncated, extended, bit flips, hand-made frames of right or wrong size);
+//               direct chunks: the same bitmap-layout edits, their outlier fields, and encoded
+//               <-> direct conversions (q_start dropped or added).
 //               These may legitimately decode; they exercise the structural validation behind
 //               the checksums. Oracle: the entry points agree (read_info/decompress/
 //               decompress_chunk, any thread count, with and without progress), and any
 //               exception is a zccl::fz::StreamError or ArgumentError.
 //   synthesized streams built from scratch with random but well-sealed headers and chunk bodies:
-//               version 1 (random structure), and version 2 (every chunk kind and dtype, codec
-//               0/1 with hand-made zstd frames of raw and RLE blocks). A well-formed v2 stream
-//               must decode to exactly the values the format defines (an independent scalar
-//               model of the decoder: Lorenzo sums, C(q) * C(bin) rounded to the half type,
-//               outliers, byte planes); one with a deliberate defect must be refused.
+//               version 1 (random structure), and versions 2 and 3 (every chunk kind and dtype,
+//               codec 0/1 with hand-made zstd frames of raw and RLE blocks; v3 also direct
+//               chunks). A well-formed v2/v3 stream must decode to exactly the values the format
+//               defines (an independent scalar model of the decoder: Lorenzo sums, or for a
+//               direct chunk the planes' signed magnitudes as the codes, C(q) * C(bin) rounded
+//               to the half type, outliers, byte planes); one with a deliberate defect must be
+//               refused. A direct chunk in a version-2 stream is such a defect; and every
+//               well-formed v3 stream holding direct chunks is also relabelled version 2 and 1,
+//               which must be refused (in v2 exactly the direct chunks: the others still decode
+//               to the model's values).
 //
 // On failure the input is written to DIR/fuzz_fail_seed<S>_iter<I>.bin (also from a sanitizer
 // report, through the sanitizer death callback) and the program exits non-zero.
@@ -112,15 +122,19 @@ template <class V> V load(const Bytes& b, size_t off) {
 }
 template <class V> void store(Bytes& b, size_t off, V v) { std::memcpy(b.data() + off, &v, sizeof v); }
 
-// Layout of a stream, as documented in csrc/compress/fzlight_format.h (versions 1 and 2):
+// Layout of a stream, as documented in csrc/compress/fzlight_format.h (versions 1, 2 and 3):
 //   0 magic[4] | 4 version u8 | 5 dtype u8 | 6 block len u8 | 7 ndim u8 | 8 count u64 | 16 eb f64
 //   | 24 bin f64 | 32 chunk_len u32 | 36 codec u32 (v1: reserved, 0) | 40 total bytes u64
 //   | 48 shape u64*ndim | table (u32 size, u32 crc)*num_chunks | u32 crc of all above | chunks
 // Chunk: u8 mode (0 encoded, 1 raw, v2: 2 constant, 3 lossless = zstd frame of byte planes);
 // encoded: i32 q_start, u32 n_outliers, then v1: u8 len per block; v2: bitmap of nonzero blocks,
 // u8 len per set bit; then planes, outlier indices, outlier values. v2: a table size of 0 repeats
-// the constant chunk before it (CRC: that chunk's 1 + elem bytes).
+// the constant chunk before it (CRC: that chunk's 1 + elem bytes). v3: mode 4 (direct) is
+// u8 4, u32 n_outliers, then the v2 encoded layout (bitmap, lengths, planes, outliers) with the
+// planes holding the codes themselves; v1/v2 streams with mode 4 are corrupt.
 constexpr size_t kFixed = 48;
+constexpr uint8_t kModeEncoded = 0, kModeDirect = 4;
+constexpr size_t kEncodedFixed = 9, kDirectFixed = 5;  // mode [+ q_start] + n_outliers
 constexpr size_t kOffNdim = 7, kOffCount = 8, kOffEb = 16, kOffBin = 24, kOffChunkLen = 32,
                  kOffCodec = 36, kOffTotal = 40;
 
@@ -297,7 +311,7 @@ Bytes g_current;      // the current input, dumped on failure
 
 struct Entry {
   std::string name;
-  uint8_t version = 2;
+  uint8_t version = 3;  // the encoder's; 2 and 1 for the rewritten copies
   fz::DType dt;
   uint64_t count;
   uint32_t chunk_len;
@@ -315,6 +329,11 @@ template <class T> std::vector<T> gen(const std::string& kind, size_t n, Rng& r)
       v = 10.0 * std::sin(di * 0.01) + 0.001 * r.uniform();
     } else if (kind == "noise") {
       v = 2.0 * r.uniform() - 1.0;
+    } else if (kind == "noisyoutliers") {  // noise (direct chunks) with outliers among it
+      const uint64_t m = r.below(24);
+      v = m == 0 ? Lim::quiet_NaN() : m == 1 ? -Lim::infinity() : m == 2 ? 1e30 : 4.0 * r.uniform() - 2.0;
+    } else if (kind == "halfnoise") {  // 64-value segments, smooth and noise by turns
+      v = (i / 64) % 2 ? 2.0 * r.uniform() - 1.0 : std::sin(di * 0.02);
     } else if (kind == "outliers") {
       const uint64_t m = r.below(16);
       v = m == 0 ? Lim::quiet_NaN() : m == 1 ? Lim::infinity() : m == 2 ? -Lim::infinity()
@@ -393,6 +412,7 @@ Entry make_entry(fz::DType dt, const std::string& kind, size_t n, double eb, uin
   std::snprintf(name, sizeof name, "%s n=%zu eb=%g cl=%u kind=%s ndim=%zu codec=%u", dt_name(dt), n, eb, cl,
                 kind.c_str(), ndim, static_cast<unsigned>(codec));
   e.name = name;
+  e.version = dst[4];
   e.dt = dt;
   e.count = n;
   e.chunk_len = cl;
@@ -408,9 +428,51 @@ Entry make_entry(const std::string& kind, size_t n, double eb, uint32_t cl, Rng&
   return make_entry(sizeof(T) == 4 ? fz::DType::Float32 : fz::DType::Float64, kind, n, eb, cl, r, shape);
 }
 
+// Chunk c of a stream whose chunks are in the bitmap layout: is it a direct chunk?
+bool is_direct(const Entry& e, const Layout& L, uint64_t c) {
+  return L.size[c] > 0 && e.stream[L.off[c]] == kModeDirect;
+}
+
+size_t direct_chunks(const Entry& e) {
+  const Layout L = layout_of(e.stream);
+  size_t n = 0;
+  for (uint64_t c = 0; c < L.nchunks; ++c) n += is_direct(e, L, c);
+  return n;
+}
+
+// The same values as a version-2 stream: direct chunks become raw chunks of the decoded values,
+// every other chunk (and repeat entry) stays as it is. Without direct chunks only the version
+// byte changes. It must decode to exactly the version-3 stream's values.
+Entry downgrade_to_v2(const Entry& e) {
+  const Layout L = layout_of(e.stream);
+  const size_t elem = dt_elem(e.dt);
+  Bytes b(e.stream.begin(), e.stream.begin() + static_cast<std::ptrdiff_t>(L.data));
+  b[4] = 2;
+  for (uint64_t c = 0; c < L.nchunks; ++c) {
+    const uint32_t m = static_cast<uint32_t>(std::min<uint64_t>(L.chunk_len, L.count - c * L.chunk_len));
+    Bytes ch;
+    if (is_direct(e, L, c)) {
+      ch.push_back(1);
+      const uint8_t* v = e.decoded.data() + c * L.chunk_len * elem;
+      ch.insert(ch.end(), v, v + static_cast<size_t>(m) * elem);
+    } else {
+      ch.assign(e.stream.begin() + static_cast<std::ptrdiff_t>(L.off[c]),
+                e.stream.begin() + static_cast<std::ptrdiff_t>(L.off[c] + L.size[c]));
+    }
+    store<uint32_t>(b, L.table + 8 * c, static_cast<uint32_t>(ch.size()));
+    b.insert(b.end(), ch.begin(), ch.end());
+  }
+  reseal(b, true);
+  Entry v2 = e;
+  v2.name = "v2<-" + e.name;
+  v2.version = 2;
+  v2.stream = b;
+  return v2;
+}
+
 // The same values as a version-1 stream: encoded chunks rewritten from the bitmap layout to one
-// length byte per block; constant, repeat and lossless chunks become raw chunks of the decoded
-// values; codec field 0. It must decode to exactly the version-2 stream's values.
+// length byte per block; constant, repeat, lossless and direct chunks become raw chunks of the
+// decoded values; codec field 0. It must decode to exactly the version-3 stream's values.
 Entry downgrade_to_v1(const Entry& e) {
   const Layout L = layout_of(e.stream);
   const size_t elem = dt_elem(e.dt);
@@ -433,7 +495,7 @@ Entry downgrade_to_v1(const Entry& e) {
       ch.insert(ch.end(), src + k, src + sz);
     } else if (sz > 0 && src[0] == 1) {
       ch.assign(src, src + sz);
-    } else {  // constant, repeat, lossless: raw
+    } else {  // constant, repeat, lossless, direct: raw
       ch.push_back(1);
       const uint8_t* v = e.decoded.data() + c * L.chunk_len * elem;
       ch.insert(ch.end(), v, v + static_cast<size_t>(m) * elem);
@@ -468,6 +530,18 @@ void add_v2_entries(std::vector<Entry>& corpus, fz::DType dt, Rng& r) {
     const std::vector<uint64_t> shp = {7, 111};
     corpus.push_back(make_entry(dt, "outliers", 777, 1e-1, 160, r, &shp));
   }
+}
+
+// Inputs the encoder codes as direct chunks (no correlation between neighbours), some mixed
+// with encoded chunks, with outliers, partial blocks, a 2-D shape.
+void add_direct_entries(std::vector<Entry>& corpus, fz::DType dt, Rng& r) {
+  const bool half = dt == fz::DType::Float16 || dt == fz::DType::BFloat16;
+  corpus.push_back(make_entry(dt, "noise", 1000, half ? 1e-2 : 1e-3, 256, r));
+  corpus.push_back(make_entry(dt, "noisyoutliers", 777, half ? 1e-2 : 1e-4, 128, r));
+  corpus.push_back(make_entry(dt, "halfnoise", 64 * 9 + 5, 1e-3, 64, r));
+  corpus.push_back(make_entry(dt, "noise", 4100, half ? 1e-1 : 1e-2, 1024, r));
+  const std::vector<uint64_t> shp = {13, 21};
+  corpus.push_back(make_entry(dt, "noisyoutliers", 13 * 21, 1e-2, 96, r, &shp));
 }
 
 template <class T> void add_entries(std::vector<Entry>& corpus, Rng& r) {
@@ -508,7 +582,11 @@ struct Stats {
   uint64_t plain = 0, plain_threw = 0, plain_identical = 0, mutated_decodes = 0;
   uint64_t resealed = 0, resealed_decoded = 0, random = 0, synthesized = 0, synth_decoded = 0;
   uint64_t synth_v2 = 0, synth_v2_valid = 0, synth_v2_checked = 0, synth_v2_invalid = 0;
-  uint64_t corpus_v1 = 0, corpus_v2 = 0;
+  uint64_t synth_v3 = 0, synth_v3_valid = 0, synth_v3_checked = 0, synth_v3_invalid = 0;
+  uint64_t synth_direct_chunks = 0;  // direct chunks in well-formed v3 streams, values checked
+  uint64_t synth_v2_with_direct = 0;  // synthesized v2 streams given a direct chunk (refused)
+  uint64_t synth_relabelled = 0;      // well-formed v3 streams with direct chunks, as v2 and v1
+  uint64_t corpus_v1 = 0, corpus_v2 = 0, corpus_v3 = 0, corpus_direct = 0, corpus_relabelled = 0;
 };
 
 Stats g_stats;
@@ -788,9 +866,9 @@ const char* edit_header_field(Bytes& b, Rng& r) {
       b[5] = static_cast<uint8_t>(k == 0 ? (b[5] ^ 3) : k == 1 ? 1 + r.below(4) : r.next());
       return "dtype";
     }
-    case 7: b[4] = static_cast<uint8_t>(r.chance(2) ? 1 + r.below(2) : r.next()); return "version";
+    case 7: b[4] = static_cast<uint8_t>(r.chance(2) ? 1 + r.below(3) : r.next()); return "version";
     case 8: b[6] = static_cast<uint8_t>(r.chance(2) ? 64 : r.next()); return "block_len";
-    case 9: {  // the lossless codec (version 2; reserved, 0, in version 1)
+    case 9: {  // the lossless codec (version >= 2; reserved, 0, in version 1)
       static const uint32_t v[] = {0, 1, 2, 255, 0x80000000u};
       store<uint32_t>(b, kOffCodec, r.chance(2) ? v[r.below(5)] : static_cast<uint32_t>(r.next()));
       return "codec";
@@ -925,9 +1003,10 @@ bool edit_chunk_structure_v1(Bytes& b, Rng& r, std::string& what) {
   }
 }
 
-// Structural edits of version-2 chunks (meaningful once resealed): repeats, constant chunks,
-// lossless (zstd) frames, and the bitmap + lengths of encoded chunks. Other chunks, and a third
-// of the time any chunk, get the version-independent edits.
+// Structural edits of version-2/3 chunks (meaningful once resealed): repeats, constant chunks,
+// lossless (zstd) frames, the bitmap + lengths of encoded and direct chunks, the outlier fields
+// of direct chunks and encoded <-> direct conversions. Other chunks, and a third of the time any
+// chunk, get the version-independent edits.
 bool edit_chunk_structure(Bytes& b, Rng& r, std::string& what) {
   if (b.size() < kFixed || b[4] == 1 || r.chance(3)) return edit_chunk_structure_v1(b, r, what);
   const Layout L = layout_of(b);
@@ -1050,33 +1129,34 @@ bool edit_chunk_structure(Bytes& b, Rng& r, std::string& what) {
         return true;
     }
   }
-  if (mode != 0) return edit_chunk_structure_v1(b, r, what);
-  // Encoded, version-2 layout.
+  if (mode != kModeEncoded && mode != kModeDirect) return edit_chunk_structure_v1(b, r, what);
+  // Encoded or direct: the bitmap layout after the fixed part.
+  const size_t fx = mode == kModeDirect ? kDirectFixed : kEncodedFixed;
   const uint32_t bm = (nblocks + 7) / 8;
-  if (sz < 9 + bm) return false;
+  if (sz < fx + bm) return false;
   std::vector<uint32_t> set;  // nonzero blocks
   for (uint32_t blk = 0; blk < nblocks; ++blk) {
-    if ((b[off + 9 + blk / 8] >> (blk % 8)) & 1u) set.push_back(blk);
+    if ((b[off + fx + blk / 8] >> (blk % 8)) & 1u) set.push_back(blk);
   }
-  const size_t len_at = off + 9 + bm;
-  if (sz < 9 + bm + set.size()) return false;
+  const size_t len_at = off + fx + bm;
+  if (sz < fx + bm + set.size()) return false;
   const size_t planes_at = len_at + set.size();
   auto plane_offset = [&](size_t k) {  // where the planes of the k-th nonzero block start
     size_t at = planes_at;
     for (size_t j = 0; j < k; ++j) at += 4u * (b[len_at + j] + 1u);
     return at;
   };
-  switch (r.below(6)) {
+  switch (r.below(mode == kModeDirect ? 8 : 7)) {
     case 0: {
       const uint32_t blk = static_cast<uint32_t>(r.below(nblocks));
-      b[off + 9 + blk / 8] ^= static_cast<uint8_t>(1u << (blk % 8));
+      b[off + fx + blk / 8] ^= static_cast<uint8_t>(1u << (blk % 8));
       what = "bitmap bit";
       return true;
     }
     case 1: {  // a padding bit past the last block (no padding: any bit of the last byte)
       const uint32_t used = nblocks % 8;
       const uint32_t bit = used ? used + static_cast<uint32_t>(r.below(8 - used)) : static_cast<uint32_t>(r.below(8));
-      b[off + 9 + bm - 1] |= static_cast<uint8_t>(1u << bit);
+      b[off + fx + bm - 1] |= static_cast<uint8_t>(1u << bit);
       what = "bitmap padding";
       return true;
     }
@@ -1126,11 +1206,48 @@ bool edit_chunk_structure(Bytes& b, Rng& r, std::string& what) {
         insert(len_at + k, Bytes{len});
         set_size(sz + 4u * (len + 1u) + 1);
       }
-      b[off + 9 + blk / 8] ^= static_cast<uint8_t>(1u << (blk % 8));
+      b[off + fx + blk / 8] ^= static_cast<uint8_t>(1u << (blk % 8));
       what = "bitmap bit (size-compensated)";
       return true;
     }
+    case 5:  // encoded <-> direct: q_start dropped (any value) or added; the rest as it is
+      if (mode == kModeEncoded) {
+        erase(off + 1, 4);
+        b[off] = kModeDirect;
+        set_size(sz - 4);
+        what = "encoded -> direct";
+      } else {
+        insert(off + 1, random_bytes(4));
+        b[off] = kModeEncoded;
+        set_size(sz + 4);
+        what = "direct -> encoded";
+      }
+      return true;
+    case 6:
+      if (mode == kModeDirect) {  // the direct chunk's outlier fields (the v1 edits assume q_start)
+        const uint32_t n_out = load<uint32_t>(b, off + 1);
+        if (r.chance(2) || n_out == 0 || n_out > m || sz < fx + bm + n_out * (2 + elem)) {
+          static const uint32_t v[] = {0, 1, 0xFFFFFFFFu, 0x80000000u, 65535, 65536};
+          const uint32_t n = r.chance(2) ? v[r.below(6)] : static_cast<uint32_t>(n_out + r.below(5) - 2);
+          store<uint32_t>(b, off + 1, r.chance(4) ? m + static_cast<uint32_t>(r.below(3)) : n);
+          what = "n_outliers (direct)";
+          return true;
+        }
+        const size_t idx0 = off + sz - n_out * (2 + elem);
+        const uint32_t k = static_cast<uint32_t>(r.below(n_out));
+        uint16_t nv = static_cast<uint16_t>(r.chance(2) ? m - 1 + r.below(3) : r.next());
+        if (k > 0 && r.chance(3)) nv = load<uint16_t>(b, idx0 + 2 * (k - 1));  // duplicate
+        store<uint16_t>(b, idx0 + 2 * k, nv);
+        what = "outlier index (direct)";
+        return true;
+      }
+      [[fallthrough]];
     default:
+      if (mode == kModeDirect) {
+        flip_bits(b, r, len_at, off + sz);
+        what = "direct chunk payload";
+        return true;
+      }
       return edit_chunk_structure_v1(b, r, what);  // q_start, outliers, payload, ...
   }
 }
@@ -1355,7 +1472,7 @@ void run_synthesized(Rng& r) {
   if (d.full_ok) ++g_stats.synth_decoded;
 }
 
-// The value a version-2 decoder writes for code q: S(C(q) * C(bin)) (fzlight_format.h).
+// The value a version-2/3 decoder writes for code q: S(C(q) * C(bin)) (fzlight_format.h).
 void model_value(uint8_t dtype, double bin, int32_t q, uint8_t* dst) {
   if (dtype == 2) {
     const double v = static_cast<double>(q) * bin;
@@ -1371,32 +1488,35 @@ void model_value(uint8_t dtype, double bin, int32_t q, uint8_t* dst) {
   }
 }
 
-// Decodes a well-formed version-2 encoded chunk of m values the way the format says (scalar,
-// written from fzlight_format.h): Lorenzo prefix sums of sign/magnitude planes, then outliers.
-void model_encoded(const Bytes& ch, uint32_t m, uint8_t dtype, double bin, uint8_t* out) {
+// Decodes a well-formed encoded (mode 0, bitmap layout) or direct (mode 4) chunk of m values
+// the way the format says (scalar, written from fzlight_format.h): sign/magnitude planes read as
+// Lorenzo deltas summed from q_start, or as the codes themselves; then outliers.
+void model_bitmap_chunk(const Bytes& ch, uint32_t m, uint8_t dtype, double bin, uint8_t* out) {
   const size_t elem = elem_size(dtype);
+  const bool direct = ch[0] == kModeDirect;
+  const size_t fx = direct ? kDirectFixed : kEncodedFixed;
   const uint32_t nblocks = (m + 31) / 32, bm = (nblocks + 7) / 8;
-  int32_t q0;
+  int32_t q0 = 0;
   uint32_t n_out;
-  std::memcpy(&q0, ch.data() + 1, 4);
-  std::memcpy(&n_out, ch.data() + 5, 4);
-  uint32_t acc = static_cast<uint32_t>(q0);
+  if (!direct) std::memcpy(&q0, ch.data() + 1, 4);
+  std::memcpy(&n_out, ch.data() + fx - 4, 4);
+  uint32_t acc = static_cast<uint32_t>(q0);  // wraps, as the decoder's sums do
   size_t nz = 0;
-  for (uint32_t i = 0; i < bm; ++i) nz += static_cast<size_t>(__builtin_popcount(ch[9 + i]));
-  size_t len_at = 9 + bm, at = 9 + bm + nz;
+  for (uint32_t i = 0; i < bm; ++i) nz += static_cast<size_t>(__builtin_popcount(ch[fx + i]));
+  size_t len_at = fx + bm, at = fx + bm + nz;
   uint8_t tmp[32 * 8];
   for (uint32_t blk = 0; blk < nblocks; ++blk) {
-    const bool nonzero = (ch[9 + blk / 8] >> (blk % 8)) & 1u;
+    const bool nonzero = (ch[fx + blk / 8] >> (blk % 8)) & 1u;
     const int len = nonzero ? ch[len_at++] : 0;
     uint32_t w[33] = {};
     if (len) std::memcpy(w, ch.data() + at, 4u * (len + 1u));
     at += len ? 4u * (len + 1u) : 0u;
     for (int i = 0; i < 32; ++i) {
-      if (len) {
-        uint32_t mag = 0;
-        for (int j = 0; j < len; ++j) mag |= ((w[1 + j] >> i) & 1u) << j;
-        acc += ((w[0] >> i) & 1u) ? 0u - mag : mag;
-      }
+      // a direct zero block: every code 0; an encoded one: every code the previous one
+      uint32_t mag = 0;
+      for (int j = 0; j < len; ++j) mag |= ((w[1 + j] >> i) & 1u) << j;
+      const uint32_t d = ((w[0] >> i) & 1u) ? 0u - mag : mag;
+      acc = direct ? d : acc + d;
       model_value(dtype, bin, static_cast<int32_t>(acc), tmp + i * elem);
     }
     const uint32_t n = std::min<uint32_t>(32, m - 32 * blk);
@@ -1409,12 +1529,24 @@ void model_encoded(const Bytes& ch, uint32_t m, uint8_t dtype, double bin, uint8
   }
 }
 
-// A version-2 stream from scratch: random header, chunks of every kind (raw, constant, repeat,
-// lossless with hand-made zstd frames, encoded in the bitmap layout), valid checksums. Most are
-// well-formed by construction, and must then decode to exactly the model's values (model_encoded
-// for encoded chunks); the others carry one deliberate defect, and must be refused.
-void run_synthesized_v2(Rng& r) {
-  ++g_stats.synth_v2;
+// Planes for one block of a synthesized chunk: sign plane + len magnitude planes of random bits,
+// except that lanes in `zero` (a direct chunk's outliers and padding lanes) hold code 0 in every
+// plane, sign included, as the format has them.
+Bytes block_planes(Rng& r, uint8_t len, uint32_t zero) {
+  Bytes w(4u * (len + 1u));
+  for (size_t k = 0; k < w.size(); k += 4) store<uint32_t>(w, k, static_cast<uint32_t>(r.next()) & ~zero);
+  return w;
+}
+
+// A version-2 or version-3 stream from scratch: random header, chunks of every kind (raw,
+// constant, repeat, lossless with hand-made zstd frames, encoded in the bitmap layout, v3:
+// direct), valid checksums. Most are well-formed by construction, and must then decode to
+// exactly the model's values (model_bitmap_chunk for encoded and direct chunks); the others
+// carry one deliberate defect (a v2 one may be a direct chunk), and must be refused. A
+// well-formed v3 stream with direct chunks is then relabelled v2 and v1: both refused, and in v2
+// exactly the direct chunks (decompress_chunk still gives the model's values for the others).
+void run_synthesized_bitmap(Rng& r, uint8_t version) {
+  ++(version == 2 ? g_stats.synth_v2 : g_stats.synth_v3);
   std::string defect;  // empty: well-formed
   auto spoil = [&](const char* why) {
     if (defect.empty()) defect = why;
@@ -1447,9 +1579,12 @@ void run_synthesized_v2(Rng& r) {
     if (codec > 1 || bin != 0.0) spoil("codec");
   }
   if (codec == 1 && !zstd) spoil("codec 1 without zstd");
+  // Some version-2 streams get a direct chunk (where a v3 stream could have one): refused.
+  const bool direct_in_v2 = version == 2 && bin > 0.0 && codec == 0 && nch > 0 && r.chance(6);
+  const uint64_t direct_at = direct_in_v2 ? r.below(nch) : nch;
   Bytes b(kFixed + 8 * ndim + 8 * nch + 4);
   b[0] = 'Z'; b[1] = 'C'; b[2] = 'F'; b[3] = 'Z';
-  b[4] = 2;
+  b[4] = version;
   b[5] = dtype;
   b[6] = 32;
   b[7] = static_cast<uint8_t>(ndim);
@@ -1461,9 +1596,10 @@ void run_synthesized_v2(Rng& r) {
   for (size_t d = 0; d < ndim; ++d) store<uint64_t>(b, kFixed + 8 * d, shape[d]);
   const size_t table = kFixed + 8 * ndim;
   Bytes expect(count * elem);
-  enum Kind { Raw, Constant, Repeat, Lossless, Encoded };
+  enum Kind { Raw, Constant, Repeat, Lossless, Encoded, Direct, kKinds };
   Kind prev = Raw;
   Bytes prev_value(elem);
+  std::vector<bool> direct_chunk(nch, false);
   auto random_bytes = [&](size_t n) {
     Bytes x(n);
     for (auto& v : x) v = static_cast<uint8_t>(r.next());
@@ -1478,8 +1614,10 @@ void run_synthesized_v2(Rng& r) {
     if (c > 0 && (prev == Constant || prev == Repeat)) ok.insert(ok.end(), 2, Repeat);
     if (codec == 1 && bin == 0.0) ok.insert(ok.end(), 2, Lossless);
     if (bin > 0.0 && codec == 0) ok.insert(ok.end(), 3, Encoded);
+    if (bin > 0.0 && codec == 0 && version >= 3) ok.insert(ok.end(), 3, Direct);
     Kind kind = ok[r.below(ok.size())];
-    if (r.chance(32)) kind = static_cast<Kind>(r.below(5));  // any kind, allowed here or not
+    if (r.chance(32)) kind = static_cast<Kind>(r.below(kKinds));  // any kind, allowed here or not
+    if (c == direct_at) kind = Direct;
     Bytes ch;
     switch (kind) {
       case Raw:
@@ -1543,19 +1681,17 @@ void run_synthesized_v2(Rng& r) {
         if (ch.size() > raw_size) spoil("lossless chunk larger than raw");
         break;
       }
-      case Encoded: {
-        ch.assign(9 + bm, 0);
-        const int32_t q0 = static_cast<int32_t>(r.chance(2) ? static_cast<int64_t>(r.below(2000)) - 1000 : static_cast<int64_t>(static_cast<int32_t>(r.next())));
-        std::memcpy(ch.data() + 1, &q0, 4);
-        Bytes lens, planes;
-        const int max_len = r.chance(4) ? 31 : 1 + static_cast<int>(r.below(6));
-        for (uint32_t blk = 0; blk < nblocks; ++blk) {
-          if (r.chance(3)) continue;  // a zero block
-          ch[9 + blk / 8] |= static_cast<uint8_t>(1u << (blk % 8));
-          const uint8_t len = static_cast<uint8_t>(1 + r.below(max_len));
-          lens.push_back(len);
-          const Bytes w = random_bytes(4u * (len + 1u));
-          planes.insert(planes.end(), w.begin(), w.end());
+      case Encoded:
+      case Direct: {
+        // Both in the bitmap layout: mode [, i32 q_start], u32 n_outliers, bitmap, lengths,
+        // planes, outliers; a direct chunk's outlier and padding lanes hold code 0.
+        const bool direct = kind == Direct;
+        const size_t fx = direct ? kDirectFixed : kEncodedFixed;
+        ch.assign(fx + bm, 0);
+        ch[0] = direct ? kModeDirect : kModeEncoded;
+        if (!direct) {
+          const int32_t q0 = static_cast<int32_t>(r.chance(2) ? static_cast<int64_t>(r.below(2000)) - 1000 : static_cast<int64_t>(static_cast<int32_t>(r.next())));
+          std::memcpy(ch.data() + 1, &q0, 4);
         }
         std::vector<uint16_t> idx;
         const uint32_t n_out = static_cast<uint32_t>(r.chance(2) ? 0 : r.below(std::min<uint32_t>(m, 24) + 1));
@@ -1563,7 +1699,25 @@ void run_synthesized_v2(Rng& r) {
           if (r.below(m - i) < n_out - idx.size()) idx.push_back(static_cast<uint16_t>(i));
         }
         const uint32_t n_stored = static_cast<uint32_t>(idx.size());
-        std::memcpy(ch.data() + 5, &n_stored, 4);
+        std::memcpy(ch.data() + fx - 4, &n_stored, 4);
+        Bytes lens, planes;
+        const int max_len = r.chance(4) ? 31 : 1 + static_cast<int>(r.below(6));
+        for (uint32_t blk = 0; blk < nblocks; ++blk) {
+          if (r.chance(3)) continue;  // a zero block
+          ch[fx + blk / 8] |= static_cast<uint8_t>(1u << (blk % 8));
+          const uint8_t len = static_cast<uint8_t>(1 + r.below(max_len));
+          lens.push_back(len);
+          uint32_t zero = 0;
+          if (direct) {
+            const uint32_t n = std::min<uint32_t>(32, m - 32 * blk);
+            if (n < 32) zero = ~0u << n;  // padding lanes
+            for (uint16_t i : idx) {
+              if (i / 32 == blk) zero |= 1u << (i % 32);
+            }
+          }
+          const Bytes w = block_planes(r, len, zero);
+          planes.insert(planes.end(), w.begin(), w.end());
+        }
         ch.insert(ch.end(), lens.begin(), lens.end());
         ch.insert(ch.end(), planes.begin(), planes.end());
         for (uint16_t i : idx) {
@@ -1572,18 +1726,18 @@ void run_synthesized_v2(Rng& r) {
         }
         const Bytes vals = random_bytes(n_stored * elem);
         ch.insert(ch.end(), vals.begin(), vals.end());
-        if (ch.size() <= raw_size && bin > 0.0) model_encoded(ch, m, dtype, bin, want);
-        if (ch.size() > raw_size) spoil("encoded chunk larger than raw");
+        if (ch.size() <= raw_size && bin > 0.0) model_bitmap_chunk(ch, m, dtype, bin, want);
+        if (ch.size() > raw_size) spoil(direct ? "direct chunk larger than raw" : "encoded chunk larger than raw");
         if (r.chance(24)) {  // one structural defect
           switch (r.below(5)) {
             case 0:
               if (lens.empty()) break;
-              ch[9 + bm + r.below(lens.size())] = r.chance(2) ? 0 : static_cast<uint8_t>(32 + r.below(224));
+              ch[fx + bm + r.below(lens.size())] = r.chance(2) ? 0 : static_cast<uint8_t>(32 + r.below(224));
               spoil("code length");
               break;
             case 1:
               if (nblocks % 8 == 0) break;
-              ch[9 + bm - 1] |= static_cast<uint8_t>(1u << (nblocks % 8 + r.below(8 - nblocks % 8)));
+              ch[fx + bm - 1] |= static_cast<uint8_t>(1u << (nblocks % 8 + r.below(8 - nblocks % 8)));
               spoil("bitmap padding");
               break;
             case 2:
@@ -1594,43 +1748,83 @@ void run_synthesized_v2(Rng& r) {
               break;
             case 3:
               ch.push_back(0);
-              spoil("encoded chunk one byte long");
+              spoil(direct ? "direct chunk one byte long" : "encoded chunk one byte long");
               break;
             default: {
               const uint32_t bad = m + 1 + static_cast<uint32_t>(r.below(3));
-              std::memcpy(ch.data() + 5, &bad, 4);
+              std::memcpy(ch.data() + fx - 4, &bad, 4);
               spoil("n_outliers");
             }
           }
         }
+        direct_chunk[c] = direct;
         break;
       }
+      default:
+        break;
     }
     // (checked on the kind written: a lossless chunk too small for a frame is written raw)
-    if (std::find(ok.begin(), ok.end(), kind) == ok.end()) spoil("chunk kind not allowed here");
+    if (std::find(ok.begin(), ok.end(), kind) == ok.end()) {
+      spoil(kind == Direct && version == 2 ? "direct chunk in a version-2 stream" : "chunk kind not allowed here");
+    }
     store<uint32_t>(b, table + 8 * c, static_cast<uint32_t>(ch.size()));
     b.insert(b.end(), ch.begin(), ch.end());
     prev = kind;
   }
   reseal(b, true);
-  g_desc = "synthesized v2 stream" + (defect.empty() ? std::string(" (well-formed)") : " (defect: " + defect + ")");
+  const std::string v = "v" + std::to_string(version);
+  g_desc = "synthesized " + v + " stream" + (defect.empty() ? std::string(" (well-formed)") : " (defect: " + defect + ")");
   const fz::DType dt = static_cast<fz::DType>(dtype);
   const DecodeResult d = decode_all(b, count, dt, r, true);
   if (d.full_ok) ++g_stats.synth_decoded;
-  if (defect.empty()) {
-    ++g_stats.synth_v2_valid;
-    if (!d.full_ok) fail("a well-formed synthesized version-2 stream was refused");
-    if (d.full != expect) {
-      size_t i = 0;
-      while (i < expect.size() && d.full[i] == expect[i]) ++i;
-      fail("a well-formed synthesized version-2 stream decoded to other values than the format's "
-           "(first differing byte " + std::to_string(i) + ", value " + std::to_string(i / elem) + ")");
-    }
-    ++g_stats.synth_v2_checked;
-  } else {
-    ++g_stats.synth_v2_invalid;
-    if (d.full_ok) fail("a synthesized version-2 stream with a defect (" + defect + ") was accepted");
+  if (direct_in_v2) ++g_stats.synth_v2_with_direct;
+  if (!defect.empty()) {
+    ++(version == 2 ? g_stats.synth_v2_invalid : g_stats.synth_v3_invalid);
+    if (d.full_ok) fail("a synthesized " + v + " stream with a defect (" + defect + ") was accepted");
+    return;
   }
+  ++(version == 2 ? g_stats.synth_v2_valid : g_stats.synth_v3_valid);
+  if (!d.full_ok) fail("a well-formed synthesized " + v + " stream was refused");
+  if (d.full != expect) {
+    size_t i = 0;
+    while (i < expect.size() && d.full[i] == expect[i]) ++i;
+    fail("a well-formed synthesized " + v + " stream decoded to other values than the format's "
+         "(first differing byte " + std::to_string(i) + ", value " + std::to_string(i / elem) + ")");
+  }
+  ++(version == 2 ? g_stats.synth_v2_checked : g_stats.synth_v3_checked);
+  const size_t n_direct = static_cast<size_t>(std::count(direct_chunk.begin(), direct_chunk.end(), true));
+  g_stats.synth_direct_chunks += n_direct;
+  if (n_direct == 0) return;
+  // The same bytes labelled version 2: exactly the direct chunks are refused.
+  Bytes old = b;
+  old[4] = 2;
+  reseal(old, false);
+  g_desc = "synthesized v3 stream with " + std::to_string(n_direct) + " direct chunk(s), relabelled version 2";
+  if (decode_all(old, count, dt, r, true).full_ok) fail("a version-2 stream with direct chunks was accepted");
+  {
+    const size_t len = old.size();
+    std::unique_ptr<uint8_t[]> buf(new uint8_t[len]);  // exact size, as decode_all does
+    std::memcpy(buf.get(), old.data(), len);
+    std::unique_ptr<uint8_t[]> dst(new uint8_t[static_cast<size_t>(cl) * elem]);
+    for (uint64_t c = 0; c < nch; ++c) {
+      uint64_t got = 0;
+      const Outcome o = guarded("decompress_chunk(v2 relabelled)", [&] { got = fz::decompress_chunk(buf.get(), len, c, dst.get(), cl); });
+      if ((o == Outcome::Ok) == direct_chunk[c]) {
+        fail(std::string("decompress_chunk of a v3 stream relabelled v2 ") +
+             (direct_chunk[c] ? "accepted a direct chunk" : "refused a chunk that is not direct"));
+      }
+      if (o == Outcome::Ok && std::memcmp(dst.get(), expect.data() + c * cl * elem, got * elem) != 0)
+        fail("decompress_chunk of a v3 stream relabelled v2 gave other values than the format's");
+    }
+  }
+  // and as version 1 (codec field 0, as version 1 has it)
+  old = b;
+  old[4] = 1;
+  store<uint32_t>(old, kOffCodec, 0);
+  reseal(old, false);
+  g_desc = "synthesized v3 stream with " + std::to_string(n_direct) + " direct chunk(s), relabelled version 1";
+  if (decode_all(old, count, dt, r, true).full_ok) fail("a version-1 stream with direct chunks was accepted");
+  ++g_stats.synth_relabelled;
 }
 
 // Self-check of the layout assumptions against the library on the valid corpus.
@@ -1654,10 +1848,24 @@ void check_corpus(const std::vector<Entry>& corpus, Rng& r) {
     reseal(resealed, true);
     if (resealed != e.stream) fail("resealing a valid stream changed it: " + e.name);
     const DecodeResult d = decode_all(e.stream, e.count, e.dt, r, true);
-    // (a version-1 entry's reference is its version-2 source's decode: the two must agree)
+    // (a version-1 or 2 entry's reference is its version-3 source's decode: they must agree)
     if (!d.full_ok || d.full != e.decoded) fail("valid corpus stream did not decode: " + e.name);
-    ++(e.version == 1 ? g_stats.corpus_v1 : g_stats.corpus_v2);
+    ++(e.version == 1 ? g_stats.corpus_v1 : e.version == 2 ? g_stats.corpus_v2 : g_stats.corpus_v3);
+    if (e.version != 3 && direct_chunks(e) > 0) fail("a version-1/2 corpus stream holds direct chunks: " + e.name);
+    if (e.version != 3 || direct_chunks(e) == 0) continue;
+    // The encoder's direct chunks in a stream labelled version 2 or 1 (header resealed): refused.
+    ++g_stats.corpus_direct;
+    for (uint8_t old : {uint8_t{2}, uint8_t{1}}) {
+      Bytes b = e.stream;
+      b[4] = old;
+      if (old == 1) store<uint32_t>(b, kOffCodec, 0);  // (v1 has no codec field)
+      reseal(b, false);
+      g_desc = "corpus " + e.name + " relabelled version " + std::to_string(old);
+      if (decode_all(b, e.count, e.dt, r, true).full_ok) fail("direct chunks accepted in a version-" + std::to_string(old) + " stream: " + e.name);
+    }
+    ++g_stats.corpus_relabelled;
   }
+  if (g_stats.corpus_direct == 0) fail("the encoder wrote no direct chunk for the noise inputs of the corpus");
 }
 
 int replay(const char* path) {
@@ -1718,10 +1926,13 @@ int main(int argc, char** argv) {
   add_entries<double>(corpus, r);
   for (fz::DType dt : {fz::DType::Float32, fz::DType::Float64, fz::DType::Float16, fz::DType::BFloat16}) {
     add_v2_entries(corpus, dt, r);
+    add_direct_entries(corpus, dt, r);
   }
-  // Every float32/float64 stream again as version 1 (the decoder reads both).
-  const size_t n_v2 = corpus.size();
-  for (size_t i = 0; i < n_v2; ++i) {
+  // Every stream again as version 2, and every float32/float64 one as version 1 (the decoder
+  // reads all three).
+  const size_t n_v3 = corpus.size();
+  for (size_t i = 0; i < n_v3; ++i) corpus.push_back(downgrade_to_v2(corpus[i]));
+  for (size_t i = 0; i < n_v3; ++i) {
     if (corpus[i].dt == fz::DType::Float32 || corpus[i].dt == fz::DType::Float64) {
       corpus.push_back(downgrade_to_v1(corpus[i]));
     }
@@ -1735,7 +1946,7 @@ int main(int argc, char** argv) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > seconds)
       break;
     Rng ri(g_seed * 0x9E3779B97F4A7C15ull + it);  // each iteration reproducible on its own
-    const uint64_t k = ri.below(20);
+    const uint64_t k = ri.below(22);
     if (k < 3) {
       run_random(ri, corpus);
     } else if (k < 11) {
@@ -1745,7 +1956,7 @@ int main(int argc, char** argv) {
     } else if (k < 18) {
       run_synthesized(ri);  // version 1
     } else {
-      run_synthesized_v2(ri);
+      run_synthesized_bitmap(ri, k < 20 ? 2 : 3);
     }
   }
   g_stats.iters = it;
@@ -1758,15 +1969,24 @@ int main(int argc, char** argv) {
       "  plain mutations: %" PRIu64 ", rejected: %" PRIu64 ", decoded to identical values: %" PRIu64
       ", decoded to different values: 0\n"
       "  resealed mutations: %" PRIu64 " (decoded: %" PRIu64 ")\n"
-      "  synthesized streams: %" PRIu64 " version 1, %" PRIu64 " version 2 (decoded: %" PRIu64 ")\n"
+      "  synthesized streams: %" PRIu64 " version 1, %" PRIu64 " version 2, %" PRIu64
+      " version 3 (decoded: %" PRIu64 ")\n"
       "  synthesized version-2 streams: well-formed %" PRIu64 " (decoded to the model's values: %" PRIu64
       "), with a defect %" PRIu64 " (all refused)\n"
-      "  corpus: %" PRIu64 " version-2 and %" PRIu64 " version-1 streams\n",
+      "  synthesized version-3 streams: well-formed %" PRIu64 " (decoded to the model's values: %" PRIu64
+      "; direct chunks: %" PRIu64 "), with a defect %" PRIu64 " (all refused)\n"
+      "  direct chunks in version-1/2 streams (all refused): %" PRIu64 " synthesized v2 streams; v3 streams "
+      "relabelled v2 and v1: %" PRIu64 " synthesized, %" PRIu64 " from the corpus\n"
+      "  corpus: %" PRIu64 " version-3 (%" PRIu64 " with direct chunks), %" PRIu64 " version-2 and %" PRIu64
+      " version-1 streams\n",
       g_seed, g_stats.iters, g_stats.decodes, g_stats.lib_errors, g_stats.successes, s,
       g_stats.mutated_decodes, g_stats.random,
       g_stats.plain, g_stats.plain_threw, g_stats.plain_identical, g_stats.resealed, g_stats.resealed_decoded,
-      g_stats.synthesized, g_stats.synth_v2, g_stats.synth_decoded, g_stats.synth_v2_valid,
-      g_stats.synth_v2_checked, g_stats.synth_v2_invalid, g_stats.corpus_v2, g_stats.corpus_v1);
+      g_stats.synthesized, g_stats.synth_v2, g_stats.synth_v3, g_stats.synth_decoded, g_stats.synth_v2_valid,
+      g_stats.synth_v2_checked, g_stats.synth_v2_invalid, g_stats.synth_v3_valid, g_stats.synth_v3_checked,
+      g_stats.synth_direct_chunks, g_stats.synth_v3_invalid, g_stats.synth_v2_with_direct,
+      g_stats.synth_relabelled, g_stats.corpus_relabelled, g_stats.corpus_v3, g_stats.corpus_direct,
+      g_stats.corpus_v2, g_stats.corpus_v1);
   if (g_stats.plain_identical > 0) {
     std::printf("  note: %" PRIu64 " mutated streams were accepted (with identical values)\n", g_stats.plain_identical);
   }
