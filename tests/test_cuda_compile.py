@@ -8,15 +8,17 @@
   extension build), torch's and MPI's headers come in as system headers, and a CPU-only torch
   gets the one generated c10/cuda header it lacks from a shim (torch_cuda_shim).
 * ``test_gpu_test_program_links_and_harness_runs``: links tests/cuda/test_cuszp.cu's program
-  from those objects and runs ``--host-only``, its device-free self-check (corruption base,
-  reseal, mutation generator through the CPU decoder), so the GPU session finds a working
-  harness.
+  from those objects and runs ``--host-only``, its device-free self-check (corruption bases of
+  versions 3, 2 and 1, reseal, the version converters, mutation generator through the CPU
+  decoder, the CPU side of the direct-chunk test), so the GPU session finds a working harness.
 * ``test_host_model``: tests/cuda/host_model_test.cpp, built with g++ (no CUDA needed) and run:
   the ``__host__ __device__`` CRC-32C combine helpers against crc32c.cpp, the warp bit transpose,
   the GPU quantiser of every dtype (float32/float64/float16/bfloat16) against fzlight_block.h,
-  host models of the encode kernel (stream format version 2: constant chunks, repeats, block
-  bitmaps) against fz::compress byte for byte, and of the parse + decode kernels (versions 1
-  and 2) against fz::decompress on valid and on thousands of mutated streams.
+  host models of both encode kernels (stream format version 3: constant chunks, repeats, block
+  bitmaps, the per-chunk choice between encoded and direct chunks) against fz::compress byte for
+  byte, and of the parse + decode kernels (versions 1, 2 and 3) against fz::decompress on valid
+  and on thousands of mutated streams, and against the old decoders' output on the real
+  version-1 and version-2 streams of tests/data/format_v1 and format_v2.
 
 nvcc runs under ``nice -n 19`` (the compile test is background work; ``ZCCL_NVCC_NICE`` changes
 the niceness, ``0`` disables it; ``ZCCL_NVCC_JOBS`` how many run at once, default 2).
@@ -321,9 +323,10 @@ def build_host_model(variant: str) -> Path:
 def test_host_model() -> None:
     assert CXX is not None
     exe = build_or_fail(build_host_model, "hostmodel")
-    # Real version-1 streams (written by the version-1 encoder), when the checkout has them.
-    fixtures = ROOT / "tests" / "data" / "format_v1"
-    args = [str(fixtures)] if fixtures.is_dir() else []
+    # Real version-1 and version-2 streams (written by those versions' encoders), when the
+    # checkout has them.
+    fixtures = [ROOT / "tests" / "data" / f"format_v{v}" for v in (1, 2)]
+    args = [str(d) for d in fixtures if d.is_dir()]
     proc = run([str(exe), *args], timeout=600, env={"OMP_WAIT_POLICY": "passive"})
     assert_ok(proc, str(exe))
     assert "ok:" in proc.stdout

@@ -166,12 +166,16 @@ unsigned grid_elementwise(uint64_t n) {
   return static_cast<unsigned>(std::max<uint64_t>(1, std::min<uint64_t>(want, 32ull * sm_count())));
 }
 
-// Shared memory for staging a chunk, within the 48 KiB a block gets without opting in: the
-// encoder's input chunk (beside ~7.6 KiB static), the decoder's compressed chunk (beside
-// ~15.4 KiB static; larger chunks are read from global memory).
-constexpr size_t kCacheBudget = 40 * 1024;
+// Shared memory for staging a chunk, within the 48 KiB a block gets without opting in (static
+// and dynamic together). encode_kernel's input chunk, beside its ~9.7 KiB static (EncodeShared:
+// two code-length arrays, one per chunk kind, since format version 3): 38 KiB, float32 chunks of
+// up to 9,728 values. The decoder's compressed chunk (kStageBudget below), beside ~15.4 KiB
+// static; larger chunks are read from global memory.
+constexpr size_t kCacheBudget = 38 * 1024;
+static_assert(sizeof(kern::EncodeShared) + kCacheBudget <= 48 * 1024,
+              "encode_kernel's static shared memory and input cache exceed 48 KiB");
 // encode_staged_kernel (one quantisation per value, no barrier inside its passes) for chunks
-// whose codes fit in this much dynamic shared memory (chunks of up to ~9,600 values; the default
+// whose codes fit in this much dynamic shared memory (chunks of up to 8,960 values; the default
 // is 5,120), encode_kernel for larger ones. -DZCCL_GPU_STAGED_ENCODER=0 builds the previous
 // encoder alone, to compare the two in one GPU run (scripts/gpu_build_variant.sh).
 #ifndef ZCCL_GPU_STAGED_ENCODER
@@ -179,6 +183,13 @@ constexpr size_t kCacheBudget = 40 * 1024;
 #endif
 constexpr bool kStagedEncoder = ZCCL_GPU_STAGED_ENCODER != 0;
 constexpr size_t kCodesBudget = 40 * 1024;
+static_assert(kern::staged_smem_bytes(fz::kDefaultChunkLen) <= kCodesBudget,
+              "the default chunk length must take the staged encoder");
+static_assert(kern::staged_smem_bytes(8960) <= kCodesBudget && kern::staged_smem_bytes(8992) > kCodesBudget,
+              "the staged encoder's largest chunk, as the comment above says");
+// The staged encoder's scan packs a chunk's payload bytes and outliers in 24 bits each: both are
+// below its shared-memory size.
+static_assert(kCodesBudget < (size_t{1} << 24), "staged chunks' payload and outliers must fit 24 bits");
 constexpr uint32_t kStageBudget = 24 * 1024;
 
 // ------------------------------------------------------------------------------------------

@@ -12,27 +12,32 @@
 // length, a 32x32 bit transpose across the warp turns magnitudes into bit planes (and back).
 // A chunk is first checked for constancy (one barrier per 256 values, so varied data stops after
 // the first 256; a constant chunk also checks the previous chunk, for a repeat). Otherwise it is
-// encoded twice, once to size it (for the look-back) and once to write it, reading the input from
-// a shared-memory copy loaded in one burst of 16-byte loads when the chunk fits (<= 40 KiB, e.g.
-// 5120 float64), else from global memory/L2; the compressed chunk is thus never staged anywhere.
-// The version-2 block bitmap is one byte per thread (8 blocks each), its code-length bytes placed
-// by a block-wide scan of the bytes' popcounts. Each chunk's CRC-32C is computed by its block
+// sized both ways, as an encoded chunk (Lorenzo deltas) and as a direct one (the codes
+// themselves), for the choice of kind and for the look-back, then the chosen kind is written:
+// for chunks whose codes fit in shared memory (the default chunk length) by quantising once into
+// shared memory (cuszp_encode_staged.cuh), for larger ones by encoding twice, reading the input
+// from a shared-memory copy loaded in one burst of 16-byte loads when the chunk fits (<= 38 KiB),
+// else from global memory/L2; the compressed chunk is thus never staged anywhere.
+// The block bitmap (versions >= 2) is one byte per thread (8 blocks each), its code-length bytes
+// placed by a block-wide scan of the bytes' popcounts. Each chunk's CRC-32C is computed by its block
 // (slices per thread folded with the CRC combine operator, crc32c_combine.h); a repeat's is that
 // of the constant chunk it repeats. A small kernel then writes the header and its CRC.
 // The decoder validates the header and table in one block (offsets by a block-wide scan), then
 // one block per chunk (persistent grid) stages the compressed chunk in shared memory (<= 24 KiB),
 // checks its CRC and structure, and decodes it a tile of 8 blocks at a time.
 //
-// Format compatibility: the output is the CPU's ZCCL fZ-light stream, version 2
+// Format compatibility: the output is the CPU's ZCCL fZ-light stream, version 3
 // (fzlight_format.h), byte for byte: the same quantiser (bin and 1/bin derived on the host exactly
 // as fzlight.cpp does, products rounded to nearest without FMA contraction, codes rounded
 // ties-to-even), the same strict check |x - x'| <= eb in double, the same outlier rules (NaN, Inf,
 // |x/bin| >= 2^30 - 64, or a reconstruction that would miss eb: stored exactly, bit for bit), the
 // same per-chunk choice (a repeat when the chunk and the previous one are constant with the same
 // bits, else a constant chunk when all values have the same bits, in lossy and lossless streams
-// alike, else encoded when not larger than raw, else raw), the same block bitmap layout, the same
-// CRC-32C per chunk and over the header. The decoder reads versions 1 and 2 (v1: one code-length
-// byte per block, no constant chunks or repeats, codec field 0). Float16/bfloat16 (dtypes 3, 4)
+// alike, else the direct chunk when its code-length bytes and planes are fewer than the encoded
+// chunk's, else the encoded one, either when not larger than raw, else raw), the same block
+// bitmap layout, the same CRC-32C per chunk and over the header. The decoder reads versions 1, 2
+// and 3 (v1: one code-length byte per block, no constant chunks or repeats, codec field 0; direct
+// chunks, mode 4, only in version 3). Float16/bfloat16 (dtypes 3, 4)
 // are quantised in float32 like the CPU's: q = rint(float(x) * inv_bin), reconstruction
 // narrow(float(q) * bin) rounded to nearest-even into the half type (__float2half_rn; bfloat16 by
 // the CPU's integer rounding, which equals __float2bfloat16_rn on every non-NaN value), verified
@@ -102,7 +107,7 @@ enum class Error : int32_t {
   Ok = 0,
   Truncated,          // len_bound shorter than the fixed header, or the header/table beyond it
   BadMagic,
-  BadVersion,         // neither 1 nor 2
+  BadVersion,         // not 1, 2 or 3
   BadDType,
   DTypeMismatch,      // a valid dtype, but not the one the caller asked for
   BadBlockLen,
@@ -120,13 +125,13 @@ enum class Error : int32_t {
   BadChunkSize,       // a table entry above the chunk's raw size, or 0 where no repeat may be
   ChunkSizesSum,      // table sizes do not add up to the recorded total
   ChunkCrc,
-  BadChunkMode,
+  BadChunkMode,       // unknown, or not of the stream's version (mode 2 in v1, mode 4 before v3)
   BadRawSize,
-  LosslessEncoded,    // an encoded chunk in a stream with bin 0
+  LosslessEncoded,    // an encoded or direct chunk in a stream with bin 0
   ChunkTooShort,
   TooManyOutliers,
   BadCodeLength,
-  ChunkSizeMismatch,  // sizes inside an encoded chunk do not add up to its table size
+  ChunkSizeMismatch,  // sizes inside an encoded or direct chunk do not add up to its table size
   BadOutlierIndex,
   // Version 2 (appended: the codes above keep their values).
   BadCodec,                    // lossless codec field (header offset 36) above 1
@@ -183,7 +188,7 @@ struct DeviceStreamInfo {  // plain aggregate (no initialisers: it lives in shar
   int32_t error;
   uint8_t dtype;    // DType code: 1 float32, 2 float64, 3 float16, 4 bfloat16
   uint8_t ndim;
-  uint8_t version;  // stream format version (1 or 2)
+  uint8_t version;  // stream format version (1, 2 or 3)
   uint8_t reserved;
   uint32_t chunk_len;
   uint32_t codec;   // lossless codec (header offset 36): 0 none, 1 zstd (host only)

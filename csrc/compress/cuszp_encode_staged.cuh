@@ -1,6 +1,6 @@
 // The GPU encoder for chunks whose integer codes fit in shared memory (the default 5120-value
 // chunk and anything up to the host's kCodesBudget; larger chunks take encode_kernel in
-// cuszp_kernels.cuh). Same stream bytes as encode_kernel and fzlight.cpp (format version 2).
+// cuszp_kernels.cuh). Same stream bytes as encode_kernel and fzlight.cpp (format version 3).
 //
 // Why a second encoder: encode_kernel sizes a chunk in one pass and writes it in a second, so it
 // quantises every value twice, and both passes run in tiles whose warps exchange a summary
@@ -14,11 +14,15 @@
 //   S1 carry scan: per block, the effective code entering it (the last quantised code of the
 //      blocks before it, 0 before the chunk's first value: fzlight's "outliers take the
 //      prediction").
-//   C  deltas (warps independent): effective codes, Lorenzo deltas written over the codes, the
-//      block's code length and outlier mask.
-//   S2 bitmap scan: the bitmap, the rank of each code-length byte, each block's payload and
-//      outlier offsets, the chunk's size; then the look-back places the chunk.
-//   D  write (warps independent): sign and magnitude planes, outlier indices and values.
+//   C  sizes (warps independent): per block the code length of its Lorenzo deltas of effective
+//      codes (an encoded chunk) and of its codes themselves (a direct chunk: kNoCode codes 0),
+//      and its outlier mask. The codes stay as they are.
+//   S2 bitmap scan: both kinds' bitmaps, code-length byte ranks and payload sizes and the outlier
+//      offsets in one scan; the chunk kind (ChunkPlan::settle), the chosen kind's per-block
+//      payload offsets, the chunk's size; then the look-back places the chunk.
+//   D  write (warps independent): the chosen kind's values again from the codes (one helper,
+//      staged_lorenzo, gives C's and D's deltas), sign and magnitude planes, outlier indices and
+//      values.
 #pragma once
 
 #include "cuszp_kernels.cuh"
@@ -29,17 +33,18 @@ inline constexpr int32_t kNoCode = INT32_MIN;  // codes stay within +-(2^30 - 1)
 
 // Per-block arrays after the codes in dynamic shared memory (nb_cap entries each).
 struct StagedBlocks {
-  int32_t* codes;     // chunk_len values: codes, then deltas
+  int32_t* codes;     // chunk_len values: codes (kNoCode: stored exactly, or padding)
   int32_t* carry;     // A: last quantised code; S1: effective code entering the block
   uint32_t* omask;    // C: bit l set when value 32b + l is stored exactly
-  uint32_t* pay_off;  // S2: payload bytes before the block
+  uint32_t* pay_off;  // S2: payload bytes before the block (the chosen chunk kind's)
   uint32_t* out_off;  // S2: outliers before the block
-  uint8_t* lens;      // C: code length
+  uint8_t* lens;      // C: code length as an encoded chunk (Lorenzo deltas)
+  uint8_t* dlens;     // C: code length as a direct chunk (the codes)
 };
 
 // Dynamic shared memory of encode_staged_kernel for chunks of chunk_len values.
 __host__ __device__ constexpr size_t staged_smem_bytes(uint32_t chunk_len) {
-  return 4 * static_cast<size_t>(chunk_len) + 17 * static_cast<size_t>((chunk_len + 31) / 32) + 16;
+  return 4 * static_cast<size_t>(chunk_len) + 18 * static_cast<size_t>((chunk_len + 31) / 32) + 16;
 }
 
 __device__ inline StagedBlocks staged_blocks(uint4* dyn, uint32_t chunk_len) {
@@ -51,6 +56,7 @@ __device__ inline StagedBlocks staged_blocks(uint4* dyn, uint32_t chunk_len) {
   s.pay_off = s.omask + nb_cap;
   s.out_off = s.pay_off + nb_cap;
   s.lens = reinterpret_cast<uint8_t*>(s.out_off + nb_cap);
+  s.dlens = s.lens + nb_cap;
   return s;
 }
 
@@ -138,52 +144,72 @@ __device__ inline void for_warp_blocks(uint32_t nb, F&& f) {
   }
 }
 
-// Pass C: effective codes and deltas of each block (over the codes), code lengths, outlier
-// masks, and q_start (the first value's effective code).
+// This lane's Lorenzo delta in block b (all 32 lanes call it; `code` is codes[32b + lane],
+// `enter` the effective code entering the block): a value stored exactly (or padding) takes the
+// last quantised code before it in the block, else `enter`; the chunk's first value is predicted
+// by itself. `e` gets the lane's effective code.
+__device__ inline int32_t staged_lorenzo(int32_t code, int32_t enter, uint32_t b, int32_t& e) {
+  const unsigned lane = lane_id();
+  const uint32_t gmask = __ballot_sync(kFull, code != kNoCode);
+  e = code;
+  if (gmask != kFull) {  // warp-uniform
+    const uint32_t upto = gmask & lanes_upto(lane);
+    const int32_t src = __shfl_sync(kFull, code, upto != 0 ? 31 - __clz(static_cast<int>(upto)) : 0);
+    e = upto != 0 ? src : enter;
+  }
+  int32_t pred = __shfl_up_sync(kFull, e, 1);
+  if (lane == 0) pred = b == 0 ? e : enter;
+  return e - pred;
+}
+
+__device__ inline uint32_t magnitude(int32_t d) {
+  return d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
+}
+
+__device__ inline uint8_t bit_length(uint32_t any) {
+  return static_cast<uint8_t>(any == 0 ? 0u : 32u - static_cast<uint32_t>(__clz(static_cast<int>(any))));
+}
+
+// Pass C: each block's code lengths both ways, outlier mask, and q_start (the first value's
+// effective code).
 template <int kR>
-__device__ inline void staged_deltas(const StagedBlocks& s, uint32_t m, uint32_t nb, int32_t* q_start) {
+__device__ inline void staged_sizes(const StagedBlocks& s, uint32_t m, uint32_t nb, int32_t* q_start) {
   const unsigned lane = lane_id();
   for_warp_blocks<kR>(nb, [&](uint32_t b) {
-    const uint32_t i = b * 32 + lane;
-    const int32_t code = s.codes[i];
-    const int32_t enter = s.carry[b];
+    const int32_t code = s.codes[b * 32 + lane];
+    int32_t e;
+    const int32_t d = staged_lorenzo(code, s.carry[b], b, e);
+    const uint32_t any = warp_or(magnitude(d));
+    const uint32_t dany = warp_or(magnitude(code == kNoCode ? 0 : code));
     const uint32_t gmask = __ballot_sync(kFull, code != kNoCode);
-    int32_t e = code;
-    if (gmask != kFull) {  // warp-uniform: values stored exactly (or padding) take the last code
-      const uint32_t upto = gmask & lanes_upto(lane);
-      const int32_t src = __shfl_sync(kFull, code, upto != 0 ? 31 - __clz(static_cast<int>(upto)) : 0);
-      e = upto != 0 ? src : enter;
-    }
-    int32_t pred = __shfl_up_sync(kFull, e, 1);
-    if (lane == 0) pred = b == 0 ? e : enter;
-    const int32_t d = e - pred;
-    s.codes[i] = d;
-    const uint32_t mag = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
-    const uint32_t any = warp_or(mag);
     if (lane == 0) {
-      s.lens[b] = static_cast<uint8_t>(any == 0 ? 0u : 32u - static_cast<uint32_t>(__clz(static_cast<int>(any))));
+      s.lens[b] = bit_length(any);
+      s.dlens[b] = bit_length(dany);
       s.omask[b] = ~gmask & valid_mask(b, m);
       if (b == 0) *q_start = e;
     }
   });
 }
 
-// Pass D: the planes at out + planes_at + pay_off[b], outliers after all planes.
+// Pass D: the planes of the chunk kind `direct` names (uniform over the block) at
+// out + planes_at + pay_off[b], outliers after all planes.
 template <class K, int kR>
 __device__ inline void staged_write(const StagedBlocks& s, const typename lane::Kind<K>::S* x, uint32_t nb,
-                                    uint8_t* out, size_t planes_at, size_t idx_at, size_t val_at,
+                                    bool direct, uint8_t* out, size_t planes_at, size_t idx_at, size_t val_at,
                                     const TransposeLane& tl) {
   using B = typename lane::Kind<K>::S;
   const unsigned lane = lane_id();
+  const uint8_t* const lens = direct ? s.dlens : s.lens;
   for_warp_blocks<kR>(nb, [&](uint32_t b) {
-    const uint32_t len = s.lens[b];
+    const uint32_t len = lens[b];
     const uint32_t om = s.omask[b];
     const uint32_t i = b * 32 + lane;
     if (len != 0) {  // warp-uniform
-      const int32_t d = s.codes[i];
+      const int32_t code = s.codes[i];
+      int32_t e;
+      const int32_t d = direct ? (code == kNoCode ? 0 : code) : staged_lorenzo(code, s.carry[b], b, e);
       const uint32_t sign = __ballot_sync(kFull, d < 0);
-      const uint32_t mag = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
-      const uint32_t plane = warp_transpose(mag, tl);
+      const uint32_t plane = warp_transpose(magnitude(d), tl);
       // Word k of the block's payload is the sign plane (k = 0) or plane k - 1: one store each
       // by lanes 0..len, so the unaligned-store sequence is issued once.
       const uint32_t above = __shfl_up_sync(kFull, plane, 1);
@@ -206,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, kStagedMinBlocks) encode_staged_kern
   constexpr int kR = kEncodeBlocksPerWarp;
   __shared__ crc::Tables crc_tab;
   __shared__ CrcScratch crc_scratch;
-  __shared__ uint64_t scratch[kWarps];
+  __shared__ uint64_t scratch[2 * kWarps];
   __shared__ int32_t warp_last[kWarps];
   __shared__ unsigned long long chunk_sh, offset_sh;
   __shared__ int32_t q_start_sh;
@@ -232,39 +258,52 @@ __global__ void __launch_bounds__(kThreads, kStagedMinBlocks) encode_staged_kern
       __syncthreads();
       staged_carry_scan(s, nb, warp_last);
       __syncthreads();
-      staged_deltas<kR>(s, m, nb, &q_start_sh);
+      staged_sizes<kR>(s, m, nb, &q_start_sh);
       __syncthreads();
       // S2: thread j owns bitmap byte j (blocks 8j..8j+7; bm <= kThreads). One exclusive scan of
-      // (payload bytes | outliers << 24 | nonzero blocks << 48) over the threads.
-      uint64_t mine = 0;
+      // the encoded chunk's (payload bytes | outliers << 24 | nonzero blocks << 48) and the
+      // direct chunk's (payload bytes | nonzero blocks << 32) over the threads.
+      uint32_t enc_byte = 0, dir_byte = 0;  // bitmap byte j of either chunk kind
+      uint64_t enc = 0, dir = 0;
       if (threadIdx.x < bm) {
         for (uint32_t k = 0; k < 8; ++k) {
           const uint32_t b = 8 * threadIdx.x + k;
           if (b >= nb) break;
-          if (s.lens[b] != 0) my_byte |= 1u << k;
-          mine += lane::block_bytes(s.lens[b]) | static_cast<uint64_t>(__popc(s.omask[b])) << 24;
+          if (s.lens[b] != 0) enc_byte |= 1u << k;
+          if (s.dlens[b] != 0) dir_byte |= 1u << k;
+          enc += lane::block_bytes(s.lens[b]) | static_cast<uint64_t>(__popc(s.omask[b])) << 24;
+          dir += lane::block_bytes(s.dlens[b]);
         }
-        mine |= static_cast<uint64_t>(__popc(my_byte)) << 48;
+        enc |= static_cast<uint64_t>(__popc(enc_byte)) << 48;
+        dir |= static_cast<uint64_t>(__popc(dir_byte)) << 32;
       }
-      uint64_t total = 0;
-      const uint64_t before = cta_exclusive_scan(mine, scratch, &total);
-      my_rank = static_cast<uint32_t>(before >> 48);
-      nonzero = static_cast<uint32_t>(total >> 48);
-      payload = static_cast<uint32_t>(total & 0xFFFFFFu);
-      n_out = static_cast<uint32_t>((total >> 24) & 0xFFFFFFu);
+      uint64_t enc_total = 0, dir_total = 0;
+      cta_exclusive_scan2(enc, dir, scratch, enc_total, dir_total);  // enc, dir: exclusive prefixes
+      n_out = static_cast<uint32_t>((enc_total >> 24) & 0xFFFFFFu);
+      const uint32_t enc_payload = static_cast<uint32_t>(enc_total & 0xFFFFFFu);
+      const uint32_t enc_nonzero = static_cast<uint32_t>(enc_total >> 48);
+      const uint32_t dir_payload = static_cast<uint32_t>(dir_total);
+      const uint32_t dir_nonzero = static_cast<uint32_t>(dir_total >> 32);
+      plan.settle(enc_nonzero + enc_payload, dir_nonzero + dir_payload,
+                  bm + static_cast<uint64_t>(n_out) * (2 + elem));
+      const bool direct = plan.direct;
+      my_byte = direct ? dir_byte : enc_byte;
+      my_rank = direct ? static_cast<uint32_t>(dir >> 32) : static_cast<uint32_t>(enc >> 48);
+      nonzero = direct ? dir_nonzero : enc_nonzero;
+      payload = direct ? dir_payload : enc_payload;
       if (threadIdx.x < bm) {
-        uint32_t pay = static_cast<uint32_t>(before & 0xFFFFFFu);
-        uint32_t outs = static_cast<uint32_t>((before >> 24) & 0xFFFFFFu);
+        const uint8_t* const lens = direct ? s.dlens : s.lens;
+        uint32_t pay = direct ? static_cast<uint32_t>(dir) : static_cast<uint32_t>(enc & 0xFFFFFFu);
+        uint32_t outs = static_cast<uint32_t>((enc >> 24) & 0xFFFFFFu);
         for (uint32_t k = 0; k < 8; ++k) {
           const uint32_t b = 8 * threadIdx.x + k;
           if (b >= nb) break;
           s.pay_off[b] = pay;
           s.out_off[b] = outs;
-          pay += lane::block_bytes(s.lens[b]);
+          pay += lane::block_bytes(lens[b]);
           outs += static_cast<uint32_t>(__popc(s.omask[b]));
         }
       }
-      plan.settle(kEncodedFixed + bm + nonzero + payload + static_cast<uint64_t>(n_out) * (2 + elem));
     }
 
     if (warp_id() == 0) {
@@ -275,10 +314,10 @@ __global__ void __launch_bounds__(kThreads, kStagedMinBlocks) encode_staged_kern
     uint8_t* const out = a.dst + a.data_base + offset_sh;
 
     if (plan.encode) {
-      write_encoded_head(out, q_start_sh, n_out, bm, my_byte, my_rank, s.lens);
-      const size_t planes_at = kEncodedFixed + bm + nonzero;
+      write_encoded_head(out, plan.direct, q_start_sh, n_out, bm, my_byte, my_rank, plan.direct ? s.dlens : s.lens);
+      const size_t planes_at = (plan.direct ? kDirectFixed : kEncodedFixed) + bm + nonzero;
       const size_t idx_at = planes_at + payload;
-      staged_write<K, kR>(s, x, nb, out, planes_at, idx_at, idx_at + 2 * static_cast<size_t>(n_out), tl);
+      staged_write<K, kR>(s, x, nb, plan.direct, out, planes_at, idx_at, idx_at + 2 * static_cast<size_t>(n_out), tl);
     } else {
       write_plain_chunk(out, plan, v0, x, m, const_bytes);
     }

@@ -6,13 +6,13 @@
 //
 // Kernels, templated on the storage kind K (float, double, lane::Half, lane::BFloat16; see
 // cuszp_lane.h), in the order a call runs them:
-//   compress:    encode_kernel   (constant/repeat detection, fused quantise + Lorenzo + bit planes,
-//                                 look-back, chunk CRC; stream format version 2), or, for chunks
-//                                 whose codes fit in shared memory (the default chunk length),
-//                                 encode_staged_kernel (cuszp_encode_staged.cuh: same bytes, one
-//                                 quantisation per value)
+//   compress:    encode_kernel   (constant/repeat detection, fused quantise + Lorenzo or direct
+//                                 codes + bit planes, look-back, chunk CRC; stream format version
+//                                 3), or, for chunks whose codes fit in shared memory (the
+//                                 default chunk length), encode_staged_kernel
+//                                 (cuszp_encode_staged.cuh: same bytes, one quantisation per value)
 //                finalize_kernel (header fields, total size, header CRC)
-//   decompress:  parse_kernel    (header + table validation, chunk offsets; versions 1 and 2)
+//   decompress:  parse_kernel    (header + table validation, chunk offsets; versions 1, 2 and 3)
 //                decode_kernel   (chunk CRC + structure checks + decode [+ reduce])
 //   also:        range_partial_kernel / range_final_kernel, reduce_kernel, divide_kernel
 //
@@ -43,10 +43,12 @@ inline constexpr size_t kControlBytes = 256;  // control words at the start of t
 inline constexpr int kRangeMaxBlocks = 1024;  // partial results of finite_range
 inline constexpr size_t kMinWorkspaceWords = 2 * kRangeMaxBlocks;  // 8-byte words after control
 inline constexpr size_t kFixedHeaderMax = 48 + 8 * fz::kMaxDims;
-inline constexpr size_t kEncodedFixed = 9;  // mode, q_start, n_outliers
+inline constexpr size_t kEncodedFixed = fz::format::kEncodedChunkFixedBytes;  // mode, q_start, n_outliers
+inline constexpr size_t kDirectFixed = fz::format::kDirectChunkFixedBytes;     // mode, n_outliers
+static_assert(kEncodedFixed == 9 && kDirectFixed == 5, "chunk fixed parts as in fzlight_format.h");
 
 static_assert((kWarps & (kWarps - 1)) == 0 && kWarps <= 32, "kWarps must be a power of two <= 32");
-// One thread per byte of a chunk's version-2 block bitmap (encoder and decoder).
+// One thread per byte of a chunk's block bitmap (versions >= 2; encoder and decoder).
 static_assert(lane::bitmap_bytes(kMaxBlocksPerChunk) <= static_cast<uint32_t>(kThreads),
               "a chunk's block bitmap must fit one byte per thread");
 
@@ -292,6 +294,34 @@ __device__ inline uint64_t cta_exclusive_scan(uint64_t v, uint64_t* scratch, uin
   return before + incl - v;
 }
 
+// Two exclusive prefixes over the block at once, behind the same two barriers (the encoders size
+// a chunk both ways, encoded and direct, in one scan); `scratch` holds 2 * kWarps words. a and b
+// become their exclusive prefixes, total_a and total_b the block's sums.
+__device__ inline void cta_exclusive_scan2(uint64_t& a, uint64_t& b, uint64_t* scratch, uint64_t& total_a,
+                                           uint64_t& total_b) {
+  const uint64_t incl_a = warp_scan<uint64_t>(a);
+  const uint64_t incl_b = warp_scan<uint64_t>(b);
+  __syncthreads();  // scratch may still be read by the previous call
+  if (lane_id() == 31) {
+    scratch[warp_id()] = incl_a;
+    scratch[kWarps + warp_id()] = incl_b;
+  }
+  __syncthreads();
+  uint64_t before_a = 0, before_b = 0, all_a = 0, all_b = 0;
+  for (int w = 0; w < kWarps; ++w) {
+    if (w < static_cast<int>(warp_id())) {
+      before_a += scratch[w];
+      before_b += scratch[kWarps + w];
+    }
+    all_a += scratch[w];
+    all_b += scratch[kWarps + w];
+  }
+  total_a = all_a;
+  total_b = all_b;
+  a = before_a + incl_a - a;
+  b = before_b + incl_b - b;
+}
+
 // The slicing-by-4 tables, built in shared memory at kernel start.
 __device__ inline void init_crc_tables(crc::Tables& tab) {
   for (int e = threadIdx.x; e < 4 * 256; e += kThreads) {
@@ -336,9 +366,9 @@ __device__ inline uint32_t cta_crc32c(const uint8_t* p, uint64_t n, const crc::T
 }
 
 // CRC-32C of n bytes at p by one warp (the same plan with 32 slices; every lane gets the result).
-// For chunks of up to kWarpCrcMax bytes, the encoded chunks of lossy data: the other warps are
-// spared the fold loops and the block two barriers, and with several blocks per multiprocessor
-// their warps fill the time. -DZCCL_GPU_WARP_CRC_MAX=0 gives every chunk the whole block.
+// For chunks of up to kWarpCrcMax bytes, the encoded and direct chunks of lossy data: the other
+// warps are spared the fold loops and the block two barriers, and with several blocks per
+// multiprocessor their warps fill the time. -DZCCL_GPU_WARP_CRC_MAX=0 gives every chunk the whole block.
 #ifndef ZCCL_GPU_WARP_CRC_MAX
 #define ZCCL_GPU_WARP_CRC_MAX 4096
 #endif
@@ -427,9 +457,10 @@ struct EncodeShared {
   crc::Tables crc_tab;
   TransposeTable transpose;
   CrcScratch crc_scratch;
-  uint8_t lens[kMaxBlocksPerChunk];   // code length per block, from the sizing pass
+  uint8_t lens[kMaxBlocksPerChunk];   // code length per block, from the sizing pass: encoded
+  uint8_t dlens[kMaxBlocksPerChunk];  // and direct
   WarpSummary sum[2][kWarps];         // per tile, double-buffered (one barrier per tile)
-  uint64_t scratch[kWarps];
+  uint64_t scratch[2 * kWarps];
   unsigned long long chunk;
   unsigned long long offset;          // the chunk's exclusive prefix in bytes
   int32_t q_start;
@@ -484,24 +515,28 @@ static_assert(kDecodeBlocksPerWarp >= 1 && kWarps * kDecodeBlocksPerWarp <= 32,
 // One pass over a chunk's blocks in tiles of kWarps * kR blocks: warp w codes blocks
 // t*kWarps*kR + w*kR + r (r < kR), lane l value l of each. A tile's two barriers and its prefix
 // over the kWarps warp summaries (a warp scan) are shared by kR values per thread.
-// kWrite = false sizes the chunk (code lengths into sm.lens, q_start, returns the outlier count);
-// kWrite = true writes the chunk's planes at out + planes_at and its outliers after them (the
-// header, bitmap and code lengths are written by the caller). `x` is the chunk's input, in
-// shared memory when it was staged there, else in global memory.
+// kWrite = false sizes the chunk both ways (code lengths into sm.lens for an encoded chunk and
+// sm.dlens for a direct one, q_start; returns the outlier count); kWrite = true writes the planes
+// of the chunk kind `direct` names (uniform over the block) at out + planes_at and its outliers
+// after them (the header, bitmap and code lengths are written by the caller). `x` is the chunk's
+// input, in shared memory when it was staged there, else in global memory. (`direct` is an
+// argument, not a template parameter: two write passes inlined in the kernel spilled registers.)
 //
-// Codes: a value's effective code e_i is its own code if it quantises, else the effective code of
-// the value before it (0 before the chunk's first value): fzlight's "outliers take the
-// prediction". q_start = e_0, deltas are e_i - e_(i-1), and padding lanes past the chunk's end
-// repeat the last code, exactly as fzlight.cpp's encode_chunk.
+// Codes of an encoded chunk: a value's effective code e_i is its own code if it quantises, else
+// the effective code of the value before it (0 before the chunk's first value): fzlight's
+// "outliers take the prediction". q_start = e_0, deltas are e_i - e_(i-1), and padding lanes past
+// the chunk's end repeat the last code, exactly as fzlight.cpp's encoder. A direct chunk codes
+// q_i itself, 0 for values stored exactly and for padding lanes.
 template <class K, bool kWrite, int kR = kEncodeBlocksPerWarp>
 __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
                                 const typename lane::Kind<K>::S* x, uint32_t m, uint32_t nb,
                                 uint8_t* out, size_t planes_at, uint32_t payload_total,
-                                uint32_t n_out_total) {
+                                uint32_t n_out_total, bool direct) {
   using B = typename lane::Kind<K>::S;
   constexpr uint32_t kTileBlocks = kWarps * kR;
   const unsigned lane = lane_id();
   const unsigned warp = warp_id();
+  const uint8_t* const lens = direct ? sm.dlens : sm.lens;  // the written kind's (kWrite)
   int32_t carry_code = 0;
   uint32_t carry_out = 0;
   uint32_t carry_payload = 0;
@@ -521,7 +556,7 @@ __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
       const uint32_t i = (b0 + r) * 32 + lane;
       const bool valid = i < m;  // implies block b0 + r < nb
       bits[r] = valid ? x[i] : B{0};
-      q[r] = 0;
+      q[r] = 0;  // stays 0 unless the value quantises (quantize_bits): a direct chunk's code
       const bool good = valid && lane::quantize_bits<K>(bits[r], a.inv_bin, a.bin, a.eb, q[r]);
       bad[r] = valid && !good;
       gmask[r] = __ballot_sync(kFull, good);
@@ -531,7 +566,7 @@ __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
         mine.last = __shfl_sync(kFull, q[r], 31 - __clz(static_cast<int>(gmask[r])));
       }
       mine.outliers += static_cast<uint32_t>(__popc(omask[r]));
-      if (kWrite && b0 + r < nb) mine.payload += lane::block_bytes(sm.lens[b0 + r]);
+      if (kWrite && b0 + r < nb) mine.payload += lane::block_bytes(lens[b0 + r]);
     }
     if (lane == 0) sm.sum[buf][warp] = mine;
     __syncthreads();
@@ -568,14 +603,24 @@ __device__ uint32_t encode_pass(const EncodeArgs<K>& a, EncodeShared& sm,
       const int32_t e = upto != 0 ? src_code : prev;
       int32_t pred = __shfl_up_sync(kFull, e, 1);
       if (lane == 0) pred = b == 0 ? e : prev;
-      const int32_t d = e - pred;
-      const uint32_t mag = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
-      const uint32_t any = warp_or(mag);
-      const uint32_t len = any == 0 ? 0u : 32u - static_cast<uint32_t>(__clz(static_cast<int>(any)));
       if (!kWrite) {
-        if (lane == 0) sm.lens[b] = static_cast<uint8_t>(len);
-        if (b == 0 && lane == 0) sm.q_start = e;
+        const int32_t d = e - pred;
+        const uint32_t mag = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
+        const uint32_t dmag = q[r] < 0 ? 0u - static_cast<uint32_t>(q[r]) : static_cast<uint32_t>(q[r]);
+        const uint32_t any = warp_or(mag);
+        const uint32_t dany = warp_or(dmag);
+        if (lane == 0) {
+          sm.lens[b] = static_cast<uint8_t>(any == 0 ? 0 : 32 - __clz(static_cast<int>(any)));
+          sm.dlens[b] = static_cast<uint8_t>(dany == 0 ? 0 : 32 - __clz(static_cast<int>(dany)));
+          if (b == 0) sm.q_start = e;
+        }
       } else {
+        const int32_t d = direct ? q[r] : e - pred;
+        const uint32_t mag = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
+        // The length again from the magnitudes (= lens[b]): reading it back from shared memory
+        // instead cost encode_kernel<double> register spills.
+        const uint32_t any = warp_or(mag);
+        const uint32_t len = any == 0 ? 0u : 32u - static_cast<uint32_t>(__clz(static_cast<int>(any)));
         const uint32_t sign = __ballot_sync(kFull, d < 0);
         const uint32_t plane = warp_transpose(mag, sm.transpose);
         if (len != 0) {
@@ -625,19 +670,26 @@ __device__ inline bool next_chunk(Control* ctl, unsigned long long& slot, uint64
 // What a chunk becomes before its encoded size is known (fzlight.cpp's code_chunk): a repeat
 // (table size 0) when it and the previous chunk (always a full one) are constant with the same
 // bits, else constant when all its values have the same bits, else a candidate for encoding
-// (lossy streams, when the fixed part alone is smaller than raw), else raw. Uniform over the
-// block. `xin` is the chunk's input (maybe staged), `x` where it lies in global memory.
+// (lossy streams, when the smaller fixed part, a direct chunk's, alone is smaller than raw), else
+// raw. Uniform over the block. `xin` is the chunk's input (maybe staged), `x` where it lies in
+// global memory.
 struct ChunkPlan {
   bool constant;
   bool repeat;
-  bool encode;        // encoded unless it turns out larger than raw
+  bool encode;        // encoded or direct, unless that turns out larger than raw
+  bool direct;        // settle's choice: a direct chunk (mode 4) instead of an encoded one
   uint64_t size;      // table size
   uint64_t raw_bytes;
 
-  // The encoded size once known: the chunk stays encoded when that is not larger than raw.
-  __device__ void settle(uint64_t encoded_bytes) {
-    if (encoded_bytes <= raw_bytes) {
-      size = encoded_bytes;
+  // Both sizes once known, from the parts that differ (code-length bytes + planes: `varying`)
+  // and those they share (bitmap + outliers). fzlight.cpp's direct_wins: direct when its varying
+  // part is smaller, i.e. when the chunk is smaller by more than the 4 bytes of q_start it does
+  // without; encoded on a tie. The chunk stays encoded/direct when that is not larger than raw.
+  __device__ void settle(uint64_t encoded_varying, uint64_t direct_varying, uint64_t shared) {
+    direct = direct_varying < encoded_varying;
+    const uint64_t bytes = direct ? kDirectFixed + direct_varying + shared : kEncodedFixed + encoded_varying + shared;
+    if (bytes <= raw_bytes) {
+      size = bytes;
     } else {
       encode = false;
     }
@@ -652,23 +704,31 @@ __device__ inline ChunkPlan plan_chunk(const B* xin, const B* x, uint64_t c, uin
   p.raw_bytes = 1 + static_cast<uint64_t>(m) * sizeof(B);
   p.constant = cta_all_equal(xin, m, v0);
   p.repeat = p.constant && c > 0 && cta_all_equal(x - chunk_len, chunk_len, v0);
-  p.encode = !p.constant && lossy != 0 && kEncodedFixed + bm < p.raw_bytes;
+  p.encode = !p.constant && lossy != 0 && kDirectFixed + bm < p.raw_bytes;
+  p.direct = false;
   p.size = p.repeat ? 0 : p.constant ? 1 + sizeof(B) : p.raw_bytes;
   return p;
 }
 
-// An encoded chunk's fixed fields (thread 0), bitmap and code lengths (thread j < bm: bitmap byte
-// j and the lengths of its set bits, from rank my_rank on).
-__device__ inline void write_encoded_head(uint8_t* out, int32_t q_start, uint32_t n_out, uint32_t bm,
+// An encoded or direct chunk's fixed fields (thread 0: mode, q_start if encoded, n_outliers),
+// bitmap and code lengths (thread j < bm: bitmap byte j and the lengths of its set bits, from
+// rank my_rank on).
+__device__ inline void write_encoded_head(uint8_t* out, bool direct, int32_t q_start, uint32_t n_out, uint32_t bm,
                                           uint32_t my_byte, uint32_t my_rank, const uint8_t* lens) {
+  const size_t fixed = direct ? kDirectFixed : kEncodedFixed;
   if (threadIdx.x == 0) {
-    out[0] = fz::format::kChunkEncoded;
-    st_u32(out + 1, static_cast<uint32_t>(q_start));
-    st_u32(out + 5, n_out);
+    if (direct) {
+      out[0] = fz::format::kChunkDirect;
+      st_u32(out + 1, n_out);
+    } else {
+      out[0] = fz::format::kChunkEncoded;
+      st_u32(out + 1, static_cast<uint32_t>(q_start));
+      st_u32(out + 5, n_out);
+    }
   }
   if (threadIdx.x < bm) {
-    out[kEncodedFixed + threadIdx.x] = static_cast<uint8_t>(my_byte);
-    uint8_t* lens_out = out + kEncodedFixed + bm + my_rank;
+    out[fixed + threadIdx.x] = static_cast<uint8_t>(my_byte);
+    uint8_t* lens_out = out + fixed + bm + my_rank;
     for (uint32_t k = 0; k < 8; ++k) {
       if ((my_byte >> k) & 1u) *lens_out++ = lens[8 * threadIdx.x + k];
     }
@@ -748,8 +808,9 @@ __device__ inline uint64_t lookback(unsigned long long* status, uint64_t c, uint
 
 // Persistent blocks; each takes chunks by ticket until none is left. Per chunk, fzlight.cpp's
 // code_chunk: a repeat (table size 0) when the chunk and the previous one are constant with the
-// same bits, else a constant chunk when all values have the same bits, else encoded (lossy
-// streams) when that is not larger than raw, else raw. Version-2 layout (fzlight_format.h).
+// same bits, else a constant chunk when all values have the same bits, else (lossy streams) the
+// smaller of the encoded and the direct chunk (ChunkPlan::settle) when that is not larger than
+// raw, else raw. Version-3 layout (fzlight_format.h).
 template <class K>
 __global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(EncodeArgs<K> a) {
   using B = typename lane::Kind<K>::S;
@@ -776,26 +837,34 @@ __global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(Enco
     uint32_t payload = 0, n_out = 0, nonzero = 0;
     uint32_t my_byte = 0, my_rank = 0;  // bitmap byte threadIdx.x, rank of its first set bit
     if (plan.encode) {
-      n_out = encode_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0);
-      __syncthreads();  // sm.lens and sm.q_start complete
-      // Thread j owns bitmap byte j (blocks 8j..8j+7; bm <= kThreads). One exclusive scan ranks
-      // its nonzero blocks' code-length bytes (high half) and sums the payload (low half).
-      uint64_t mine = 0;
+      n_out = encode_pass<K, false>(a, sm, xin, m, nb, nullptr, 0, 0, 0, false);
+      __syncthreads();  // sm.lens, sm.dlens and sm.q_start complete
+      // Thread j owns bitmap byte j (blocks 8j..8j+7; bm <= kThreads) of either chunk kind
+      // (enc_: encoded, dir_: direct). One exclusive scan of both ranks their nonzero blocks'
+      // code-length bytes (high half) and sums their payload (low half).
+      uint32_t enc_byte = 0, dir_byte = 0;
+      uint64_t enc = 0, dir = 0;
       if (threadIdx.x < bm) {
         for (uint32_t k = 0; k < 8; ++k) {
           const uint32_t b = 8 * threadIdx.x + k;
-          if (b < nb && sm.lens[b] != 0) {
-            my_byte |= 1u << k;
-            mine += lane::block_bytes(sm.lens[b]);
-          }
+          if (b >= nb) break;
+          if (sm.lens[b] != 0) enc_byte |= 1u << k;
+          if (sm.dlens[b] != 0) dir_byte |= 1u << k;
+          enc += lane::block_bytes(sm.lens[b]);
+          dir += lane::block_bytes(sm.dlens[b]);
         }
-        mine |= static_cast<uint64_t>(__popc(my_byte)) << 32;
+        enc |= static_cast<uint64_t>(__popc(enc_byte)) << 32;
+        dir |= static_cast<uint64_t>(__popc(dir_byte)) << 32;
       }
-      uint64_t total = 0;
-      my_rank = static_cast<uint32_t>(cta_exclusive_scan(mine, sm.scratch, &total) >> 32);
+      uint64_t enc_total = 0, dir_total = 0;
+      cta_exclusive_scan2(enc, dir, sm.scratch, enc_total, dir_total);
+      plan.settle((enc_total >> 32) + static_cast<uint32_t>(enc_total),
+                  (dir_total >> 32) + static_cast<uint32_t>(dir_total), bm + static_cast<uint64_t>(n_out) * (2 + elem));
+      const uint64_t excl = plan.direct ? dir : enc, total = plan.direct ? dir_total : enc_total;
+      my_byte = plan.direct ? dir_byte : enc_byte;
+      my_rank = static_cast<uint32_t>(excl >> 32);
       nonzero = static_cast<uint32_t>(total >> 32);
       payload = static_cast<uint32_t>(total);
-      plan.settle(kEncodedFixed + bm + nonzero + payload + static_cast<uint64_t>(n_out) * (2 + elem));
     }
 
     // Place the chunk: global exclusive prefix of chunk sizes.
@@ -807,8 +876,9 @@ __global__ void __launch_bounds__(kThreads, kEncodeMinBlocks) encode_kernel(Enco
     uint8_t* const out = a.dst + a.data_base + sm.offset;
 
     if (plan.encode) {
-      write_encoded_head(out, sm.q_start, n_out, bm, my_byte, my_rank, sm.lens);
-      encode_pass<K, true>(a, sm, xin, m, nb, out, kEncodedFixed + bm + nonzero, payload, n_out);
+      write_encoded_head(out, plan.direct, sm.q_start, n_out, bm, my_byte, my_rank, plan.direct ? sm.dlens : sm.lens);
+      const size_t fixed = plan.direct ? kDirectFixed : kEncodedFixed;
+      encode_pass<K, true>(a, sm, xin, m, nb, out, fixed + bm + nonzero, payload, n_out, plan.direct);
     } else {
       write_plain_chunk(out, plan, v0, xin, m, sm.const_bytes);
     }
@@ -882,9 +952,12 @@ __device__ inline Error parse_fixed(const ParseArgs& a, DeviceStreamInfo& info) 
   const uint8_t* s = a.src;
   if (a.len_bound < fz::format::kFixedHeaderBytes + fz::format::kHeaderCrcBytes) return Error::Truncated;
   if (s[0] != 'Z' || s[1] != 'C' || s[2] != 'F' || s[3] != 'Z') return Error::BadMagic;
-  if (s[4] != fz::format::kVersion1 && s[4] != fz::format::kVersion) return Error::BadVersion;
+  static_assert(fz::format::kVersion == 3, "the decoder reads versions 1..3: a new version needs its checks");
+  if (s[4] != fz::format::kVersion1 && s[4] != fz::format::kVersion2 && s[4] != fz::format::kVersion) {
+    return Error::BadVersion;
+  }
   info.version = s[4];
-  // Version 1 knows float32/float64; version 2 adds float16 (3) and bfloat16 (4).
+  // Version 1 knows float32/float64; versions 2 and 3 add float16 (3) and bfloat16 (4).
   if (s[5] < 1 || s[5] > (info.version == fz::format::kVersion1 ? 2 : 4)) return Error::BadDType;
   info.dtype = s[5];
   if (a.want_dtype != 0 && s[5] != a.want_dtype) return Error::DTypeMismatch;
@@ -965,8 +1038,8 @@ __global__ void __launch_bounds__(kThreads) parse_kernel(ParseArgs a) {
       uint64_t bytes = 0;
       if (c < info.num_chunks) {
         bytes = ld_u32(table + 8 * c);
-        // Size 0 is a repeat (version 2): it follows a constant chunk (1 + elem bytes) or another
-        // repeat, so the constant chunk's bytes end where it starts.
+        // Size 0 is a repeat (versions >= 2): it follows a constant chunk (1 + elem bytes) or
+        // another repeat, so the constant chunk's bytes end where it starts.
         const uint64_t prev = c > 0 ? ld_u32(table + 8 * (c - 1)) : 0;
         const bool repeat_ok = info.version >= 2 && c > 0 && (prev == 0 || prev == 1 + elem);
         if ((bytes == 0 && !repeat_ok) || bytes > 1 + chunk_values(info.count, info.chunk_len, c) * elem) {
@@ -1049,7 +1122,10 @@ __device__ inline void emit(const DecodeArgs<K>& a, uint64_t at, typename lane::
 // sums carried across blocks (uint32 wrap, like the CPU), x' = narrow(C(code) * bin), outliers
 // patched in. Tiles of kWarps * kR <= 32 blocks, kR consecutive ones per warp, so one warp scan
 // over a tile's blocks gives every block's payload offset and outliers before it.
-template <class K, Mode kMode, bool kStaged, int kR = kDecodeBlocksPerWarp>
+// kDirect: a direct chunk (mode 4), whose signed magnitudes are the codes themselves: no prefix
+// sums, so no carry between warps and none of the tile's barriers (the choice is uniform over
+// the block, a template argument).
+template <class K, Mode kMode, bool kStaged, bool kDirect, int kR = kDecodeBlocksPerWarp>
 __device__ inline void decode_tiles(const DecodeArgs<K>& a, DecodeShared& sm,
                                     const uint8_t* planes, const uint8_t* vals,
                                     uint32_t carry, typename lane::Kind<K>::C bin,
@@ -1062,7 +1138,6 @@ __device__ inline void decode_tiles(const DecodeArgs<K>& a, DecodeShared& sm,
   uint32_t out_run = 0, pay_run = 0;
   const uint32_t tiles = (nb + kTileBlocks - 1) / kTileBlocks;
   for (uint32_t t = 0; t < tiles; ++t) {
-    const int buf = t & 1;
     const uint32_t b0 = t * kTileBlocks + warp * kR;
     // Lane j: block t * kTileBlocks + j's payload bytes and outliers, scanned over the tile.
     const uint32_t bj = t * kTileBlocks + lane;
@@ -1093,16 +1168,24 @@ __device__ inline void decode_tiles(const DecodeArgs<K>& a, DecodeShared& sm,
         }
       }
       const uint32_t delta = ((sign >> lane) & 1u) ? 0u - mag : mag;
-      incl[r] = run + warp_scan<uint32_t>(delta);
-      run = __shfl_sync(kFull, incl[r], 31);
+      if constexpr (kDirect) {
+        incl[r] = delta;  // the code itself
+      } else {
+        incl[r] = run + warp_scan<uint32_t>(delta);
+        run = __shfl_sync(kFull, incl[r], 31);
+      }
     }
-    if (lane == 0) sm.total[buf][warp] = run;
-    __syncthreads();
-    const uint32_t wt = lane < kWarps ? sm.total[buf][lane] : 0u;
-    const uint32_t wt_incl = warp_scan<uint32_t>(wt);
-    const uint32_t before = carry + __shfl_sync(kFull, wt_incl - wt, warp);
-    const uint32_t tile_total = __shfl_sync(kFull, wt_incl, kWarps - 1);
-    __syncthreads();  // the tile's totals are read (as in encode_pass: racecheck-clean with it)
+    uint32_t before = 0, tile_total = 0;
+    if constexpr (!kDirect) {
+      const int buf = t & 1;
+      if (lane == 0) sm.total[buf][warp] = run;
+      __syncthreads();
+      const uint32_t wt = lane < kWarps ? sm.total[buf][lane] : 0u;
+      const uint32_t wt_incl = warp_scan<uint32_t>(wt);
+      before = carry + __shfl_sync(kFull, wt_incl - wt, warp);
+      tile_total = __shfl_sync(kFull, wt_incl, kWarps - 1);
+      __syncthreads();  // the tile's totals are read (as in encode_pass: racecheck-clean with it)
+    }
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
       const uint32_t b = b0 + r;
@@ -1173,8 +1256,10 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) decode_kernel(Deco
     }
     if (threadIdx.x == 0) {
       sm.want_crc = ld_u32(table + 8 * c + 4);
-      sm.mode = p[0];                                                // size >= 1 (parse)
-      sm.n_out = size >= kEncodedFixed ? ld_u32(p + 5) : 0u;       // read only when present
+      sm.mode = p[0];  // size >= 1 (parse)
+      // n_outliers ends the fixed part (mode 0: offset 5; mode 4: offset 1); read only when present.
+      const uint64_t fixed = p[0] == fmt::kChunkDirect ? kDirectFixed : kEncodedFixed;
+      sm.n_out = size >= fixed ? ld_u32(p + fixed - 4) : 0u;
     }
     __syncthreads();
     if (size <= kWarpCrcMax) crc = sm.crc_scratch.result;
@@ -1210,8 +1295,10 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) decode_kernel(Deco
       }
       continue;
     }
-    // Mode 3 (zstd frames) exists only in codec-1 streams, which parse_kernel refused.
-    if (mode != fmt::kChunkEncoded) {
+    // Mode 3 (zstd frames) exists only in codec-1 streams, which parse_kernel refused; mode 4
+    // (direct) only in version-3 streams.
+    const bool direct = mode == fmt::kChunkDirect && info.version >= 3;
+    if (mode != fmt::kChunkEncoded && !direct) {
       if (threadIdx.x == 0) fail(ctl, Error::BadChunkMode);
       continue;
     }
@@ -1219,11 +1306,13 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) decode_kernel(Deco
       if (threadIdx.x == 0) fail(ctl, Error::LosslessEncoded);
       continue;
     }
-    // Code lengths into sm.lens (0 for a zero block). Version 1: one byte per block. Version 2:
-    // a bitmap, then one byte per set bit; thread j owns bitmap byte j (blocks 8j..8j+7, and
-    // bm <= kThreads), whose exclusive popcount scan is the rank of its first length byte.
+    // Code lengths into sm.lens (0 for a zero block). Version 1: one byte per block. Versions 2
+    // and 3: a bitmap, then one byte per set bit; thread j owns bitmap byte j (blocks 8j..8j+7,
+    // and bm <= kThreads), whose exclusive popcount scan is the rank of its first length byte.
+    // A direct chunk has the same layout after its shorter fixed part (no q_start).
     const uint32_t bm = lane::bitmap_bytes(nb);
-    uint64_t header = kEncodedFixed + (v1 ? nb : bm);
+    const uint64_t fixed = direct ? kDirectFixed : kEncodedFixed;
+    uint64_t header = fixed + (v1 ? nb : bm);
     if (size < header) {
       if (threadIdx.x == 0) fail(ctl, Error::ChunkTooShort);
       continue;
@@ -1231,14 +1320,14 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) decode_kernel(Deco
     bool bad = false;
     if (v1) {
       for (uint32_t b = threadIdx.x; b < nb; b += kThreads) {
-        const uint8_t len = p[kEncodedFixed + b];
+        const uint8_t len = p[fixed + b];
         sm.lens[b] = len;
         sm.outlier_bits[b] = 0;
         bad = bad || len > 31;
       }
     } else {
       const uint32_t j = threadIdx.x;
-      const uint32_t byte = j < bm ? p[kEncodedFixed + j] : 0u;
+      const uint32_t byte = j < bm ? p[fixed + j] : 0u;
       const bool padding = j + 1 == bm && nb % 8 != 0 && (byte >> (nb % 8)) != 0;
       uint64_t nonzero = 0;
       const uint64_t pop = static_cast<uint64_t>(__popc(byte));
@@ -1293,10 +1382,16 @@ __global__ void __launch_bounds__(kThreads, kDecodeMinBlocks) decode_kernel(Deco
       continue;
     }
 
-    if (staged) {
-      decode_tiles<K, kMode, true>(a, sm, p + header, vals, ld_u32(p + 1) /* q_start */, bin, first, m, nb);
+    if (direct) {
+      if (staged) {
+        decode_tiles<K, kMode, true, true>(a, sm, p + header, vals, 0, bin, first, m, nb);
+      } else {
+        decode_tiles<K, kMode, false, true>(a, sm, p + header, vals, 0, bin, first, m, nb);
+      }
+    } else if (staged) {
+      decode_tiles<K, kMode, true, false>(a, sm, p + header, vals, ld_u32(p + 1) /* q_start */, bin, first, m, nb);
     } else {
-      decode_tiles<K, kMode, false>(a, sm, p + header, vals, ld_u32(p + 1) /* q_start */, bin, first, m, nb);
+      decode_tiles<K, kMode, false, false>(a, sm, p + header, vals, ld_u32(p + 1) /* q_start */, bin, first, m, nb);
     }
   }
 }

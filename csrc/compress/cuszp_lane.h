@@ -231,7 +231,7 @@ ZCCL_HD inline T reconstruct(int32_t q, T bin) {
   return Kind<T>::widen(reconstruct_bits<T>(q, bin));
 }
 
-// Bytes of a chunk's version-2 block bitmap (fzlight_format.h's bitmap_bytes, for the device).
+// Bytes of a chunk's block bitmap, versions >= 2 (fzlight_format.h's bitmap_bytes, for the device).
 ZCCL_HD constexpr uint32_t bitmap_bytes(uint32_t nblocks) { return (nblocks + 7) / 8; }
 static_assert(bitmap_bytes(161) == fz::format::bitmap_bytes(161), "bitmap size as in fzlight_format.h");
 

@@ -290,6 +290,15 @@ size_t write_constant(const S& v, uint8_t* dst) {
   return 1 + sizeof(S);
 }
 
+// A chunk's outlier section at `at`: the indices, then the values (fzlight_format.h).
+template <class S>
+void write_outliers(uint8_t* at, const Scratch<S>& s) {
+  const size_t n_out = s.outlier_index.size();
+  if (n_out == 0) return;  // memcpy from an empty vector's null data() is undefined even for 0 bytes
+  std::memcpy(at, s.outlier_index.data(), n_out * 2);
+  std::memcpy(at + n_out * 2, s.outlier_value.data(), n_out * sizeof(S));
+}
+
 // An encoded (mode 0) or direct (mode 4) chunk from the codes and code lengths encode_both
 // kept: fixed fields, bitmap, lengths, planes, outliers. `total` is its size, already known.
 template <class S>
@@ -325,10 +334,7 @@ size_t write_from_codes(bool direct, uint32_t nblocks, uint8_t* dst, size_t tota
     }
     at += 4u * static_cast<size_t>(len + 1);
   }
-  if (n_out > 0) {  // memcpy from an empty vector's null data() is undefined even for 0 bytes
-    std::memcpy(at, s.outlier_index.data(), n_out * 2);
-    std::memcpy(at + n_out * 2, s.outlier_value.data(), n_out * sizeof(S));
-  }
+  write_outliers(at, s);
   return total;
 }
 
@@ -543,10 +549,7 @@ size_t encode_lorenzo_first(const typename K::S* x, uint32_t m, const Quantizer<
   }
   if (nonzero > 0) std::memcpy(dst + fixed, s.lengths.data(), nonzero);
   at += planes;
-  if (n_out > 0) {  // memcpy from an empty vector's null data() is undefined even for 0 bytes
-    std::memcpy(at, s.outlier_index.data(), n_out * 2);
-    std::memcpy(at + n_out * 2, s.outlier_value.data(), n_out * sizeof(S));
-  }
+  write_outliers(at, s);
   return total;
 }
 

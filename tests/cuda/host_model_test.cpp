@@ -6,19 +6,31 @@
 //   2. cuszp_lane.h: the warp bit transpose (emulated lane by lane), the quantiser of every
 //      storage kind against fzlight_block.h's scalar quantisers (quantize_one, quantize_one_half),
 //      and the device's integer bfloat16 rounding against float_to_bf16_rne.
-//   3. A host model of encode_kernel's decomposition (constant/repeat detection by tiles; tiles
+//   3. Host models of encode_kernel's decomposition (constant/repeat detection by tiles; tiles
 //      of kWarps warps, one 32-value block per warp, warp summaries carried across tiles,
-//      effective codes, bit planes from the transpose, outliers ranked by popcount; the v2 block
-//      bitmap one byte per thread, length bytes placed by an exclusive popcount scan) that must
-//      reproduce fz::compress's chunks byte for byte (float32, float64, float16, bfloat16; smooth,
-//      random, constant, zero-run, step, special fields), and whose chunk CRCs (by the emulated
-//      block CRC; a repeat's is its constant chunk's) must match the stream's table.
+//      effective codes, bit planes from the transpose, outliers ranked by popcount; every block
+//      sized both ways, encoded (Lorenzo deltas) and direct (the codes, 0 for outliers and
+//      padding); one scan of both kinds' bitmap bytes, one byte per thread, ranking length
+//      bytes; ChunkPlan::settle's choice, direct only when its length bytes and planes are
+//      fewer) and of encode_staged_kernel's passes A, S1, C, S2 and D, that must reproduce
+//      fz::compress's chunks byte for byte (format version 3; float32, float64, float16,
+//      bfloat16; smooth, random, constant, zero-run, step, special, and noise fields, which give
+//      direct chunks; the run asserts that the models wrote encoded and direct chunks, so the
+//      comparison cannot pass vacuously), and whose chunk CRCs (by the emulated block CRC; a
+//      repeat's is its constant chunk's) must match the stream's table.
 //   4. A host model of parse_kernel + decode_kernel (every check in the kernels' order with their
-//      error codes, the v1 and v2 code-length layouts, constant chunks, repeats, per-tile block
-//      totals, planes -> magnitudes by the transpose, outlier bitmap ranks) that must decode every
-//      stream as fz::decompress, version-1 copies (stream_tools.h's to_v1) included; and, on
-//      thousands of mutated v1/v2 streams of every dtype, reject exactly when fz::decompress
-//      throws and otherwise decode the same bits. Codec-1 streams: LosslessCodecOnHost.
+//      error codes, versions 1, 2 and 3: the v1 and v2 code-length layouts, constant chunks,
+//      repeats, direct chunks (mode 4, version 3 only: fixed part 5 bytes, codes without prefix
+//      sums), per-tile block totals, planes -> magnitudes by the transpose, outlier bitmap ranks)
+//      that must decode every stream as fz::decompress, version-2 and version-1 copies
+//      (stream_tools.h's to_v2 / to_v1, direct chunks re-encoded) included, and the real streams
+//      of tests/data/format_v1 and format_v2 as their old decoders did; and, on thousands of
+//      mutated v3/v2/v1 streams of every dtype (mutations of direct chunks counted), reject
+//      exactly when fz::decompress throws and otherwise decode the same bits. Codec-1 streams:
+//      LosslessCodecOnHost. A version-2 or version-1 stream holding mode 4: BadChunkMode.
+//
+// Not modelled: the kernels' kR blocks per warp (the models take one), the decoder's staged copy
+// of a chunk, the look-back, and anything about timing or memory ordering on the device.
 //
 // Exit status 0 when everything holds; prints the first failures otherwise.
 #include <cmath>
@@ -283,14 +295,26 @@ struct Summary {
   uint32_t outliers = 0;
 };
 
-// One pass; returns the outlier count. kWrite: writes planes at out + planes_at and the
-// outliers after them (sizes from lens / totals).
+// Code length of 32 magnitudes (the warp OR's bit length).
+uint8_t length_of(const uint32_t* mag) {
+  uint32_t any = 0;
+  for (unsigned l = 0; l < 32; ++l) any |= mag[l];
+  return static_cast<uint8_t>(any == 0 ? 0 : 32 - __builtin_clz(any));
+}
+
+uint32_t magnitude(int32_t d) { return d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d); }
+
+// One pass of encode_pass; returns the outlier count. Sizing (!kWrite): code lengths into lens
+// (encoded chunk: Lorenzo deltas of effective codes) and dlens (direct chunk: the codes, 0 for
+// outliers and padding), q_start. kWrite: the planes of the chunk kind `direct` names at
+// out + planes_at and the outliers after them (sizes from that kind's lengths / totals).
 template <class K, bool kWrite>
 uint32_t model_pass(const S_of<K>* x, uint32_t m, const ModelQuantizer<C_of<K>>& qz, std::vector<uint8_t>& lens,
-                    int32_t& q_start, uint8_t* out, size_t planes_at, uint32_t payload_total,
-                    uint32_t n_out_total) {
+                    std::vector<uint8_t>& dlens, int32_t& q_start, uint8_t* out, size_t planes_at,
+                    uint32_t payload_total, uint32_t n_out_total, bool direct) {
   using S = S_of<K>;
   const uint32_t nb = (m + 31) / 32;
+  const std::vector<uint8_t>& wlens = direct ? dlens : lens;  // the written kind's
   int32_t carry_code = 0;
   uint32_t carry_out = 0, carry_payload = 0;
   const size_t idx_at = planes_at + payload_total, val_at = idx_at + 2 * size_t{n_out_total};
@@ -308,6 +332,7 @@ uint32_t model_pass(const S_of<K>* x, uint32_t m, const ModelQuantizer<C_of<K>>&
         bad[w][l] = valid && !good[w][l];
         gmask[w] |= uint32_t{good[w][l]} << l;
         omask[w] |= uint32_t{bad[w][l]} << l;
+        expect(good[w][l] || q[w][l] == 0, "quantize_bits leaves code 0 for a value it refuses");
       }
       sum[w] = {gmask[w] != 0, gmask[w] != 0 ? q[w][31 - __builtin_clz(gmask[w])] : q[w][0],
                 static_cast<uint32_t>(__builtin_popcount(omask[w]))};
@@ -323,30 +348,34 @@ uint32_t model_pass(const S_of<K>* x, uint32_t m, const ModelQuantizer<C_of<K>>&
       for (int k = 0; k < w; ++k) {
         if (sum[k].has_good) prev = sum[k].last;
         out_before += sum[k].outliers;
-        if (kWrite) pay_before += lane::block_bytes(lens[t * kWarps + k]);
+        if (kWrite) pay_before += lane::block_bytes(wlens[t * kWarps + k]);
       }
       int32_t e[32];
       for (unsigned l = 0; l < 32; ++l) {
         const uint32_t upto = gmask[w] & ((2u << l) - 1u);
         e[l] = upto != 0 ? q[w][31 - __builtin_clz(upto)] : prev;
       }
-      uint32_t mag[32], any = 0, sign = 0;
+      uint32_t mag[32], dmag[32], sign = 0, dsign = 0;
       for (unsigned l = 0; l < 32; ++l) {
         const int32_t pred = l == 0 ? (b == 0 ? e[0] : prev) : e[l - 1];
         const int32_t d = e[l] - pred;
-        mag[l] = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
-        any |= mag[l];
+        mag[l] = magnitude(d);
         sign |= uint32_t{d < 0} << l;
+        dmag[l] = magnitude(q[w][l]);  // the kernel's direct code: q, 0 unless it quantised
+        dsign |= uint32_t{q[w][l] < 0} << l;
       }
-      const uint32_t len = any == 0 ? 0 : 32 - __builtin_clz(any);
       if (!kWrite) {
-        lens[b] = static_cast<uint8_t>(len);
+        lens[b] = length_of(mag);
+        dlens[b] = length_of(dmag);
         if (b == 0) q_start = e[0];
       } else {
-        const std::vector<uint32_t> planes = emulated_transpose(std::vector<uint32_t>(mag, mag + 32));
+        const uint32_t len = length_of(direct ? dmag : mag);
+        expect(len == wlens[b], "write pass recomputes the sized code length");
+        const std::vector<uint32_t> planes =
+            emulated_transpose(direct ? std::vector<uint32_t>(dmag, dmag + 32) : std::vector<uint32_t>(mag, mag + 32));
         if (len != 0) {
           uint8_t* wp = out + planes_at + pay_before;
-          fmt::store<uint32_t>(wp, sign);
+          fmt::store<uint32_t>(wp, direct ? dsign : sign);
           for (uint32_t l = 0; l < len; ++l) fmt::store<uint32_t>(wp + 4 + 4 * l, planes[l]);
         }
         for (unsigned l = 0; l < 32; ++l) {
@@ -360,7 +389,7 @@ uint32_t model_pass(const S_of<K>* x, uint32_t m, const ModelQuantizer<C_of<K>>&
     for (int k = 0; k < kWarps; ++k) {
       if (sum[k].has_good) carry_code = sum[k].last;
       carry_out += sum[k].outliers;
-      if (kWrite && t * kWarps + k < nb) carry_payload += lane::block_bytes(lens[t * kWarps + k]);
+      if (kWrite && t * kWarps + k < nb) carry_payload += lane::block_bytes(wlens[t * kWarps + k]);
     }
   }
   return carry_out;
@@ -377,7 +406,8 @@ bool model_all_equal(const S* x, uint32_t n, S v) {
   return true;
 }
 
-// Exclusive scan over kThreads thread values (cta_exclusive_scan); *total gets the sum.
+// Exclusive scan over kThreads thread values (cta_exclusive_scan, one word of
+// cta_exclusive_scan2); *total gets the sum.
 std::vector<uint64_t> model_exclusive_scan(const std::vector<uint64_t>& v, uint64_t* total) {
   std::vector<uint64_t> out(v.size());
   uint64_t run = 0;
@@ -389,15 +419,39 @@ std::vector<uint64_t> model_exclusive_scan(const std::vector<uint64_t>& v, uint6
   return out;
 }
 
-// Host model of encode_staged_kernel's encoded path (cuszp_encode_staged.cuh): passes A, S1, C,
-// S2 and D as the kernel runs them, warp by warp and thread by thread. Fills lens, q_start and,
-// when out is given, the chunk's bytes from the bitmap on (the caller writes the fixed fields).
-// Returns the outlier count; payload and nonzero get S2's totals.
+// ChunkPlan::settle's choice (fzlight.cpp's direct_wins): direct when its code-length bytes and
+// planes are fewer than the encoded chunk's; encoded on a tie.
+bool model_direct_wins(uint64_t encoded_varying, uint64_t direct_varying) { return direct_varying < encoded_varying; }
+
+// What the encoders decide for a chunk: its kind, the chosen kind's bitmap bytes and length-byte
+// ranks per thread, its nonzero blocks and payload, the outliers.
+struct ModelSizing {
+  bool direct = false;
+  uint32_t n_out = 0, payload = 0, nonzero = 0;
+  std::vector<uint32_t> my_byte = std::vector<uint32_t>(kThreads, 0), my_rank = std::vector<uint32_t>(kThreads, 0);
+  uint64_t enc_varying = 0, dir_varying = 0;  // code-length bytes + planes of either kind
+};
+
+// Host model of encode_staged_kernel's encoded/direct path (cuszp_encode_staged.cuh): passes A,
+// S1, C, S2 and D as the kernel runs them, warp by warp and thread by thread. Fills lens, dlens,
+// q_start and the sizing; when out is given, the chunk's bytes from the bitmap on (the caller
+// writes the fixed fields).
 constexpr int32_t kNoCode = std::numeric_limits<int32_t>::min();
 
+// staged_lorenzo for the 32 lanes of block b: effective codes e and Lorenzo deltas d.
+void model_staged_lorenzo(const int32_t* code, int32_t enter, uint32_t b, int32_t* e, int32_t* d) {
+  uint32_t gmask = 0;
+  for (unsigned l = 0; l < 32; ++l) gmask |= uint32_t{code[l] != kNoCode} << l;
+  for (unsigned l = 0; l < 32; ++l) {
+    const uint32_t upto = gmask & ((2u << l) - 1u);
+    e[l] = upto != 0 ? code[31 - __builtin_clz(upto)] : enter;
+  }
+  for (unsigned l = 0; l < 32; ++l) d[l] = e[l] - (l == 0 ? (b == 0 ? e[0] : enter) : e[l - 1]);
+}
+
 template <class K>
-uint32_t model_staged(const S_of<K>* x, uint32_t m, const ModelQuantizer<C_of<K>>& qz, std::vector<uint8_t>& lens,
-                      int32_t& q_start, uint32_t& payload, uint32_t& nonzero, uint8_t* out) {
+void model_staged(const S_of<K>* x, uint32_t m, const ModelQuantizer<C_of<K>>& qz, std::vector<uint8_t>& lens,
+                  std::vector<uint8_t>& dlens, int32_t& q_start, ModelSizing& z, uint8_t* out) {
   using S = S_of<K>;
   const uint32_t nb = (m + 31) / 32;
   const uint32_t bm = lane::bitmap_bytes(nb);
@@ -437,79 +491,91 @@ uint32_t model_staged(const S_of<K>* x, uint32_t m, const ModelQuantizer<C_of<K>
       if (mine[t] != kNoCode) before = mine[t];
     }
   }
-  // C: effective codes, deltas over the codes, lengths, outlier masks.
+  // C: both code lengths, outlier masks, q_start; the codes stay.
   for (uint32_t b = 0; b < nb; ++b) {
-    uint32_t gmask = 0;
-    for (unsigned l = 0; l < 32; ++l) gmask |= uint32_t{codes[b * 32 + l] != kNoCode} << l;
-    int32_t e[32];
+    int32_t e[32], d[32];
+    model_staged_lorenzo(&codes[b * 32], carry[b], b, e, d);
+    uint32_t mag[32], dmag[32], gmask = 0;
     for (unsigned l = 0; l < 32; ++l) {
-      const uint32_t upto = gmask & ((2u << l) - 1u);
-      e[l] = upto != 0 ? codes[b * 32 + 31 - __builtin_clz(upto)] : carry[b];
+      const int32_t code = codes[b * 32 + l];
+      mag[l] = magnitude(d[l]);
+      dmag[l] = magnitude(code == kNoCode ? 0 : code);
+      gmask |= uint32_t{code != kNoCode} << l;
     }
-    uint32_t any = 0;
-    for (unsigned l = 0; l < 32; ++l) {
-      const int32_t pred = l == 0 ? (b == 0 ? e[0] : carry[b]) : e[l - 1];
-      const int32_t d = e[l] - pred;
-      codes[b * 32 + l] = d;
-      any |= d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
-    }
-    lens[b] = static_cast<uint8_t>(any == 0 ? 0 : 32 - __builtin_clz(any));
+    lens[b] = length_of(mag);
+    dlens[b] = length_of(dmag);
     const uint32_t left = m - 32 * b;
     omask[b] = ~gmask & (left >= 32 ? ~0u : (1u << left) - 1u);
     if (b == 0) q_start = e[0];
   }
-  // S2: thread j owns bitmap byte j; one exclusive scan of (payload | outliers << 24 |
-  // nonzero << 48), then each thread's blocks' offsets.
-  std::vector<uint64_t> mine(kThreads, 0);
-  std::vector<uint32_t> my_byte(kThreads, 0);
+  // S2: thread j owns bitmap byte j; one scan of the encoded word (payload | outliers << 24 |
+  // nonzero << 48) and the direct word (payload | nonzero << 32); the choice; the chosen kind's
+  // per-block offsets.
+  std::vector<uint64_t> enc(kThreads, 0), dir(kThreads, 0);
+  std::vector<uint32_t> enc_byte(kThreads, 0), dir_byte(kThreads, 0);
   for (unsigned j = 0; j < kThreads && j < bm; ++j) {
     for (uint32_t k = 0; k < 8 && 8 * j + k < nb; ++k) {
       const uint32_t b = 8 * j + k;
-      if (lens[b] != 0) my_byte[j] |= 1u << k;
-      mine[j] += lane::block_bytes(lens[b]) | static_cast<uint64_t>(__builtin_popcount(omask[b])) << 24;
+      if (lens[b] != 0) enc_byte[j] |= 1u << k;
+      if (dlens[b] != 0) dir_byte[j] |= 1u << k;
+      enc[j] += lane::block_bytes(lens[b]) | static_cast<uint64_t>(__builtin_popcount(omask[b])) << 24;
+      dir[j] += lane::block_bytes(dlens[b]);
     }
-    mine[j] |= static_cast<uint64_t>(__builtin_popcount(my_byte[j])) << 48;
+    enc[j] |= static_cast<uint64_t>(__builtin_popcount(enc_byte[j])) << 48;
+    dir[j] |= static_cast<uint64_t>(__builtin_popcount(dir_byte[j])) << 32;
   }
-  uint64_t total = 0;
-  const std::vector<uint64_t> before = model_exclusive_scan(mine, &total);
-  nonzero = static_cast<uint32_t>(total >> 48);
-  payload = static_cast<uint32_t>(total & 0xFFFFFFu);
-  const uint32_t n_out = static_cast<uint32_t>((total >> 24) & 0xFFFFFFu);
+  uint64_t enc_total = 0, dir_total = 0;
+  const std::vector<uint64_t> enc_before = model_exclusive_scan(enc, &enc_total);
+  const std::vector<uint64_t> dir_before = model_exclusive_scan(dir, &dir_total);
+  z.n_out = static_cast<uint32_t>((enc_total >> 24) & 0xFFFFFFu);
+  z.enc_varying = (enc_total >> 48) + (enc_total & 0xFFFFFFu);
+  z.dir_varying = (dir_total >> 32) + static_cast<uint32_t>(dir_total);
+  z.direct = model_direct_wins(z.enc_varying, z.dir_varying);
+  z.nonzero = static_cast<uint32_t>(z.direct ? dir_total >> 32 : enc_total >> 48);
+  z.payload = static_cast<uint32_t>(z.direct ? static_cast<uint32_t>(dir_total) : enc_total & 0xFFFFFFu);
+  const std::vector<uint8_t>& wlens = z.direct ? dlens : lens;
   for (unsigned j = 0; j < kThreads && j < bm; ++j) {
-    uint32_t pay = static_cast<uint32_t>(before[j] & 0xFFFFFFu);
-    uint32_t outs = static_cast<uint32_t>((before[j] >> 24) & 0xFFFFFFu);
+    z.my_byte[j] = z.direct ? dir_byte[j] : enc_byte[j];
+    z.my_rank[j] = static_cast<uint32_t>(z.direct ? dir_before[j] >> 32 : enc_before[j] >> 48);
+    uint32_t pay = static_cast<uint32_t>(z.direct ? static_cast<uint32_t>(dir_before[j]) : enc_before[j] & 0xFFFFFFu);
+    uint32_t outs = static_cast<uint32_t>((enc_before[j] >> 24) & 0xFFFFFFu);
     for (uint32_t k = 0; k < 8 && 8 * j + k < nb; ++k) {
       const uint32_t b = 8 * j + k;
       pay_off[b] = pay;
       out_off[b] = outs;
-      pay += lane::block_bytes(lens[b]);
+      pay += lane::block_bytes(wlens[b]);
       outs += static_cast<uint32_t>(__builtin_popcount(omask[b]));
     }
   }
-  if (out == nullptr) return n_out;
-  // The bitmap and code lengths (ranked by S2), then D: planes and outliers.
+  if (out == nullptr) return;
+  // The bitmap and code lengths (ranked by S2), then D: planes (the chosen kind's values again
+  // from the codes) and outliers.
+  const size_t fixed = z.direct ? 5 : 9;
   for (unsigned j = 0; j < bm; ++j) {
-    out[9 + j] = static_cast<uint8_t>(my_byte[j]);
-    uint8_t* lens_out = out + 9 + bm + static_cast<uint32_t>(before[j] >> 48);
+    out[fixed + j] = static_cast<uint8_t>(z.my_byte[j]);
+    uint8_t* lens_out = out + fixed + bm + z.my_rank[j];
     for (uint32_t k = 0; k < 8; ++k) {
-      if ((my_byte[j] >> k) & 1u) *lens_out++ = lens[8 * j + k];
+      if ((z.my_byte[j] >> k) & 1u) *lens_out++ = wlens[8 * j + k];
     }
   }
-  const size_t planes_at = 9 + size_t{bm} + nonzero, idx_at = planes_at + payload;
-  const size_t val_at = idx_at + 2 * size_t{n_out};
+  const size_t planes_at = fixed + bm + z.nonzero, idx_at = planes_at + z.payload;
+  const size_t val_at = idx_at + 2 * size_t{z.n_out};
   for (uint32_t b = 0; b < nb; ++b) {
-    if (lens[b] != 0) {
+    if (wlens[b] != 0) {
+      int32_t e[32], d[32];
+      model_staged_lorenzo(&codes[b * 32], carry[b], b, e, d);
       uint32_t sign = 0;
       std::vector<uint32_t> mag(32);
       for (unsigned l = 0; l < 32; ++l) {
-        const int32_t d = codes[b * 32 + l];
-        sign |= uint32_t{d < 0} << l;
-        mag[l] = d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
+        const int32_t code = codes[b * 32 + l];
+        const int32_t v = z.direct ? (code == kNoCode ? 0 : code) : d[l];
+        sign |= uint32_t{v < 0} << l;
+        mag[l] = magnitude(v);
       }
       const std::vector<uint32_t> planes = emulated_transpose(mag);
       uint8_t* wp = out + planes_at + pay_off[b];
       fmt::store<uint32_t>(wp, sign);
-      for (uint32_t l = 0; l < lens[b]; ++l) fmt::store<uint32_t>(wp + 4 + 4 * l, planes[l]);
+      for (uint32_t l = 0; l < wlens[b]; ++l) fmt::store<uint32_t>(wp + 4 + 4 * l, planes[l]);
     }
     for (unsigned l = 0; l < 32; ++l) {
       if (!((omask[b] >> l) & 1u)) continue;
@@ -518,7 +584,41 @@ uint32_t model_staged(const S_of<K>* x, uint32_t m, const ModelQuantizer<C_of<K>
       std::memcpy(out + val_at + size_t{k} * sizeof(S), &x[b * 32 + l], sizeof(S));
     }
   }
-  return n_out;
+}
+
+// encode_kernel's sizing step after its pass: thread j's bitmap byte of either kind, one scan of
+// (payload | nonzero << 32) of both, the choice.
+void model_kernel_sizing(uint32_t nb, const std::vector<uint8_t>& lens, const std::vector<uint8_t>& dlens,
+                         uint32_t n_out, ModelSizing& z) {
+  const uint32_t bm = lane::bitmap_bytes(nb);
+  std::vector<uint64_t> enc(kThreads, 0), dir(kThreads, 0);
+  std::vector<uint32_t> enc_byte(kThreads, 0), dir_byte(kThreads, 0);
+  for (unsigned j = 0; j < kThreads && j < bm; ++j) {
+    for (uint32_t k = 0; k < 8; ++k) {
+      const uint32_t b = 8 * j + k;
+      if (b >= nb) break;
+      if (lens[b] != 0) enc_byte[j] |= 1u << k;
+      if (dlens[b] != 0) dir_byte[j] |= 1u << k;
+      enc[j] += lane::block_bytes(lens[b]);
+      dir[j] += lane::block_bytes(dlens[b]);
+    }
+    enc[j] |= static_cast<uint64_t>(__builtin_popcount(enc_byte[j])) << 32;
+    dir[j] |= static_cast<uint64_t>(__builtin_popcount(dir_byte[j])) << 32;
+  }
+  uint64_t enc_total = 0, dir_total = 0;
+  const std::vector<uint64_t> enc_before = model_exclusive_scan(enc, &enc_total);
+  const std::vector<uint64_t> dir_before = model_exclusive_scan(dir, &dir_total);
+  z.n_out = n_out;
+  z.enc_varying = (enc_total >> 32) + static_cast<uint32_t>(enc_total);
+  z.dir_varying = (dir_total >> 32) + static_cast<uint32_t>(dir_total);
+  z.direct = model_direct_wins(z.enc_varying, z.dir_varying);
+  const uint64_t total = z.direct ? dir_total : enc_total;
+  z.nonzero = static_cast<uint32_t>(total >> 32);
+  z.payload = static_cast<uint32_t>(total);
+  for (unsigned j = 0; j < kThreads; ++j) {
+    z.my_byte[j] = z.direct ? dir_byte[j] : enc_byte[j];
+    z.my_rank[j] = static_cast<uint32_t>((z.direct ? dir_before[j] : enc_before[j]) >> 32);
+  }
 }
 
 struct ModelChunk {
@@ -527,7 +627,8 @@ struct ModelChunk {
   uint32_t crc = 0;            // its table CRC (a repeat: the repeated constant chunk's)
 };
 
-// encode_kernel for chunk c: `prev` is the previous (full, cl-value) chunk, nullptr for c == 0.
+// encode_kernel (staged: encode_staged_kernel) for chunk c: `prev` is the previous (full,
+// cl-value) chunk, nullptr for c == 0.
 template <class K>
 ModelChunk model_chunk(const S_of<K>* x, uint32_t m, const S_of<K>* prev, uint32_t cl,
                        const ModelQuantizer<C_of<K>>& qz, bool staged) {
@@ -539,42 +640,23 @@ ModelChunk model_chunk(const S_of<K>* x, uint32_t m, const S_of<K>* prev, uint32
   const S v0 = x[0];
   const bool constant = model_all_equal(x, m, v0);
   const bool repeat = constant && prev != nullptr && model_all_equal(prev, cl, v0);
-  bool encode = !constant && qz.lossy && 9 + bm < raw_bytes;
+  bool encode = !constant && qz.lossy && 5 + bm < raw_bytes;  // plan_chunk: the direct fixed part
   uint64_t size = repeat ? 0 : constant ? 1 + elem : raw_bytes;
-  std::vector<uint8_t> lens(nb);
+  std::vector<uint8_t> lens(nb), dlens(nb);
   int32_t q_start = 0;
-  uint32_t n_out = 0, payload = 0, nonzero = 0;
-  std::vector<uint32_t> my_byte(kThreads, 0), my_rank(kThreads, 0);
-  if (encode && staged) {
-    n_out = model_staged<K>(x, m, qz, lens, q_start, payload, nonzero, nullptr);
-    const uint64_t enc = 9 + bm + nonzero + payload + uint64_t{n_out} * (2 + elem);
-    if (enc <= raw_bytes) {
-      size = enc;
+  ModelSizing z;
+  if (encode) {
+    if (staged) {
+      model_staged<K>(x, m, qz, lens, dlens, q_start, z, nullptr);
     } else {
-      encode = false;
+      const uint32_t n_out = model_pass<K, false>(x, m, qz, lens, dlens, q_start, nullptr, 0, 0, 0, false);
+      model_kernel_sizing(nb, lens, dlens, n_out, z);
     }
-  } else if (encode) {
-    n_out = model_pass<K, false>(x, m, qz, lens, q_start, nullptr, 0, 0, 0);
-    std::vector<uint64_t> mine(kThreads, 0);
-    for (unsigned j = 0; j < kThreads; ++j) {
-      if (j >= bm) continue;
-      for (uint32_t k = 0; k < 8; ++k) {
-        const uint32_t b = 8 * j + k;
-        if (b < nb && lens[b] != 0) {
-          my_byte[j] |= 1u << k;
-          mine[j] += lane::block_bytes(lens[b]);
-        }
-      }
-      mine[j] |= static_cast<uint64_t>(__builtin_popcount(my_byte[j])) << 32;
-    }
-    uint64_t total = 0;
-    const std::vector<uint64_t> excl = model_exclusive_scan(mine, &total);
-    for (unsigned j = 0; j < kThreads; ++j) my_rank[j] = static_cast<uint32_t>(excl[j] >> 32);
-    nonzero = static_cast<uint32_t>(total >> 32);
-    payload = static_cast<uint32_t>(total);
-    const uint64_t enc = 9 + bm + nonzero + payload + uint64_t{n_out} * (2 + elem);
-    if (enc <= raw_bytes) {
-      size = enc;
+    // ChunkPlan::settle.
+    const uint64_t shared = bm + uint64_t{z.n_out} * (2 + elem);
+    const uint64_t bytes = z.direct ? 5 + z.dir_varying + shared : 9 + z.enc_varying + shared;
+    if (bytes <= raw_bytes) {
+      size = bytes;
     } else {
       encode = false;
     }
@@ -591,23 +673,30 @@ ModelChunk model_chunk(const S_of<K>* x, uint32_t m, const S_of<K>* prev, uint32
   }
   r.bytes.assign(size, 0xEE);  // poison: every byte must be written
   uint8_t* out = r.bytes.data();
+  if (encode) {
+    // write_encoded_head's fixed fields.
+    if (z.direct) {
+      out[0] = fmt::kChunkDirect;
+      fmt::store<uint32_t>(out + 1, z.n_out);
+    } else {
+      out[0] = fmt::kChunkEncoded;
+      fmt::store<int32_t>(out + 1, q_start);
+      fmt::store<uint32_t>(out + 5, z.n_out);
+    }
+  }
   if (encode && staged) {
-    out[0] = fmt::kChunkEncoded;
-    fmt::store<int32_t>(out + 1, q_start);
-    fmt::store<uint32_t>(out + 5, n_out);
-    model_staged<K>(x, m, qz, lens, q_start, payload, nonzero, out);
+    model_staged<K>(x, m, qz, lens, dlens, q_start, z, out);
   } else if (encode) {
-    out[0] = fmt::kChunkEncoded;
-    fmt::store<int32_t>(out + 1, q_start);
-    fmt::store<uint32_t>(out + 5, n_out);
+    const size_t fixed = z.direct ? 5 : 9;
+    const std::vector<uint8_t>& wlens = z.direct ? dlens : lens;
     for (unsigned j = 0; j < bm; ++j) {
-      out[9 + j] = static_cast<uint8_t>(my_byte[j]);
-      uint8_t* lens_out = out + 9 + bm + my_rank[j];
+      out[fixed + j] = static_cast<uint8_t>(z.my_byte[j]);
+      uint8_t* lens_out = out + fixed + bm + z.my_rank[j];
       for (uint32_t k = 0; k < 8; ++k) {
-        if ((my_byte[j] >> k) & 1u) *lens_out++ = lens[8 * j + k];
+        if ((z.my_byte[j] >> k) & 1u) *lens_out++ = wlens[8 * j + k];
       }
     }
-    model_pass<K, true>(x, m, qz, lens, q_start, out, 9 + bm + nonzero, payload, n_out);
+    model_pass<K, true>(x, m, qz, lens, dlens, q_start, out, fixed + bm + z.nonzero, z.payload, z.n_out, z.direct);
   } else {
     out[0] = fmt::kChunkRaw;
     std::memcpy(out + 1, x, size_t{m} * elem);
@@ -632,7 +721,7 @@ template <class K>
 int model_parse(const uint8_t* s, size_t len, uint64_t dst_count, ModelInfo& info, std::vector<uint64_t>& offsets) {
   if (len < 52) return static_cast<int>(Err::Truncated);
   if (std::memcmp(s, "ZCFZ", 4) != 0) return static_cast<int>(Err::BadMagic);
-  if (s[4] != 1 && s[4] != 2) return static_cast<int>(Err::BadVersion);
+  if (s[4] != 1 && s[4] != 2 && s[4] != 3) return static_cast<int>(Err::BadVersion);
   info.version = s[4];
   if (s[5] < 1 || s[5] > (info.version == 1 ? 2 : 4)) return static_cast<int>(Err::BadDType);
   info.dtype = s[5];
@@ -704,7 +793,8 @@ int model_decode_chunk(const uint8_t* p, uint64_t size, bool repeat, uint32_t wa
   const bool v1 = info.version == 1;
   const uint32_t crc = emulated_block_crc(p, size, kThreads, 5);
   const uint32_t mode = p[0];
-  const uint32_t n_out_field = size >= 9 ? fmt::load<uint32_t>(p + 5) : 0u;
+  const uint64_t fixed = mode == fmt::kChunkDirect ? 5 : 9;  // n_outliers ends the fixed part
+  const uint32_t n_out_field = size >= fixed ? fmt::load<uint32_t>(p + fixed - 4) : 0u;
   if (repeat && mode != fmt::kChunkConstant) return static_cast<int>(Err::RepeatNotConstant);
   if (crc != want_crc) return static_cast<int>(Err::ChunkCrc);
   if (mode == fmt::kChunkRaw) {
@@ -719,17 +809,18 @@ int model_decode_chunk(const uint8_t* p, uint64_t size, bool repeat, uint32_t wa
     for (uint32_t i = 0; i < m; ++i) out[i] = v;
     return 0;
   }
-  if (mode != fmt::kChunkEncoded) return static_cast<int>(Err::BadChunkMode);
+  const bool direct = mode == fmt::kChunkDirect && info.version >= 3;
+  if (mode != fmt::kChunkEncoded && !direct) return static_cast<int>(Err::BadChunkMode);
   if (info.bin == 0.0) return static_cast<int>(Err::LosslessEncoded);
   const uint32_t bm = lane::bitmap_bytes(nb);
-  uint64_t header = 9 + (v1 ? nb : bm);
+  uint64_t header = fixed + (v1 ? nb : bm);
   if (size < header) return static_cast<int>(Err::ChunkTooShort);
   std::vector<uint8_t> lens(nb);
   std::vector<uint32_t> obits(nb, 0);
   bool bad = false;
   if (v1) {
     for (uint32_t b = 0; b < nb; ++b) {
-      lens[b] = p[9 + b];
+      lens[b] = p[fixed + b];
       bad = bad || lens[b] > 31;
     }
   } else {
@@ -738,7 +829,7 @@ int model_decode_chunk(const uint8_t* p, uint64_t size, bool repeat, uint32_t wa
     std::vector<uint32_t> byte(kThreads, 0);
     bool padding = false;
     for (unsigned j = 0; j < kThreads; ++j) {
-      byte[j] = j < bm ? p[9 + j] : 0u;
+      byte[j] = j < bm ? p[fixed + j] : 0u;
       pop[j] = static_cast<uint64_t>(__builtin_popcount(byte[j]));
       padding = padding || (j + 1 == bm && nb % 8 != 0 && (byte[j] >> (nb % 8)) != 0);
     }
@@ -777,9 +868,10 @@ int model_decode_chunk(const uint8_t* p, uint64_t size, bool repeat, uint32_t wa
   if (bad) return static_cast<int>(Err::BadOutlierIndex);
 
   // The tile loop: per-tile block totals, planes -> magnitudes by the transpose, outlier ranks.
+  // A direct chunk (decode_tiles<.., kDirect>): no prefix sums, the signed magnitudes are codes.
   const C bin = static_cast<C>(info.bin);
   const uint8_t* planes = p + header;
-  uint32_t carry = fmt::load<uint32_t>(p + 1), out_run = 0, pay_run = 0;
+  uint32_t carry = direct ? 0u : fmt::load<uint32_t>(p + 1), out_run = 0, pay_run = 0;
   for (uint32_t t = 0; t < (nb + kWarps - 1) / kWarps; ++t) {
     uint32_t incl[kWarps][32] = {}, total[kWarps] = {};
     uint32_t pay_before[kWarps] = {}, out_before[kWarps] = {};
@@ -816,10 +908,11 @@ int model_decode_chunk(const uint8_t* p, uint64_t size, bool repeat, uint32_t wa
       }
       uint32_t acc = 0;
       for (unsigned l = 0; l < 32; ++l) {
-        acc += ((sign >> l) & 1u) ? 0u - mag[l] : mag[l];
-        incl[w][l] = acc;
+        const uint32_t delta = ((sign >> l) & 1u) ? 0u - mag[l] : mag[l];
+        acc += delta;
+        incl[w][l] = direct ? delta : acc;
       }
-      total[w] = acc;
+      total[w] = direct ? 0u : acc;
     }
     for (int w = 0; w < kWarps; ++w) {
       const uint32_t b = t * kWarps + w;
@@ -901,13 +994,17 @@ void check_decode_model(const std::vector<uint8_t>& stream, uint64_t count, cons
   }
 }
 
+// Chunks of each mode (0..4) the encoder models wrote in check_model, [5] repeats; reset per
+// dtype by test_model, which asserts that encoded and direct chunks both occurred.
+std::vector<long> g_model_modes(6, 0);
+
 template <class K>
 void check_model(const std::vector<S_of<K>>& x, double eb, uint32_t chunk_len, const std::string& name) {
   using S = S_of<K>;
   const std::vector<uint8_t> stream = cpu_stream<K>(x, eb, chunk_len);
   const zccl::fz::StreamInfo info = zccl::fz::read_info(stream.data(), stream.size());
   const std::string what = name + " eb=" + std::to_string(eb) + " cl=" + std::to_string(chunk_len);
-  expect(info.version == 2, "CPU writes version 2: " + what);
+  expect(info.version == 3, "CPU writes version 3: " + what);
   const ModelQuantizer<C_of<K>> qz = model_quantizer<C_of<K>>(eb);
   const uint8_t* table = stream.data() + 48 + 8 * info.shape.size();
   size_t at = info.header_bytes;
@@ -921,8 +1018,10 @@ void check_model(const std::vector<S_of<K>>& x, double eb, uint32_t chunk_len, c
       const bool same = mine.size == size && mine.bytes.size() == size &&
                         (size == 0 || std::memcmp(mine.bytes.data(), stream.data() + at, size) == 0);
       expect(same, which + std::to_string(c) + " of " + what + " (sizes " + std::to_string(mine.size) + " vs " +
-                       std::to_string(size) + ")");
+                       std::to_string(size) + ", modes " + std::to_string(mine.bytes.empty() ? -1 : mine.bytes[0]) +
+                       " vs " + std::to_string(size == 0 ? -1 : stream[at]) + ")");
       expect(mine.crc == fmt::load<uint32_t>(table + 8 * c + 4), which + "crc " + std::to_string(c) + " of " + what);
+      ++g_model_modes[mine.bytes.empty() ? 5 : std::min<size_t>(mine.bytes[0], 4)];
     }
     at += size;
   }
@@ -932,10 +1031,23 @@ void check_model(const std::vector<S_of<K>>& x, double eb, uint32_t chunk_len, c
   // The CPU's stream does not depend on its thread count (the GPU's chunks are independent).
   expect(cpu_stream<K>(x, eb, chunk_len, 3) == stream, "CPU stream with 3 threads differs: " + what);
   check_decode_model<K>(stream, x.size(), what);
+  // The same values as a version-2 stream (direct chunks re-encoded) and, float32/float64, as a
+  // version-1 stream, through both decoders.
+  std::vector<S> want(x.size()), got(x.size());
+  zccl::fz::decompress(stream.data(), stream.size(), want.data(), want.size(), 1);
+  const auto same_values = [&](const std::vector<uint8_t>& copy) {
+    zccl::fz::decompress(copy.data(), copy.size(), got.data(), got.size(), 1);
+    return std::memcmp(got.data(), want.data(), want.size() * sizeof(S)) == 0;
+  };
+  const std::vector<uint8_t> v2 = zccl::testing::to_v2(stream);
+  expect(zccl::fz::read_info(v2.data(), v2.size()).version == 2 && !zccl::testing::chunk_kinds(v2)[fmt::kChunkDirect],
+         "to_v2 writes version 2 without direct chunks");
+  expect(same_values(v2), "to_v2 keeps the values: " + what);
+  check_decode_model<K>(v2, x.size(), what + " (v2)");
   if constexpr (!lane::kIsHalf<K>) {
-    // The same values as a version-1 stream through both decoders.
     const std::vector<uint8_t> v1 = zccl::testing::to_v1(stream);
     expect(zccl::fz::read_info(v1.data(), v1.size()).version == 1, "to_v1 writes version 1");
+    expect(same_values(v1), "to_v1 keeps the values: " + what);
     check_decode_model<K>(v1, x.size(), what + " (v1)");
   }
 }
@@ -952,10 +1064,16 @@ std::vector<S_of<K>> field(const std::string& kind, size_t n, std::mt19937_64& r
     if (kind == "smooth") v[i] = static_cast<V>(s);
     else if (kind == "random") v[i] = static_cast<V>(g(rng) * 1e3);
     else if (kind == "bignoise") v[i] = static_cast<V>(g(rng) * 1e9);  // codes overflow: outliers
+    else if (kind == "gauss") v[i] = static_cast<V>(g(rng));  // gradient-like: direct chunks at small eb
     else if (kind == "constant") v[i] = static_cast<V>(3.25);
     else if (kind == "zero") v[i] = static_cast<V>(i < n / 3 || i > n - n / 4 ? 0.0 : s);  // zero runs
     else if (kind == "steps") v[i] = static_cast<V>(std::floor(static_cast<double>(i) / 700.0));  // constant runs
     else v[i] = static_cast<V>(s + g(rng));
+  }
+  if (kind == "gaussnan") {  // noise with outliers (direct chunks' outlier lanes code 0)
+    for (size_t i = 0; i < n; ++i) v[i] = static_cast<V>(g(rng));
+    for (size_t i = 0; i < n; i += 1 + rng() % 61) v[i] = i % 2 ? std::numeric_limits<V>::quiet_NaN() : static_cast<V>(1e30);
+    if (n > 0) v[0] = std::numeric_limits<V>::infinity();  // the first value an outlier
   }
   if (kind == "special") {
     for (size_t i = 0; i < n; i += 1 + rng() % 97) {
@@ -992,7 +1110,8 @@ std::vector<S_of<K>> field(const std::string& kind, size_t n, std::mt19937_64& r
 
 template <class K>
 void test_model(std::mt19937_64& rng) {
-  const char* kinds[] = {"smooth", "random", "constant", "noisy", "special", "zero", "steps"};
+  std::fill(g_model_modes.begin(), g_model_modes.end(), 0);
+  const char* kinds[] = {"smooth", "random", "constant", "noisy", "special", "zero", "steps", "gauss", "gaussnan"};
   for (const char* kind : kinds) {
     for (size_t n : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{31}, size_t{32}, size_t{33}, size_t{255},
                      size_t{256}, size_t{257}, size_t{5119}, size_t{5121}, size_t{40000}}) {
@@ -1006,9 +1125,18 @@ void test_model(std::mt19937_64& rng) {
   }
   const std::vector<S_of<K>> big = field<K>("noisy", 300000, rng);
   check_model<K>(big, 1e-3, 65536, "noisy 300000");
+  const std::vector<S_of<K>> noise = field<K>("gauss", 200000, rng);
+  check_model<K>(noise, 1e-3, 65536, "gauss 200000");
   const std::vector<S_of<K>> zeros(1000000, S_of<K>{0});
   check_model<K>(zeros, 1e-3, 5120, "zeros 1e6");
   check_model<K>(zeros, 0.0, 5120, "zeros 1e6 lossless");
+  // Not vacuous: the models wrote both kinds of coded chunk (and the plain kinds).
+  const std::string dt = zccl::fz::dtype_name(dtype_of<K>());
+  std::printf("  encoder models, %s: %ld encoded, %ld direct, %ld raw, %ld constant chunks, %ld repeats\n", dt.c_str(),
+              g_model_modes[0], g_model_modes[4], g_model_modes[1], g_model_modes[2], g_model_modes[5]);
+  expect(g_model_modes[0] > 0 && g_model_modes[4] > 0 && g_model_modes[1] > 0 && g_model_modes[2] > 0 &&
+             g_model_modes[5] > 0,
+         "encoder models wrote encoded, direct, raw, constant and repeat chunks: " + dt);
 }
 
 // Mutated streams through the decoder model and fz::decompress: the model rejects exactly when
@@ -1055,13 +1183,15 @@ void model_differential(const std::vector<uint8_t>& s, size_t len, const std::st
   }
 }
 
-// The corruption base: encoded, raw, constant and repeat chunks, outliers, a partial last block,
-// a 2-D shape (as tests/cuda/test_cuszp.cu's).
+// The corruption base: encoded, direct, raw, constant and repeat chunks, outliers (in encoded and
+// direct chunks), a partial last block, a 2-D shape (as tests/cuda/test_cuszp.cu's).
 template <class K>
 std::vector<uint8_t> corruption_base(std::mt19937_64& rng) {
   std::vector<S_of<K>> x = field<K>("special", 4000 + 17, rng);
   std::vector<S_of<K>> noise = field<K>("bignoise", 700, rng);  // raw chunks
   std::copy(noise.begin(), noise.end(), x.begin() + 1300);
+  std::vector<S_of<K>> grad = field<K>("gaussnan", 512, rng);  // chunk 1: direct, with outliers
+  std::copy(grad.begin(), grad.end(), x.begin() + 512);
   std::fill(x.begin() + 2048, x.begin() + 3584, S_of<K>{0});  // chunks 4..6: constant, repeats
   zccl::fz::CompressParams p;
   p.error_bound = lane::kIsHalf<K> ? 1e-2 : std::is_same_v<K, float> ? 1e-3 : 1e-6;
@@ -1074,25 +1204,30 @@ std::vector<uint8_t> corruption_base(std::mt19937_64& rng) {
 }
 
 template <class K>
-void test_model_corruption(std::mt19937_64& rng, bool v1) {
+void test_model_corruption(std::mt19937_64& rng, uint8_t version) {
   std::vector<uint8_t> base = corruption_base<K>(rng);
-  if (v1) base = zccl::testing::to_v1(base);
-  bool modes[4] = {false, false, false, false};
-  bool have_repeat = false;
-  for (const auto& ch : zccl::testing::chunks_of(base)) {
-    if (ch.size == 0) have_repeat = true;
-    else modes[base[ch.at] & 3] = true;
-  }
-  expect(modes[0] && modes[1] && (v1 || (modes[2] && have_repeat)),
-         "corruption base has encoded, raw, constant and repeat chunks");
-  int rejected = 0, total = 0;
+  if (version < 3) base = zccl::testing::to_version(base, version);
+  const std::vector<bool> have = zccl::testing::chunk_kinds(base);
+  expect(have[0] && have[1] && (version == 1 || (have[2] && have[5])) && have[4] == (version == 3),
+         "corruption base v" + std::to_string(version) +
+             " has encoded, raw, constant and repeat chunks, and direct ones in version 3");
+  int rejected = 0, total = 0, on_direct = 0, direct_rejected = 0;
   zccl::testing::for_each_mutation(base, 3000, 300, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string& what) {
     ++total;
+    const int before = rejected;
     model_differential<K>(s, len, what, rejected);
+    if (what.find("(direct chunk)") != std::string::npos) {
+      ++on_direct;
+      direct_rejected += rejected - before;
+    }
   });
-  std::printf("  decoder model vs CPU on mutated %s v%d streams: %d/%d rejected\n", zccl::fz::dtype_name(dtype_of<K>()),
-              v1 ? 1 : 2, rejected, total);
+  std::printf("  decoder model vs CPU on mutated %s v%d streams: %d/%d rejected (direct chunks: %d/%d)\n",
+              zccl::fz::dtype_name(dtype_of<K>()), version, rejected, total, direct_rejected, on_direct);
   expect(rejected > total / 2 && rejected < total, "mutations mostly but not all rejected");
+  if (version == 3) {
+    expect(on_direct >= 100 && direct_rejected > 0 && direct_rejected < on_direct,
+           "mutations of direct chunks: some rejected, some decoded");
+  }
 }
 
 // Errors the mutation fuzz cannot reach first. A codec-1 stream (crafted: a lossless stream with
@@ -1132,44 +1267,86 @@ void test_targeted_errors() {
   expect(model_decode_chunk<float>(v.data() + offsets[0], offsets[1] - offsets[0], true, fmt::load<uint32_t>(table + 4),
                                    1024, info, chunk.data()) == static_cast<int>(Err::RepeatNotConstant),
          "repeat of a chunk that is not constant");
+  // Direct chunks (mode 4) are version 3's: the same stream labelled version 2 or 1 is corrupt
+  // (BadChunkMode at the first direct chunk), for the CPU too.
+  std::mt19937_64 g(5);
+  std::normal_distribution<double> n01(0.0, 1.0);
+  std::vector<float> noise(3000);
+  for (float& f : noise) f = static_cast<float>(n01(g));
+  std::vector<uint32_t> bits(noise.size());
+  std::memcpy(bits.data(), noise.data(), noise.size() * 4);
+  const std::vector<uint8_t> d = cpu_stream<float>(bits, 1e-3, 1024);
+  expect(zccl::testing::chunk_kinds(d)[fmt::kChunkDirect], "noise at eb 1e-3 gives direct chunks");
+  check_decode_model<float>(d, bits.size(), "noise with direct chunks");
+  for (uint8_t old_version : {uint8_t{2}, uint8_t{1}}) {
+    std::vector<uint8_t> o = d;
+    o[4] = old_version;
+    zccl::testing::reseal(o);
+    expect(model_decompress<float>(o.data(), o.size(), bits.size(), out) == static_cast<int>(Err::BadChunkMode),
+           "mode 4 in a version-" + std::to_string(old_version) + " stream: BadChunkMode");
+    bool threw = false;
+    try {
+      std::vector<float> y(bits.size());
+      zccl::fz::decompress(o.data(), o.size(), y.data(), y.size(), 1);
+    } catch (const std::exception&) {
+      threw = true;
+    }
+    expect(threw, "the CPU refuses mode 4 in a version-" + std::to_string(old_version) + " stream");
+  }
 }
 
-// Real version-1 streams (tests/data/format_v1, made by the version-1 encoder): the decoder
-// model reproduces the version-1 decoder's output bit for bit, as fz::decompress does, and the
-// streams stay valid corruption bases.
+// Real streams of an older version (tests/data/format_v1 and format_v2, made by the version-1
+// and version-2 encoders): the decoder model reproduces that version's decoder output bit for
+// bit, as fz::decompress does (a codec-1 stream: LosslessCodecOnHost), and the streams stay valid
+// corruption bases.
 template <class K>
-void check_v1_fixture(const zccl::testing::V1Fixture& f, std::mt19937_64& rng) {
+void check_fixture(const zccl::testing::Fixture& f, int version, std::mt19937_64& rng) {
   using S = S_of<K>;
-  const zccl::fz::StreamInfo info = zccl::fz::read_info(f.stream.data(), f.stream.size());
-  expect(info.version == 1, f.name + " is a version-1 stream");
+  const std::string v = "version-" + std::to_string(version);
+  expect(f.stream.size() > 52 && f.stream[4] == version, f.name + " is a " + v + " stream");
   std::vector<S> got;
+  if (fmt::load<uint32_t>(f.stream.data() + 36) == fmt::kCodecShuffleZstd) {
+    // Host-only for the GPU (and for a CPU built without zstd, as this test is: no mutations).
+    const int err = model_decompress<K>(f.stream.data(), f.stream.size(), ~uint64_t{0}, got);
+    expect(err == static_cast<int>(Err::LosslessCodecOnHost), f.name + ": codec 1 is host-only");
+    return;
+  }
+  const zccl::fz::StreamInfo info = zccl::fz::read_info(f.stream.data(), f.stream.size());
   const int err = model_decompress<K>(f.stream.data(), f.stream.size(), info.count, got);
   expect(err == 0, f.name + ": decoder model error " + std::to_string(err));
   expect(err != 0 || (f.decoded.size() == info.count * sizeof(S) &&
                       std::memcmp(got.data(), f.decoded.data(), f.decoded.size()) == 0),
-         f.name + ": decoder model == the version-1 decoder's output");
+         f.name + ": decoder model == the " + v + " decoder's output");
   int rejected = 0;
   zccl::testing::for_each_mutation(f.stream, 300, 0, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string& what) {
     model_differential<K>(s, len, f.name + " " + what, rejected);
   });
 }
 
-void test_v1_fixtures(const char* dir, std::mt19937_64& rng) {
-  const std::vector<zccl::testing::V1Fixture> fixtures = zccl::testing::v1_fixtures(dir);
-  expect(!fixtures.empty(), std::string("no version-1 fixtures in ") + dir);
-  for (const auto& f : fixtures) {
-    if (f.stream.size() > 5 && f.stream[5] == 1) {
-      check_v1_fixture<float>(f, rng);
-    } else {
-      check_v1_fixture<double>(f, rng);
+// The version-1 and version-2 fixtures in dir; returns how many there were.
+size_t test_fixtures(const char* dir, std::mt19937_64& rng) {
+  size_t n = 0;
+  for (int version : {1, 2}) {
+    const std::vector<zccl::testing::Fixture> fixtures = zccl::testing::fixtures(dir, version);
+    for (const auto& f : fixtures) {
+      switch (f.stream.size() > 5 ? f.stream[5] : 0) {
+        case 1: check_fixture<float>(f, version, rng); break;
+        case 2: check_fixture<double>(f, version, rng); break;
+        case 3: check_fixture<lane::Half>(f, version, rng); break;
+        case 4: check_fixture<lane::BFloat16>(f, version, rng); break;
+        default: expect(false, f.name + ": unknown dtype code");
+      }
     }
+    if (!fixtures.empty()) std::printf("  %zu version-%d fixtures from %s\n", fixtures.size(), version, dir);
+    n += fixtures.size();
   }
-  std::printf("  %zu version-1 fixtures from %s\n", fixtures.size(), dir);
+  return n;
 }
 
 }  // namespace
 
-// Usage: host_model_test [DIR]   DIR: tests/data/format_v1 (real version-1 streams), optional.
+// Usage: host_model_test [DIR...]   DIR: tests/data/format_v1, tests/data/format_v2 (real
+// version-1 and version-2 streams), optional; each must hold some.
 int main(int argc, char** argv) {
   std::mt19937_64 rng(20240611);
   test_crc(rng);
@@ -1183,13 +1360,15 @@ int main(int argc, char** argv) {
   test_model<lane::Half>(rng);
   test_model<lane::BFloat16>(rng);
   test_targeted_errors();
-  if (argc > 1) test_v1_fixtures(argv[1], rng);
-  test_model_corruption<float>(rng, false);
-  test_model_corruption<float>(rng, true);
-  test_model_corruption<double>(rng, false);
-  test_model_corruption<double>(rng, true);
-  test_model_corruption<lane::Half>(rng, false);
-  test_model_corruption<lane::BFloat16>(rng, false);
+  for (int a = 1; a < argc; ++a) expect(test_fixtures(argv[a], rng) > 0, std::string("no fixtures in ") + argv[a]);
+  for (uint8_t version : {uint8_t{3}, uint8_t{2}, uint8_t{1}}) {
+    test_model_corruption<float>(rng, version);
+    test_model_corruption<double>(rng, version);
+  }
+  for (uint8_t version : {uint8_t{3}, uint8_t{2}}) {
+    test_model_corruption<lane::Half>(rng, version);
+    test_model_corruption<lane::BFloat16>(rng, version);
+  }
   std::printf("  error codes the decoder model reported (code: count):");
   for (size_t e = 0; e < g_error_hist.size(); ++e) {
     if (g_error_hist[e] != 0) std::printf(" %zu:%d", e, g_error_hist[e]);

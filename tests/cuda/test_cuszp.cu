@@ -6,20 +6,26 @@
 //   test_cuszp --quick    smaller sizes and fewer fuzz cases (for compute-sanitizer runs)
 //   test_cuszp --bench    also prints throughput on a 256 MB float32 wavefield
 //   test_cuszp --host-only   checks the test harness itself on the CPU (no device needed)
-//   test_cuszp --only A,B    runs only these test groups (bytes, decode, v2, corrupt, reduce,
-//                            batch, range, async, args, bench)
+//   test_cuszp --only A,B    runs only these test groups (bytes, direct, decode, v2, corrupt,
+//                            reduce, batch, range, async, args, bench)
 //
 // What is checked:
-//   bytes    GPU streams are byte-identical to fz::compress (float32/float64; smooth, random,
-//            constant, NaN/Inf/huge/denormal, zero-run and step fields (constant chunks and
-//            repeats); counts 0, 1, 31..33, chunk_len +- 1, 2^24;
+//   bytes    GPU streams (format version 3) are byte-identical to fz::compress (float32/float64;
+//            smooth, random, constant, NaN/Inf/huge/denormal, zero-run and step fields (constant
+//            chunks and repeats); counts 0, 1, 31..33, chunk_len +- 1, 2^24;
 //            error bounds 0 (lossless), below the dtype's min normal, 1e-7 .. 1e6; chunk lengths
 //            32, 96, 5120, 65536; 1-D, 3-D and 0-d shapes)
+//   direct   noise (gradient-like, with outliers) gives direct chunks (mode 4) on the GPU, byte
+//            for byte as on the CPU, through both encoders (staged: default chunk length;
+//            encode_kernel: 65536), alone and beside encoded chunks, every dtype; decoded as the
+//            CPU decodes it, also as version-2/version-1 copies; mode 4 in a stream labelled
+//            version 2 or 1 is refused (BadChunkMode) as the CPU refuses it
 //   decode   GPU decoding of GPU and CPU streams: |x - x'| <= eb in double, non-finite values
 //            bit-identical, output identical to fz::decompress; CPU decoding of GPU streams;
 //            len_bound larger than the stream; inspect() against fz::read_info
-//   v2       version-1 streams (tests/data/format_v1's real ones, and to_v1 of CPU streams)
-//            decoded as the version-1 decoder / the CPU does; all-zero tensors
+//   v2       version-1 and version-2 streams (tests/data/format_v1's and format_v2's real ones,
+//            and to_v1 / to_v2 of CPU streams) decoded as the old decoders / the CPU do; all-zero
+//            tensors
 //            (float32 ratio >= 1000, one constant chunk then repeats, lossy and lossless),
 //            -0.0/NaN constants, constant runs; a codec-1 stream gives LosslessCodecOnHost
 //            (decompress and inspect), Auto lossless == CPU codec None, an explicit zstd request
@@ -27,8 +33,9 @@
 //            paths refusing halves
 //   corrupt  flipped bits, resealed structural mutations (stream_tools.h: header fields, table
 //            sizes and repeats, modes, code lengths and block bitmaps, outlier counts/indices,
-//            shapes, the version, codec and dtype fields), truncations, garbage, on v2 and v1
-//            streams of float32/float64 and v2 streams of float16/bfloat16: the GPU
+//            shapes, the version, codec and dtype fields; encoded and direct chunks alike),
+//            truncations, garbage, on v3, v2 and v1 streams of float32/float64 and v3 and v2
+//            streams of float16/bfloat16: the GPU
 //            reports an error exactly when fz::decompress throws, decodes the same values when
 //            it does not, never writes past the destination (guard bytes), never faults (run
 //            under compute-sanitizer to check reads too); workspace too small for the stream
@@ -68,10 +75,13 @@ namespace gpu = zccl::gpu;
 namespace fmt = zccl::fz::format;
 namespace lane = zccl::gpu::lane;
 using zccl::testing::ChunkRef;
+using zccl::testing::chunk_kinds;
 using zccl::testing::chunks_of;
 using zccl::testing::for_each_mutation;
 using zccl::testing::reseal;
 using zccl::testing::to_v1;
+using zccl::testing::to_v2;
+using zccl::testing::to_version;
 
 #define CUDA_OK(call)                                                                      \
   do {                                                                                     \
@@ -213,6 +223,8 @@ std::vector<T> make_field(const std::string& kind, size_t n, std::mt19937_64& rn
       x[i] = static_cast<T>(i < n / 3 || i >= n - n / 4 ? 0.0 : smooth);
     } else if (kind == "steps") {  // runs of 700 equal values
       x[i] = static_cast<T>(std::floor(t / 700.0));
+    } else if (kind == "gauss") {  // gradient-like noise: direct chunks at small error bounds
+      x[i] = static_cast<T>(g(rng));
     } else {  // special: smooth with NaN, Inf, huge, denormal, signed zero sprinkled in
       x[i] = static_cast<T>(smooth);
     }
@@ -463,7 +475,7 @@ void test_decode_extras(Ctx& ctx, std::mt19937_64& rng) {
              (*info).chunk_len == ci.chunk_len && (*info).header_bytes == ci.header_bytes &&
              (*info).total_bytes == ci.total_bytes && (*info).error_bound == ci.error_bound &&
              (*info).dtype == static_cast<uint8_t>(ci.dtype) && (*info).ndim == ci.shape.size() &&
-             (*info).version == ci.version && (*info).version == 2 && (*info).codec == 0,
+             (*info).version == ci.version && (*info).version == 3 && (*info).codec == 0,
          "inspect matches read_info");
 
   // Wrong dtype requested, destination too small, workspace too small for the stream's chunks.
@@ -545,9 +557,9 @@ void differential(Ctx& ctx, const std::vector<uint8_t>& s, size_t len, uint64_t 
   }
 }
 
-// The corruption base: encoded, raw (values whose codes overflow), constant and repeat chunks
-// (a zero run over chunks 4..6), outliers, a partial last block, a 2-D shape. Halves: the
-// float32 field rounded to the half type.
+// The corruption base: encoded, direct (noise with outliers, chunk 1), raw (values whose codes
+// overflow), constant and repeat chunks (a zero run over chunks 4..6), outliers, a partial last
+// block, a 2-D shape. Halves: the float32 field rounded to the half type.
 template <class K>
 std::vector<uint8_t> corruption_base(std::mt19937_64& rng) {
   using V = std::conditional_t<std::is_same_v<K, double>, double, float>;
@@ -555,6 +567,9 @@ std::vector<uint8_t> corruption_base(std::mt19937_64& rng) {
   std::vector<V> noise = make_field<V>("random", 700, rng);
   for (V& e : noise) e *= static_cast<V>(1e6);  // codes overflow: outliers, so raw chunks
   std::copy(noise.begin(), noise.end(), v.begin() + 1300);
+  std::vector<V> grad = make_field<V>("gauss", 512, rng);
+  for (size_t i = 0; i < grad.size(); i += 1 + rng() % 61) grad[i] = std::numeric_limits<V>::quiet_NaN();
+  std::copy(grad.begin(), grad.end(), v.begin() + 512);
   std::fill(v.begin() + 2048, v.begin() + 3584, V(0));
   std::vector<StoreOf<K>> x(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
@@ -571,48 +586,52 @@ std::vector<uint8_t> corruption_base(std::mt19937_64& rng) {
   return cpu_compress(x.data(), kind_dtype<K>(), x.size(), p);
 }
 
-// The chunk kinds a stream holds: modes 0..3 by index, [4] a repeat.
-std::vector<bool> chunk_kinds(const std::vector<uint8_t>& s) {
-  std::vector<bool> have(5, false);
-  for (const ChunkRef& ch : chunks_of(s)) have[ch.size == 0 ? 4 : (s[ch.at] & 3)] = true;
-  return have;
+// The base as the given format version (3: as written; 2, 1: stream_tools.h's converters).
+template <class K>
+std::vector<uint8_t> corruption_base(std::mt19937_64& rng, uint8_t version) {
+  const std::vector<uint8_t> base = corruption_base<K>(rng);
+  return version < 3 ? to_version(base, version) : base;
 }
 
 template <class K>
-void test_corrupt(Ctx& ctx, std::mt19937_64& rng, bool v1) {
-  std::vector<uint8_t> base = corruption_base<K>(rng);
-  if (v1) base = to_v1(base);
+void test_corrupt(Ctx& ctx, std::mt19937_64& rng, uint8_t version) {
+  const std::vector<uint8_t> base = corruption_base<K>(rng, version);
   const int iters = g_quick ? 150 : 1500, random_iters = g_quick ? 50 : 300;
-  int gpu_errors = 0;
+  int gpu_errors = 0, on_direct = 0;
   for_each_mutation(base, iters, random_iters, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string& what) {
     differential<K>(ctx, s, len, 4017, what, gpu_errors);
+    on_direct += what.find("(direct chunk)") != std::string::npos;
   });
-  std::printf("  corrupt %s v%d: %d/%d mutated streams rejected by the GPU decoder\n", fz::dtype_name(kind_dtype<K>()),
-              v1 ? 1 : 2, gpu_errors, iters + random_iters);
+  std::printf("  corrupt %s v%d: %d/%d mutated streams rejected by the GPU decoder (%d on direct chunks)\n",
+              fz::dtype_name(kind_dtype<K>()), version, gpu_errors, iters + random_iters, on_direct);
+  if (version == 3) expect(on_direct > 0, "mutations reached direct chunks");
 }
 
-// Without a device: the harness itself (base stream, reseal, to_v1, mutations through the CPU
-// decoder).
+// Without a device: the harness itself (base stream, reseal, the version converters, mutations
+// through the CPU decoder).
 template <class K>
-void test_harness_on_host(std::mt19937_64& rng, bool v1) {
-  std::vector<uint8_t> base = corruption_base<K>(rng);
-  if (v1) {
-    const std::vector<uint8_t> v2 = base;
-    base = to_v1(v2);
+void test_harness_on_host(std::mt19937_64& rng, uint8_t version) {
+  const std::vector<uint8_t> v3 = corruption_base<K>(rng);
+  const std::vector<uint8_t> base = version < 3 ? to_version(v3, version) : v3;
+  if (version < 3) {
     std::vector<StoreOf<K>> a(4017), b(4017);
-    fz::decompress(v2.data(), v2.size(), a.data(), a.size());
+    fz::decompress(v3.data(), v3.size(), a.data(), a.size());
     fz::decompress(base.data(), base.size(), b.data(), b.size());
-    expect(a == b, "to_v1 keeps the decoded values");
+    expect(std::memcmp(a.data(), b.data(), a.size() * sizeof(StoreOf<K>)) == 0,
+           "to_v" + std::to_string(version) + " keeps the decoded values");
+    expect(fz::read_info(base.data(), base.size()).version == version, "converted stream's version");
   }
   const std::vector<bool> have = chunk_kinds(base);
-  expect(have[0] && have[1] && (v1 || (have[2] && have[4])),
-         "corruption base stream has encoded, raw, constant and repeat chunks");
+  expect(have[0] && have[1] && (version == 1 || (have[2] && have[5])) && have[4] == (version == 3),
+         "corruption base stream v" + std::to_string(version) +
+             " has encoded, raw, constant and repeat chunks, and direct ones in version 3");
   std::vector<uint8_t> again = base;
   reseal(again);
   expect(again == base, "reseal of an intact stream changes nothing");
-  int rejected = 0, total = 0;
-  for_each_mutation(base, 1500, 300, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string&) {
+  int rejected = 0, total = 0, on_direct = 0;
+  for_each_mutation(base, 1500, 300, rng, [&](const std::vector<uint8_t>& s, size_t len, const std::string& what) {
     ++total;
+    on_direct += what.find("(direct chunk)") != std::string::npos;
     try {
       const fz::StreamInfo info = fz::read_info(s.data(), len);
       if (info.count > (uint64_t{1} << 24)) return;
@@ -622,9 +641,17 @@ void test_harness_on_host(std::mt19937_64& rng, bool v1) {
       ++rejected;
     }
   });
-  std::printf("  host harness %s v%d: CPU decoder rejects %d/%d mutated streams\n", fz::dtype_name(kind_dtype<K>()),
-              v1 ? 1 : 2, rejected, total);
+  std::printf("  host harness %s v%d: CPU decoder rejects %d/%d mutated streams (%d on direct chunks)\n",
+              fz::dtype_name(kind_dtype<K>()), version, rejected, total, on_direct);
   expect(rejected > total / 2 && rejected < total, "mutations mostly but not all rejected");
+  if (version == 3) expect(on_direct > 0, "mutations reach direct chunks");
+}
+
+// The stream with another version byte (resealed).
+std::vector<uint8_t> relabelled(std::vector<uint8_t> s, uint8_t version) {
+  s[4] = version;
+  reseal(s);
+  return s;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -857,7 +884,7 @@ void expect_throw(F f, const std::string& what) {
 
 // ------------------------------------------------------------------------------------------
 // v2: what stream format version 2 added (constant chunks, repeats, block bitmaps, the codec
-// field, half dtypes) and version-1 decoding.
+// field, half dtypes) and decoding of versions 1 and 2.
 
 int32_t inspect_error(Ctx& ctx, const std::vector<uint8_t>& s, gpu::DeviceStreamInfo* out = nullptr) {
   DeviceBuffer<uint8_t> src(s.size());
@@ -871,11 +898,12 @@ int32_t inspect_error(Ctx& ctx, const std::vector<uint8_t>& s, gpu::DeviceStream
   return (*info).error;
 }
 
-// Version-1 streams (stream_tools.h's to_v1 of CPU streams) decode on the GPU as on the CPU.
+// Version-1 and version-2 streams (stream_tools.h's to_v1 / to_v2 of CPU streams: direct chunks
+// re-encoded as encoded chunks) decode on the GPU as on the CPU.
 template <class T>
-void test_v1_decode(Ctx& ctx, std::mt19937_64& rng) {
+void test_old_versions_decode(Ctx& ctx, std::mt19937_64& rng) {
   const fz::DType dt = dtype_of<T>();
-  for (const char* kind : {"smooth", "special", "zero", "steps", "random"}) {
+  for (const char* kind : {"smooth", "special", "zero", "steps", "random", "gauss"}) {
     for (size_t n : {size_t{1}, size_t{33}, size_t{5121}, size_t{100003}}) {
       const std::vector<T> x = make_field<T>(kind, n, rng);
       for (double eb : {0.0, 1e-4, 1.0}) {
@@ -883,58 +911,76 @@ void test_v1_decode(Ctx& ctx, std::mt19937_64& rng) {
           fz::CompressParams p;
           p.error_bound = eb;
           p.chunk_len = cl;
-          const std::vector<uint8_t> v2 = cpu_compress(x.data(), dt, n, p);
-          const std::vector<uint8_t> v1 = to_v1(v2);
-          const std::string what = std::string("v1 ") + kind + (sizeof(T) == 4 ? " f32" : " f64") + " n=" +
-                                   std::to_string(n) + " eb=" + std::to_string(eb) + " cl=" + std::to_string(cl);
-          std::vector<T> ref(n), y;
-          fz::decompress(v1.data(), v1.size(), ref.data(), n);
-          const int32_t err = gpu_decompress<T>(ctx, v1, v1.size(), n, y, dt, 0, cl);
-          expect(err == 0, what + ": " + gpu::error_string(err));
-          bool same = err == 0;
-          for (size_t i = 0; same && i < n; ++i) same = bits(y[i]) == bits(ref[i]);
-          expect(same, what + ": gpu decode == cpu decode");
-          gpu::DeviceStreamInfo info{};
-          expect(inspect_error(ctx, v1, &info) == 0 && info.version == 1 && info.codec == 0, what + ": inspect");
+          const std::vector<uint8_t> v3 = cpu_compress(x.data(), dt, n, p);
+          for (uint8_t version : {uint8_t{1}, uint8_t{2}}) {
+            const std::vector<uint8_t> old = to_version(v3, version);
+            const std::string what = "v" + std::to_string(version) + " " + kind + (sizeof(T) == 4 ? " f32" : " f64") +
+                                     " n=" + std::to_string(n) + " eb=" + std::to_string(eb) + " cl=" + std::to_string(cl);
+            std::vector<T> ref(n), y;
+            fz::decompress(old.data(), old.size(), ref.data(), n);
+            const int32_t err = gpu_decompress<T>(ctx, old, old.size(), n, y, dt, 0, cl);
+            expect(err == 0, what + ": " + gpu::error_string(err));
+            bool same = err == 0;
+            for (size_t i = 0; same && i < n; ++i) same = bits(y[i]) == bits(ref[i]);
+            expect(same, what + ": gpu decode == cpu decode");
+            gpu::DeviceStreamInfo info{};
+            expect(inspect_error(ctx, old, &info) == 0 && info.version == version && info.codec == 0, what + ": inspect");
+          }
         }
       }
     }
   }
 }
 
-// The real version-1 streams of tests/data/format_v1 (ZCCL_V1_FIXTURES overrides the folder),
-// written by the version-1 encoder: the GPU decodes them to the version-1 decoder's output.
-std::filesystem::path v1_fixture_dir() {
-  const char* env = std::getenv("ZCCL_V1_FIXTURES");
+// The real version-1 and version-2 streams of tests/data/format_v1 and format_v2
+// (ZCCL_V1_FIXTURES / ZCCL_V2_FIXTURES override the folders), written by those versions'
+// encoders: the GPU decodes them to that version's decoder output (codec-1 ones: refused as
+// host-only).
+std::filesystem::path fixture_dir(int version) {
+  const char* env = std::getenv(version == 1 ? "ZCCL_V1_FIXTURES" : "ZCCL_V2_FIXTURES");
   if (env != nullptr && *env != 0) return env;
-  return std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / "format_v1";
+  return std::filesystem::path(__FILE__).parent_path().parent_path() / "data" / ("format_v" + std::to_string(version));
 }
 
-void test_v1_fixtures(Ctx& ctx) {
-  const std::vector<zccl::testing::V1Fixture> fixtures = zccl::testing::v1_fixtures(v1_fixture_dir());
+bool codec1(const zccl::testing::Fixture& f) {
+  return f.stream.size() > 40 && fmt::load<uint32_t>(f.stream.data() + 36) == fmt::kCodecShuffleZstd;
+}
+
+// GPU decode of a fixture as its own dtype, as bytes.
+template <class S>
+int32_t decode_fixture(Ctx& ctx, const zccl::testing::Fixture& f, uint64_t count, fz::DType dt,
+                       std::vector<uint8_t>& got) {
+  std::vector<S> y;
+  const int32_t err = gpu_decompress<S>(ctx, f.stream, f.stream.size(), count, y, dt);
+  got.resize(y.size() * sizeof(S));
+  if (!y.empty()) std::memcpy(got.data(), y.data(), got.size());
+  return err;
+}
+
+void test_fixtures(Ctx& ctx, int version) {
+  const std::vector<zccl::testing::Fixture> fixtures = zccl::testing::fixtures(fixture_dir(version), version);
   if (fixtures.empty()) {
-    std::printf("  no version-1 fixtures at %s: skipped\n", v1_fixture_dir().string().c_str());
+    std::printf("  no version-%d fixtures at %s: skipped\n", version, fixture_dir(version).string().c_str());
     return;
   }
   for (const auto& f : fixtures) {
-    const fz::StreamInfo info = fz::read_info(f.stream.data(), f.stream.size());
-    int32_t err = 0;
+    const std::string what = "v" + std::to_string(version) + " fixture " + f.name;
+    const fz::DType dt = static_cast<fz::DType>(f.stream[5]);
+    // The count from the header's fixed part (fz::read_info refuses codec 1 without zstd).
+    const uint64_t count = fmt::load<uint64_t>(f.stream.data() + 8);
     std::vector<uint8_t> got;
-    if (info.dtype == fz::DType::Float32) {
-      std::vector<float> y;
-      err = gpu_decompress<float>(ctx, f.stream, f.stream.size(), info.count, y, info.dtype);
-      got.resize(y.size() * 4);
-      if (!y.empty()) std::memcpy(got.data(), y.data(), got.size());
-    } else {
-      std::vector<double> y;
-      err = gpu_decompress<double>(ctx, f.stream, f.stream.size(), info.count, y, info.dtype);
-      got.resize(y.size() * 8);
-      if (!y.empty()) std::memcpy(got.data(), y.data(), got.size());
+    const int32_t err = fz::dtype_size(dt) == 8   ? decode_fixture<uint64_t>(ctx, f, count, dt, got)
+                        : fz::dtype_size(dt) == 4 ? decode_fixture<uint32_t>(ctx, f, count, dt, got)
+                                                  : decode_fixture<uint16_t>(ctx, f, count, dt, got);
+    if (codec1(f)) {
+      expect(err == static_cast<int32_t>(gpu::Error::LosslessCodecOnHost), what + ": " + gpu::error_string(err));
+      continue;
     }
-    expect(err == 0, "v1 fixture " + f.name + ": " + gpu::error_string(err));
-    expect(err != 0 || got == f.decoded, "v1 fixture " + f.name + ": GPU decode == the version-1 decoder's output");
+    expect(err == 0, what + ": " + gpu::error_string(err));
+    expect(err != 0 || got == f.decoded, what + ": GPU decode == the version-" + std::to_string(version) +
+                                             " decoder's output");
   }
-  std::printf("  %zu version-1 fixtures decoded\n", fixtures.size());
+  std::printf("  %zu version-%d fixtures decoded\n", fixtures.size(), version);
 }
 
 // Constant chunks and repeats: all-zero tensors compress >= 1000x (float32), -0.0 and NaN
@@ -953,7 +999,7 @@ void test_constant_chunks(Ctx& ctx, std::mt19937_64& rng) {
     const double ratio = static_cast<double>(zeros.size() * sizeof(T)) / static_cast<double>(gs.size());
     if (sizeof(T) == 4) expect(ratio >= 1000.0, what + ": ratio " + std::to_string(ratio) + " < 1000");
     const std::vector<bool> have = chunk_kinds(gs);
-    expect(have[2] && have[4] && !have[0] && !have[1], what + ": one constant chunk, then repeats");
+    expect(have[2] && have[5] && !have[0] && !have[1] && !have[4], what + ": one constant chunk, then repeats");
     std::vector<T> y;
     expect(gpu_decompress<T>(ctx, gs, gs.size(), zeros.size(), y, dt) == 0, what + ": decode");
     bool ok = true;
@@ -993,7 +1039,7 @@ void test_codec_field(Ctx& ctx, std::mt19937_64& rng) {
   expect(std::string(gpu::error_string(err)).find("host only") != std::string::npos, "codec-1 message");
   gpu::DeviceStreamInfo info{};
   expect(inspect_error(ctx, s, &info) == static_cast<int32_t>(gpu::Error::LosslessCodecOnHost) && info.codec == 1 &&
-             info.version == 2,
+             info.version == 3,
          "inspect of a codec-1 stream");
   // Auto (eb 0): codec 0, the CPU's stream with codec None.
   p.lossless_codec = fz::LosslessCodec::Auto;
@@ -1098,6 +1144,140 @@ void test_halves(Ctx& ctx, std::mt19937_64& rng) {
                                ctx.err.get());
       },
       "half decompress_reduce");
+}
+
+// direct: format version 3's direct chunks (mode 4). Noise, and noise with outliers, beside
+// smooth data: the GPU stream has direct chunks (and encoded ones for the smooth part) and equals
+// the CPU's byte for byte, through encode_staged_kernel (the default chunk length) and
+// encode_kernel (65536); GPU decoding == fz::decompress, also of the version-2/1 copies; mode 4 in
+// a stream labelled version 2 (or 1) is refused with BadChunkMode. K: every storage kind.
+const char* const kDirectKinds[] = {"gauss", "gauss+outliers", "smooth|gauss"};
+const uint32_t kDirectChunkLens[] = {fz::kDefaultChunkLen, 65536u};
+// Bounds tight enough for noise to code (halves: coarser, or their noise is raw chunks).
+template <class K>
+std::vector<double> direct_bounds() {
+  return lane::kIsHalf<K> ? std::vector<double>{1e-2, 1e-1} : std::vector<double>{1e-4, 1e-2};
+}
+
+template <class K>
+std::vector<StoreOf<K>> direct_field(const std::string& kind, size_t n, std::mt19937_64& rng) {
+  using V = std::conditional_t<std::is_same_v<K, double>, double, float>;
+  std::vector<V> v = make_field<V>("gauss", n, rng);
+  if (kind == "gauss+outliers") {
+    for (size_t i = 0; i < n; i += 1 + rng() % 97) v[i] = i % 3 ? std::numeric_limits<V>::quiet_NaN() : static_cast<V>(1e30);
+  } else if (kind == "smooth|gauss") {  // encoded chunks, then direct ones
+    const std::vector<V> smooth = make_field<V>("smooth", n / 2, rng);
+    std::copy(smooth.begin(), smooth.end(), v.begin());
+  }
+  std::vector<StoreOf<K>> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    if constexpr (lane::kIsHalf<K>) {
+      x[i] = lane::Kind<K>::narrow(v[i]);
+    } else {
+      std::memcpy(&x[i], &v[i], sizeof(V));
+    }
+  }
+  return x;
+}
+
+// The versions whose label on this stream makes mode 4 the first problem of every failing chunk:
+// 2 always (its layouts are version 3's, less mode 4); 1 when the stream has only direct and raw
+// chunks of a dtype version 1 knows (encoded chunks have another layout there, repeats are not
+// allowed).
+template <class K>
+std::vector<uint8_t> relabel_versions(const std::vector<uint8_t>& s) {
+  const std::vector<bool> have = chunk_kinds(s);
+  if (lane::kIsHalf<K> || have[0] || have[2] || have[3] || have[5]) return {2};
+  return {2, 1};
+}
+
+template <class K>
+void test_direct(Ctx& ctx, std::mt19937_64& rng) {
+  using S = StoreOf<K>;
+  const fz::DType dt = kind_dtype<K>();
+  const size_t n = g_quick ? 70001 : 400001;
+  for (const char* kind : kDirectKinds) {
+    const std::vector<S> x = direct_field<K>(kind, n, rng);
+    for (uint32_t cl : kDirectChunkLens) {
+      for (double eb : direct_bounds<K>()) {
+        fz::CompressParams p;
+        p.error_bound = eb;
+        p.chunk_len = cl;
+        const std::string what = std::string("direct ") + kind + " " + fz::dtype_name(dt) + " eb=" + std::to_string(eb) +
+                                 " cl=" + std::to_string(cl);
+        const std::vector<uint8_t> cpu = cpu_compress(x.data(), dt, n, p);
+        const std::vector<uint8_t> gs = gpu_compress(ctx, x, p, dt);
+        expect(gs == cpu, "byte identity " + what + ": " + where_differs(gs, cpu));
+        const std::vector<bool> have = chunk_kinds(gs);
+        expect(have[fmt::kChunkDirect], what + ": the GPU stream has direct chunks");
+        if (std::string(kind) == "smooth|gauss") expect(have[fmt::kChunkEncoded], what + ": and encoded ones");
+        std::vector<S> ref(n);
+        fz::decompress(cpu.data(), cpu.size(), ref.data(), n);
+        std::vector<std::vector<uint8_t>> copies = {gs, to_v2(gs)};
+        if constexpr (!lane::kIsHalf<K>) copies.push_back(to_v1(gs));
+        for (const std::vector<uint8_t>& s : copies) {
+          const std::string w = what + " as v" + std::to_string(s[4]);
+          std::vector<S> y;
+          const int32_t err = gpu_decompress<S>(ctx, s, s.size(), n, y, dt, 0, cl);
+          expect(err == 0, w + ": decode error " + gpu::error_string(err));
+          expect(err != 0 || std::memcmp(y.data(), ref.data(), n * sizeof(S)) == 0, w + ": gpu decode == cpu decode");
+        }
+        for (uint8_t old : relabel_versions<K>(gs)) {
+          const std::vector<uint8_t> r = relabelled(gs, old);
+          std::vector<S> y;
+          const int32_t err = gpu_decompress<S>(ctx, r, r.size(), n, y, dt, 0, cl);
+          expect(err == static_cast<int32_t>(gpu::Error::BadChunkMode),
+                 what + ": mode 4 in a version-" + std::to_string(old) + " stream: " + gpu::error_string(err));
+        }
+      }
+    }
+  }
+}
+
+// The CPU side of test_direct, without a device: its inputs give direct chunks (and encoded ones
+// for the smooth part), the converted copies decode as the stream does, and the CPU refuses mode
+// 4 in the relabelled streams test_direct gives the GPU.
+template <class K>
+void test_direct_on_host(std::mt19937_64& rng) {
+  using S = StoreOf<K>;
+  const fz::DType dt = kind_dtype<K>();
+  const size_t n = 70001;
+  for (const char* kind : kDirectKinds) {
+    const std::vector<S> x = direct_field<K>(kind, n, rng);
+    for (uint32_t cl : kDirectChunkLens) {
+      for (double eb : direct_bounds<K>()) {
+        fz::CompressParams p;
+        p.error_bound = eb;
+        p.chunk_len = cl;
+        const std::string what = std::string("host direct ") + kind + " " + fz::dtype_name(dt) +
+                                 " eb=" + std::to_string(eb) + " cl=" + std::to_string(cl);
+        const std::vector<uint8_t> s = cpu_compress(x.data(), dt, n, p);
+        const std::vector<bool> have = chunk_kinds(s);
+        expect(fz::read_info(s.data(), s.size()).version == 3 && have[fmt::kChunkDirect], what + ": direct chunks");
+        if (std::string(kind) == "smooth|gauss") expect(have[fmt::kChunkEncoded], what + ": and encoded ones");
+        std::vector<S> ref(n), y(n);
+        fz::decompress(s.data(), s.size(), ref.data(), n);
+        std::vector<std::vector<uint8_t>> copies = {to_v2(s)};
+        if constexpr (!lane::kIsHalf<K>) copies.push_back(to_v1(s));
+        for (const std::vector<uint8_t>& c : copies) {
+          fz::decompress(c.data(), c.size(), y.data(), n);
+          expect(std::memcmp(y.data(), ref.data(), n * sizeof(S)) == 0 && !chunk_kinds(c)[fmt::kChunkDirect],
+                 what + ": the v" + std::to_string(c[4]) + " copy decodes the same");
+        }
+        for (uint8_t old : relabel_versions<K>(s)) {
+          const std::vector<uint8_t> r = relabelled(s, old);
+          std::string msg;
+          try {
+            fz::decompress(r.data(), r.size(), y.data(), n);
+          } catch (const std::exception& e) {
+            msg = e.what();
+          }
+          expect(msg.find("unknown chunk mode") != std::string::npos,
+                 what + ": the CPU refuses mode 4 in a version-" + std::to_string(old) + " stream ('" + msg + "')");
+        }
+      }
+    }
+  }
 }
 
 void test_args(Ctx& ctx) {
@@ -1219,20 +1399,35 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--host-only") {
       std::mt19937_64 rng(7);
-      for (bool v1 : {false, true}) {
-        test_harness_on_host<float>(rng, v1);
-        test_harness_on_host<double>(rng, v1);
+      for (uint8_t version : {uint8_t{3}, uint8_t{2}, uint8_t{1}}) {
+        test_harness_on_host<float>(rng, version);
+        test_harness_on_host<double>(rng, version);
       }
-      test_harness_on_host<lane::Half>(rng, false);
-      test_harness_on_host<lane::BFloat16>(rng, false);
-      // The fixtures the GPU run decodes: found, and the CPU reproduces the v1 decoder's output.
-      const auto fixtures = zccl::testing::v1_fixtures(v1_fixture_dir());
-      std::printf("  %zu version-1 fixtures at %s\n", fixtures.size(), v1_fixture_dir().string().c_str());
-      for (const auto& f : fixtures) {
-        const fz::StreamInfo info = fz::read_info(f.stream.data(), f.stream.size());
-        std::vector<uint8_t> out(info.count * fz::dtype_size(info.dtype));
-        fz::decompress(f.stream.data(), f.stream.size(), out.data(), info.count);
-        expect(out == f.decoded, "v1 fixture " + f.name + " through the CPU decoder");
+      for (uint8_t version : {uint8_t{3}, uint8_t{2}}) {
+        test_harness_on_host<lane::Half>(rng, version);
+        test_harness_on_host<lane::BFloat16>(rng, version);
+      }
+      test_direct_on_host<float>(rng);
+      test_direct_on_host<double>(rng);
+      test_direct_on_host<lane::Half>(rng);
+      test_direct_on_host<lane::BFloat16>(rng);
+      // The fixtures the GPU run decodes: found, and the CPU reproduces the old decoders' output
+      // (codec-1 ones only when this build has zstd).
+      for (int version : {1, 2}) {
+        const auto fixtures = zccl::testing::fixtures(fixture_dir(version), version);
+        std::printf("  %zu version-%d fixtures at %s\n", fixtures.size(), version, fixture_dir(version).string().c_str());
+        for (const auto& f : fixtures) {
+          const std::string v = std::to_string(version);
+          expect(f.stream.size() > 5 && f.stream[4] == version && !f.decoded.empty(), f.name + ": a version-" + v + " fixture");
+          try {
+            const fz::StreamInfo info = fz::read_info(f.stream.data(), f.stream.size());
+            std::vector<uint8_t> out(info.count * fz::dtype_size(info.dtype));
+            fz::decompress(f.stream.data(), f.stream.size(), out.data(), info.count);
+            expect(out == f.decoded, "v" + std::to_string(version) + " fixture " + f.name + " through the CPU decoder");
+          } catch (const std::exception& e) {
+            expect(codec1(f), f.name + ": " + e.what());
+          }
+        }
       }
       std::printf("%d checks, %d failures\n", g_checks, g_failures);
       return g_failures == 0 ? 0 : 1;
@@ -1265,11 +1460,18 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   };
   run("bytes", [&] { test_bytes<float>(ctx, rng); test_bytes<double>(ctx, rng); });
+  run("direct", [&] {
+    test_direct<float>(ctx, rng);
+    test_direct<double>(ctx, rng);
+    test_direct<lane::Half>(ctx, rng);
+    test_direct<lane::BFloat16>(ctx, rng);
+  });
   run("decode", [&] { test_decode_extras<float>(ctx, rng); test_decode_extras<double>(ctx, rng); });
   run("v2", [&] {
-    test_v1_fixtures(ctx);
-    test_v1_decode<float>(ctx, rng);
-    test_v1_decode<double>(ctx, rng);
+    test_fixtures(ctx, 1);
+    test_fixtures(ctx, 2);
+    test_old_versions_decode<float>(ctx, rng);
+    test_old_versions_decode<double>(ctx, rng);
     test_constant_chunks<float>(ctx, rng);
     test_constant_chunks<double>(ctx, rng);
     test_codec_field(ctx, rng);
@@ -1277,12 +1479,14 @@ int main(int argc, char** argv) {
     test_halves<lane::BFloat16>(ctx, rng);
   });
   run("corrupt", [&] {
-    for (bool v1 : {false, true}) {
-      test_corrupt<float>(ctx, rng, v1);
-      test_corrupt<double>(ctx, rng, v1);
+    for (uint8_t version : {uint8_t{3}, uint8_t{2}, uint8_t{1}}) {
+      test_corrupt<float>(ctx, rng, version);
+      test_corrupt<double>(ctx, rng, version);
     }
-    test_corrupt<lane::Half>(ctx, rng, false);
-    test_corrupt<lane::BFloat16>(ctx, rng, false);
+    for (uint8_t version : {uint8_t{3}, uint8_t{2}}) {
+      test_corrupt<lane::Half>(ctx, rng, version);
+      test_corrupt<lane::BFloat16>(ctx, rng, version);
+    }
   });
   run("reduce", [&] { test_reduce<float>(ctx, rng); test_reduce<double>(ctx, rng); });
   run("batch", [&] { test_batch<float>(rng); test_batch<double>(rng); });
