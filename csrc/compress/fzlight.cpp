@@ -437,7 +437,7 @@ size_t encode_both(const typename K::S* x, uint32_t m, const Quantizer<typename 
   return write_from_codes(take_direct, nblocks, dst, total, nonzero[take_direct ? 1 : 0], s);
 }
 
-// encode_lorenzo_first's answer when the direct chunk may be the smaller: encode_both decides.
+// encode_first's answer when the kind is not settled: encode_both decides.
 inline constexpr size_t kUndecided = ~size_t{0};
 
 // Bit length of |a| | |b|.
@@ -447,30 +447,33 @@ inline int bit_length_of(int32_t a, int32_t b) {
   return m == 0 ? 0 : 32 - __builtin_clz(m);
 }
 
-// The encoded chunk packed as the chunk is quantised, in one pass (smooth data, where it is the
-// usual choice). On the side it bounds the direct chunk's size from below, from two lanes of
-// each block (the exact size costs a tenth of the encoder's time on smooth data, where the bound
-// alone settles nearly every chunk). Returns the encoded chunk, or raw when the direct one
-// cannot be smaller and the encoded one is larger than raw, else kUndecided.
-template <class K>
-size_t encode_lorenzo_first(const typename K::S* x, uint32_t m, const Quantizer<typename K::C>& qz,
-                            uint8_t* dst, Scratch<typename K::S>& s) {
+// One pass that packs the chunk as it is quantised, as an encoded chunk (!kDirect: smooth data's
+// usual kind) or a direct one (noise's), and sizes the other kind on the side: the encoded size
+// exactly (one code_length per block), the direct size by a lower bound (two lanes per block,
+// made exact only where the bound is below the block's encoded length: the exact size of every
+// block cost a tenth of the encoder's time on smooth data, where the bound alone settles nearly
+// every chunk). Returns the chunk, or raw, when the format's rule is settled and picks this
+// kind or raw; else kUndecided (encode_both then decides exactly).
+template <class K, bool kDirect>
+size_t encode_first(const typename K::S* x, uint32_t m, const Quantizer<typename K::C>& qz,
+                    uint8_t* dst, Scratch<typename K::S>& s) {
   using S = typename K::S;
   const size_t raw_bytes = raw_chunk_bytes(m, sizeof(S));
   const uint32_t nblocks = (m + kBlockLen - 1) / kBlockLen;
   const uint32_t bm_bytes = fmt::bitmap_bytes(nblocks);
-  const size_t fixed = fmt::kEncodedChunkFixedBytes + bm_bytes;
-  const size_t direct_fixed = fmt::kDirectChunkFixedBytes + bm_bytes;
-  // Packed in place while it can still beat raw; once it cannot, only the direct chunk may.
-  bool encoded_fits = fixed < raw_bytes;
-  const size_t room = encoded_fits ? raw_bytes - fixed : 0;  // for lengths, planes, outliers
-  uint8_t* bitmap = dst + fmt::kEncodedChunkFixedBytes;
-  if (encoded_fits) std::memset(bitmap, 0, bm_bytes);
+  const size_t head = kDirect ? fmt::kDirectChunkFixedBytes : fmt::kEncodedChunkFixedBytes;
+  const size_t other_head = kDirect ? fmt::kEncodedChunkFixedBytes : fmt::kDirectChunkFixedBytes;
+  const size_t fixed = head + bm_bytes;
+  // Packed in place while it can still beat raw; once it cannot, only the other kind may.
+  bool fits = fixed < raw_bytes;
+  const size_t room = fits ? raw_bytes - fixed : 0;  // for lengths, planes, outliers
+  uint8_t* bitmap = dst + head;
+  if (fits) std::memset(bitmap, 0, bm_bytes);
   s.outlier_index.clear();
   s.outlier_value.clear();
   size_t planes = 0;
   uint32_t nonzero = 0;
-  size_t direct_sizes = 0;  // planes and length bytes of the direct chunk, or a lower bound
+  size_t other_sizes = 0;  // planes and length bytes of the other kind (direct: a lower bound)
   // Planes go straight to the destination, after room for every block's length byte (on busy
   // data every block is nonzero, and nothing moves later); if that provisional spot would run
   // past the chunk's raw size, they continue in the scratch buffer instead.
@@ -480,46 +483,57 @@ size_t encode_lorenzo_first(const typename K::S* x, uint32_t m, const Quantizer<
   alignas(32) int32_t d[kBlockLen];
   alignas(32) S padded[kBlockLen];
   uint8_t words[4 * kBlockLen];  // a block's planes where they cannot go straight to dst
-  int32_t prev = 0;
+  int32_t prev = 0;              // the last effective code of the block before (encoded kind)
   bool in_place = false;
   for (uint32_t b = 0; b < nblocks; ++b) {
     const uint32_t n = std::min(kBlockLen, m - b * kBlockLen);
     const S* xb;
     const uint32_t bad = quantize_block<K>(x, m, b, qz, q, padded, xb, s);
-    // The block's direct code length, or a lower bound of it: two lanes' bit length, made
-    // exact only where it is below the block's encoded length (then the block may favour the
-    // direct chunk; on smooth data away from zero it rarely is). `plain`: q holds the direct
-    // codes as they stand, before and after lorenzo_codes.
+    // `plain`: no outlier and no padding, so q are both kinds' codes as they stand.
     const bool plain = bad == 0 && n == kBlockLen;
-    int direct_len;
-    if (plain) {
-      direct_len = bit_length_of(q[0], q[kBlockLen - 1]);
-    } else {
-      std::memcpy(d, q, sizeof(q));
-      direct_codes(d, bad, n);
-      direct_len = block::code_length<false>(d, 0);
-    }
     if (b == 0) {
       prev = (bad & 1u) ? 0 : q[0];
-      if (encoded_fits) fmt::store<int32_t>(dst + 1, prev);
+      if (!kDirect && fits) fmt::store<int32_t>(dst + 1, prev);
     }
-    const int32_t last = lorenzo_codes(q, bad, n, prev);
-    int len = block::kLen;  // the encoded length, once packed (more than any direct length)
-    if (encoded_fits) {
+    int other_len;
+    int32_t last;
+    if constexpr (kDirect) {
+      if (plain) {
+        other_len = block::code_length(q, prev);
+        last = q[kBlockLen - 1];
+      } else {
+        std::memcpy(d, q, sizeof(q));
+        last = lorenzo_codes(d, bad, n, prev);
+        other_len = block::code_length(d, prev);
+        direct_codes(q, bad, n);
+      }
+    } else {
+      if (plain) {
+        other_len = bit_length_of(q[0], q[kBlockLen - 1]);
+      } else {
+        std::memcpy(d, q, sizeof(q));
+        direct_codes(d, bad, n);
+        other_len = block::code_length<false>(d, 0);
+      }
+      last = lorenzo_codes(q, bad, n, prev);
+    }
+    int len = block::kLen;  // this kind's length, once packed (more than any other length)
+    if (fits) {
       // Straight into the provisional spot while a whole block's planes fit there (a copy per
       // block, of a length known only at run time, is a library call).
       in_place = !spilled && nblocks + planes + sizeof(words) <= room;
-      len = block::pack(q, prev, in_place ? provisional + planes : words);
+      uint8_t* to = in_place ? provisional + planes : words;
+      len = kDirect ? block::pack<false>(q, 0, to) : block::pack(q, prev, to);
     }
+    if (!kDirect && plain && other_len < len) other_len = block::code_length<false>(q, 0);
     prev = last;
-    if (plain && direct_len < len) direct_len = block::code_length<false>(q, 0);
     // Branch-free: on quiet data zero and nonzero blocks alternate unpredictably.
-    direct_sizes += static_cast<size_t>(direct_len != 0) * (5u + 4u * static_cast<size_t>(direct_len));
-    if (!encoded_fits) continue;
+    other_sizes += static_cast<size_t>(other_len != 0) * (5u + 4u * static_cast<size_t>(other_len));
+    if (!fits) continue;
     if (len == 0) continue;  // a zero block: one clear bit, nothing else
     const size_t need = 4u * static_cast<size_t>(len + 1);
     if (nonzero + 1 + planes + need > room) {  // larger than raw
-      encoded_fits = false;
+      fits = false;
       continue;
     }
     if (!spilled && nblocks + planes + need > room) {
@@ -531,16 +545,21 @@ size_t encode_lorenzo_first(const typename K::S* x, uint32_t m, const Quantizer<
     if (!in_place) std::memcpy((spilled ? s.planes.data() : provisional) + planes, words, need);
     planes += need;
   }
-  const size_t n_out = s.outlier_index.size();
-  const size_t outlier_bytes = n_out * (2 + sizeof(S));
-  const size_t direct_total = direct_fixed + direct_sizes + outlier_bytes;
-  const size_t total = fixed + nonzero + planes + outlier_bytes;
-  if (!encoded_fits || direct_wins(direct_total, total)) {  // the direct chunk may win
-    return direct_total > raw_bytes ? write_raw(x, m, dst) : kUndecided;
+  const size_t outlier_bytes = s.outlier_index.size() * (2 + sizeof(S));
+  const size_t other_total = other_head + bm_bytes + other_sizes + outlier_bytes;
+  const size_t total = fixed + nonzero + planes + outlier_bytes;  // when fits
+  if constexpr (kDirect) {  // the encoded size is exact
+    // Not packed in full (larger than raw) or not the rule's choice: the encoded chunk, if
+    // that is not larger than raw (encode_both writes it), else raw.
+    if (!fits || !direct_wins(total, other_total)) {
+      return other_total > raw_bytes ? write_raw(x, m, dst) : kUndecided;
+    }
+  } else if (!fits || direct_wins(other_total, total)) {  // the direct chunk may win
+    return other_total > raw_bytes ? write_raw(x, m, dst) : kUndecided;
   }
   if (total > raw_bytes) return write_raw(x, m, dst);
-  dst[0] = fmt::kChunkEncoded;
-  fmt::store<uint32_t>(dst + 5, static_cast<uint32_t>(n_out));
+  dst[0] = kDirect ? fmt::kChunkDirect : fmt::kChunkEncoded;
+  fmt::store<uint32_t>(dst + head - 4, static_cast<uint32_t>(s.outlier_index.size()));
   uint8_t* at = dst + fixed + nonzero;  // the planes' final place, right after the lengths
   if (planes > 0 && spilled) {
     std::memcpy(at, s.planes.data(), planes);
@@ -554,13 +573,12 @@ size_t encode_lorenzo_first(const typename K::S* x, uint32_t m, const Quantizer<
 }
 
 // Quantise, then bit planes of Lorenzo deltas (an encoded chunk) or of the codes themselves (a
-// direct chunk), whichever is smaller (encoded on a tie); raw when that is larger than raw.
-// Smooth data is nearly always encoded, noise (gradients) direct, and a thread's chunks mostly
-// go the way its previous one went: after an encoded chunk the next is packed as it is
-// quantised (one pass; a lower bound of the direct size is tracked on the side), after a direct
-// one it is quantised into both kinds of codes, sized, and the smaller packed (no second
-// quantisation). A wrong guess, or a bound that does not settle the chunk, costs one more pass
-// over it; the bytes never depend on the path.
+// direct chunk), by the format's rule (direct_wins); raw when that is larger than raw. Smooth
+// data is nearly always encoded, noise (gradients) direct, and a thread's chunks mostly go the
+// way its previous one went: each chunk is packed as it is quantised, as the kind the thread's
+// last lossy chunk took, with the other kind sized on the side (encode_first). A wrong guess, or
+// a bound that does not settle the chunk, costs one more pass over it (encode_both); the bytes
+// never depend on the path.
 template <class K>
 size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename K::C>& qz,
                     uint8_t* dst, Scratch<typename K::S>& s) {
@@ -568,11 +586,9 @@ size_t encode_chunk(const typename K::S* x, uint32_t m, const Quantizer<typename
   if (fmt::kDirectChunkFixedBytes + fmt::bitmap_bytes(nblocks) >= raw_chunk_bytes(m, sizeof(typename K::S))) {
     return write_raw(x, m, dst);  // neither can be smaller than raw
   }
-  if (!s.guess_direct) {
-    const size_t bytes = encode_lorenzo_first<K>(x, m, qz, dst, s);
-    if (bytes != kUndecided) return bytes;
-  }
-  return encode_both<K>(x, m, qz, dst, s);
+  const size_t bytes = s.guess_direct ? encode_first<K, true>(x, m, qz, dst, s)
+                                       : encode_first<K, false>(x, m, qz, dst, s);
+  return bytes != kUndecided ? bytes : encode_both<K>(x, m, qz, dst, s);
 }
 
 // Lossless codec 1: byte planes + zstd; raw when that would not be smaller.
