@@ -128,6 +128,9 @@ stage_sanitize() {
   step memcheck_codec 150 "${san[@]}" --tool memcheck "$BIN/test_cuszp" --quick &
   step racecheck_codec 150 "${san[@]}" --tool racecheck "$BIN/test_cuszp" --quick --only batch,corrupt &
   step synccheck_codec 150 "${san[@]}" --tool synccheck "$BIN/test_cuszp" --quick --only batch,corrupt &
+  # Format version 3's direct chunks: the decoder's direct path skips the per-tile barriers and
+  # both encoders pick the kind per chunk (new in version 3, not yet run on a GPU).
+  step racecheck_codec_direct 150 "${san[@]}" --tool racecheck "$BIN/test_cuszp" --quick --only direct &
   step memcheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" --tool memcheck "$BIN/test_gpu_collectives" &
   step racecheck_collectives 150 "${MPIRUN[@]}" -np 2 "${san[@]}" --tool racecheck "$BIN/test_gpu_collectives" &
   wait
