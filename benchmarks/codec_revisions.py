@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
             path = t / f"{data}.f32"
             x.astype(np.float32).tofile(path)
             for rel in (float(r) for r in args.rels.split(",")):
-                eb = float(np.nextafter(np.float32(rel * (float(x.max()) - float(x.min()))), 0))
+                eb = gpu_codec.absolute_bound(x, rel)
                 got = {}
                 for which, exe in exes.items():
                     out = subprocess.run(

@@ -121,6 +121,12 @@ def gradients(n: int, seed: int = 0) -> np.ndarray:
 GENERATORS = {"wavefield": wavefield, "gradients": gradients}
 
 
+def absolute_bound(x: np.ndarray, rel: float) -> float:
+    """The absolute bound the CPU-side scripts give the codecs for ``rel`` on ``x``: REL x value
+    span in double, as a float32 one step below (a float, so every codec gets the same bound)."""
+    return float(np.nextafter(np.float32(rel * (float(x.max()) - float(x.min()))), 0))
+
+
 def write_inputs(names: list[str], n: int, folder: Path) -> dict[str, Path]:
     """Writes each named input (``n`` raw float32 values) to ``folder``; returns their paths."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -107,8 +107,7 @@ def main(argv: list[str] | None = None) -> None:
     for data in args.data.split(","):
         x = gpu_codec.GENERATORS[data](n)
         for rel in (float(r) for r in args.rels.split(",")):
-            # eb as codec_compare computes it: REL x range in double, rounded down to a float.
-            eb = float(np.nextafter(np.float32(rel * (float(x.max()) - float(x.min()))), 0))
+            eb = gpu_codec.absolute_bound(x, rel)
             stream = zccl_torch.compress(torch.from_numpy(x), eb, mode="abs")
             real = x.nbytes / stream.numel()
             est = estimates(x, eb)

@@ -367,7 +367,7 @@ uint32_t quantize_block(const typename K::S* x, uint32_t m, uint32_t b,
 // Encoded chunks: outliers take the prediction (the previous effective code, `prev` before
 // lane 0: delta 0) and are patched with their exact value on decode; padding lanes repeat the
 // last code. Returns the block's last effective code.
-inline int32_t lorenzo_codes(int32_t* q, uint32_t bad, uint32_t n, int32_t prev) {
+inline int32_t make_encoded_codes(int32_t* q, uint32_t bad, uint32_t n, int32_t prev) {
   for (uint32_t rest = bad; rest != 0; rest &= rest - 1) {
     const int i = __builtin_ctz(rest);
     q[i] = i == 0 ? prev : q[i - 1];
@@ -377,9 +377,16 @@ inline int32_t lorenzo_codes(int32_t* q, uint32_t bad, uint32_t n, int32_t prev)
 }
 
 // Direct chunks: outliers and padding lanes code 0.
-inline void direct_codes(int32_t* q, uint32_t bad, uint32_t n) {
+inline void make_direct_codes(int32_t* q, uint32_t bad, uint32_t n) {
   for (uint32_t rest = bad; rest != 0; rest &= rest - 1) q[__builtin_ctz(rest)] = 0;
   for (uint32_t i = n; i < kBlockLen; ++i) q[i] = 0;
+}
+
+// Length byte and planes of a block of code length len in an encoded or direct chunk (0 for a
+// zero block: its bitmap bit alone). Branch-free: on quiet data zero and nonzero blocks
+// alternate unpredictably.
+inline size_t block_bytes(int len) {
+  return static_cast<size_t>(len != 0) * (5u + 4u * static_cast<size_t>(len));
 }
 
 // The format's rule (fzlight_format.h): a chunk is direct when its code-length bytes and planes
@@ -391,8 +398,8 @@ inline bool direct_wins(size_t direct_bytes, size_t encoded_bytes) {
   return direct_bytes + (fmt::kEncodedChunkFixedBytes - fmt::kDirectChunkFixedBytes) < encoded_bytes;
 }
 
-// The chunk quantised once into both kinds of codes (kept in s), sized both ways, and written
-// as the smaller (encoded on a tie), or raw when that is larger than raw.
+// The chunk quantised once into both kinds of codes (kept in s), sized both ways exactly, and
+// written as the kind the format's rule picks (direct_wins), or raw when that is larger than raw.
 template <class K>
 size_t encode_both(const typename K::S* x, uint32_t m, const Quantizer<typename K::C>& qz,
                    uint8_t* dst, Scratch<typename K::S>& s) {
@@ -413,17 +420,16 @@ size_t encode_both(const typename K::S* x, uint32_t m, const Quantizer<typename 
     int32_t* d = s.direct_codes.data() + base;
     const uint32_t bad = quantize_block<K>(x, m, b, qz, q, padded, xb, s);
     std::memcpy(d, q, kBlockLen * sizeof(int32_t));
-    direct_codes(d, bad, n);
+    make_direct_codes(d, bad, n);
     if (b == 0) s.q_start = prev = (bad & 1u) ? 0 : q[0];
-    const int32_t last = lorenzo_codes(q, bad, n, prev);
+    const int32_t last = make_encoded_codes(q, bad, n, prev);
     const int lens[2] = {block::code_length(q, prev), block::code_length<false>(d, 0)};
     prev = last;
     s.lorenzo_lengths[b] = static_cast<uint8_t>(lens[0]);
     s.direct_lengths[b] = static_cast<uint8_t>(lens[1]);
     for (int k = 0; k < 2; ++k) {
-      if (lens[k] == 0) continue;
-      ++nonzero[k];
-      sizes[k] += 1 + 4u * static_cast<size_t>(lens[k] + 1);
+      nonzero[k] += lens[k] != 0;
+      sizes[k] += block_bytes(lens[k]);
     }
   }
   const size_t outlier_bytes = s.outlier_index.size() * (2 + sizeof(S));
@@ -503,19 +509,19 @@ size_t encode_first(const typename K::S* x, uint32_t m, const Quantizer<typename
         last = q[kBlockLen - 1];
       } else {
         std::memcpy(d, q, sizeof(q));
-        last = lorenzo_codes(d, bad, n, prev);
+        last = make_encoded_codes(d, bad, n, prev);
         other_len = block::code_length(d, prev);
-        direct_codes(q, bad, n);
+        make_direct_codes(q, bad, n);
       }
     } else {
       if (plain) {
         other_len = bit_length_of(q[0], q[kBlockLen - 1]);
       } else {
         std::memcpy(d, q, sizeof(q));
-        direct_codes(d, bad, n);
+        make_direct_codes(d, bad, n);
         other_len = block::code_length<false>(d, 0);
       }
-      last = lorenzo_codes(q, bad, n, prev);
+      last = make_encoded_codes(q, bad, n, prev);
     }
     int len = block::kLen;  // this kind's length, once packed (more than any other length)
     if (fits) {
@@ -527,8 +533,7 @@ size_t encode_first(const typename K::S* x, uint32_t m, const Quantizer<typename
     }
     if (!kDirect && plain && other_len < len) other_len = block::code_length<false>(q, 0);
     prev = last;
-    // Branch-free: on quiet data zero and nonzero blocks alternate unpredictably.
-    other_sizes += static_cast<size_t>(other_len != 0) * (5u + 4u * static_cast<size_t>(other_len));
+    other_sizes += block_bytes(other_len);
     if (!fits) continue;
     if (len == 0) continue;  // a zero block: one clear bit, nothing else
     const size_t need = 4u * static_cast<size_t>(len + 1);
