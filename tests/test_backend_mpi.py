@@ -150,6 +150,22 @@ def test_backend_lifecycle(check: str, nprocs: int, marker: str, env: dict[str, 
     assert marker in done.stdout, report[-6000:]
 
 
+@pytest.mark.parametrize(("transport", "nprocs"), [("mpi", 2), ("mpi", 4), ("tcp", 3)])
+def test_mixed_builds_raise_on_every_rank(transport: str, nprocs: int) -> None:
+    """A rank of another build (format 2, another source digest): every rank's
+    init_process_group raises the same error naming both, before the transport is touched."""
+    done = mpirun(
+        nprocs,
+        python_argv("tests/mpi/lifecycle_checks.py", "mixed_build"),
+        timeout=120,
+        extra_env={"ZCCL_TRANSPORT": transport},
+    )
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-6000:]
+    raised = re.findall(r"MIXED BUILD RAISED ([0-9a-f]{16})", done.stdout)
+    assert len(raised) == nprocs and len(set(raised)) == 1, report[-6000:]
+
+
 def test_uncaught_exception_ends_the_job() -> None:
     """A rank dying of an uncaught exception ends the whole mpirun job at once (MPI_Abort at
     exit), with its traceback shown, instead of waiting in MPI_Finalize for ranks that wait for

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zccl_torch import state_transfer
+from zccl_torch import membership, state_transfer
 from zccl_torch._native import _C
 from zccl_torch.config import Options, register_group_options
 
@@ -75,12 +75,17 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     register_group_options(str(dist_opts.group_id), options)
     timeout = dist_opts.timeout
     seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
-    if transport() == "tcp":
+    use_tcp = transport() == "tcp"
+    abort_on_exception = False if use_tcp else _abort_on_exception_enabled()
+    # Every member must be there, running the same build, before the transport connects: MPI
+    # creates the group's communicator collectively and without a deadline (one member that
+    # never comes would leave the others waiting forever), and ranks of different builds would
+    # fail later on one rank only, or hang (membership.py).
+    membership.join_group(
+        dist_opts.store, int(dist_opts.group_rank), int(dist_opts.group_size), seconds
+    )
+    if use_tcp:
         return _create_over_tcp(dist_opts, seconds, options)
-    abort_on_exception = _abort_on_exception_enabled()
-    # MPI creates the group's communicator collectively and without a deadline: every member
-    # must be there first, or one that never comes would leave the others waiting forever.
-    _wait_for_members(dist_opts.store, dist_opts.group_size, seconds)
     backend = _C.create_backend(
         dist_opts.group_rank,
         dist_opts.group_size,
@@ -92,26 +97,6 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     if abort_on_exception:
         _install_abort_on_exception()
     return backend
-
-
-def _wait_for_members(store: Any, size: int, seconds: float) -> None:
-    """Returns once all ``size`` members of a group being created reached this point (counted in
-    the group's own store); raises a ``RuntimeError`` naming how many did after ``seconds``."""
-    arrived = int(store.add("zccl-members/arrived", 1))
-    if arrived == size:
-        store.set("zccl-members/all", "1")
-    try:
-        store.wait(["zccl-members/all"], datetime.timedelta(seconds=seconds))
-    except Exception as exc:  # the store's own timeout (DistStoreError) or a lost store
-        try:
-            arrived = int(store.add("zccl-members/arrived", 0))
-            count = f"{arrived} of {size} ranks"
-        except Exception:
-            count = f"not all {size} ranks"
-        raise RuntimeError(
-            f"zccl: Timed out after {seconds:g} s creating a process group: {count} reached "
-            "it (a rank failed, is far behind, or did not create this group)"
-        ) from exc
 
 
 _ABORT_ENV = "ZCCL_ABORT_ON_EXCEPTION"

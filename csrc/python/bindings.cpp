@@ -19,6 +19,7 @@
 #include "../compress/fzlight_format.h"
 #include "../transport/mpi_comm.h"
 #include "../transport/mpi_info.h"
+#include "build_info.h"
 #include "codes_bindings.h"
 
 namespace py = pybind11;
@@ -391,6 +392,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("lossless_codec") = static_cast<uint32_t>(fz::LosslessCodec::Auto),
         py::arg("out") = py::none());
   m.attr("FORMAT_VERSION") = zccl::fz::format::kVersion;
+  m.attr("SOURCE_DIGEST") = zccl::python::source_digest();
   m.def("lossless_codec_available", [](uint32_t codec) {
     return fz::lossless_codec_available(static_cast<fz::LosslessCodec>(codec));
   });

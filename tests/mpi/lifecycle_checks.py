@@ -6,6 +6,9 @@
 * ``monitored_barrier``: ``dist.monitored_barrier`` names the ranks that did not arrive.
 * ``group_member_missing``: a group whose last member never creates it: the others raise after
   the group's timeout (naming how many arrived) instead of hanging; the world group still works.
+* ``mixed_build``: the last rank pretends to run another build (stream format 2, another source
+  digest): creating the world group raises on every rank, with the same message naming both,
+  before MPI or a socket is touched; prints ``MIXED BUILD RAISED <hash of the message>``.
 * ``no_init_on_import``: importing zccl_torch leaves MPI uninitialised; the first group
   initialises it, destroy_process_group shuts the worker down, and a new group works again.
 * ``oversubscribed_threads``: one compressed all_reduce with ``threads`` = max(2, cores) on
@@ -20,6 +23,7 @@
 from __future__ import annotations
 
 import datetime
+import hashlib
 import os
 import sys
 import time
@@ -129,6 +133,30 @@ def group_member_missing() -> None:
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((1 << 16,), float(p))), "the world group broke"
     dist.destroy_process_group()
+
+
+def mixed_build() -> None:
+    p = int(os.environ["WORLD_SIZE"])
+    r = int(os.environ["RANK"])
+    mine = zccl_torch.membership.build_identity()
+    other = {**mine, "format_version": 2, "source_digest": "0" * 16}
+    if r == p - 1:
+        zccl_torch.membership.build_identity = lambda: other
+    try:
+        dist.init_process_group("zccl", timeout=datetime.timedelta(seconds=60))
+    except RuntimeError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("ranks of different builds formed a group")
+    others = "ranks 0-" if p > 3 else "ranks 0, " if p == 3 else "rank "
+    expected = (
+        f"stream format version: {mine['format_version']} on {others}{p - 2}, 2 on rank {p - 1}"
+    )
+    assert expected in message, message
+    assert f"{mine['source_digest']} on {others}{p - 2}, {'0' * 16} on rank {p - 1}" in message
+    assert not zccl_torch._C.mpi_is_initialized(), "MPI was initialised before the check"
+    digest = hashlib.sha256(message.encode()).hexdigest()[:16]
+    print(f"MIXED BUILD RAISED {digest}", flush=True)
 
 
 def monitored_barrier_names_missing_ranks() -> None:
@@ -242,6 +270,7 @@ if __name__ == "__main__":
         "p2p_timeout": p2p_timeout,
         "monitored_barrier": monitored_barrier_names_missing_ranks,
         "group_member_missing": group_member_missing,
+        "mixed_build": mixed_build,
         "no_init_on_import": no_init_on_import,
         "oversubscribed_threads": oversubscribed_threads,
         "uncaught_exception": uncaught_exception,

@@ -1,0 +1,168 @@
+"""Group creation refuses ranks of different zccl builds (zccl_torch/membership.py), on every
+rank, with the same message. Ranks are threads sharing one in-process store here; the mpirun
+checks in tests/mpi/lifecycle_checks.py (``mixed_build``) run the same through
+init_process_group over both transports."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch.distributed as dist
+
+import zccl_torch
+from zccl_torch import membership
+from zccl_torch._native import _C
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def identity(**changes: Any) -> dict[str, Any]:
+    base = {
+        "version": "0.1.0",
+        "format_version": 3,
+        "source_digest": "a" * 16,
+        "lossless_codec": "zstd",
+    }
+    return {**base, **changes}
+
+
+def join_all(
+    identities: list[dict[str, Any] | None], seconds: float = 20.0, legacy_last: bool = False
+) -> list[BaseException | None]:
+    """Every rank joins from its own thread; ``None`` identities run the protocol of builds older
+    than the check (count the arrival, the last one writes "1", wait for it). Returns what each
+    rank raised (None: it joined)."""
+    size = len(identities)
+    store = dist.HashStore()
+    outcomes: list[BaseException | None] = [None] * size
+
+    def new_rank(r: int) -> None:
+        try:
+            membership.join_group(store, r, size, seconds, identity=identities[r])
+        except BaseException as exc:
+            outcomes[r] = exc
+
+    def legacy_rank(r: int) -> None:
+        if legacy_last:  # arrive after every rank of the current build
+            while int(store.add("zccl-members/arrived", 0)) < size - 1:
+                time.sleep(0.001)
+        if int(store.add("zccl-members/arrived", 1)) == size:
+            store.set("zccl-members/all", "1")
+        store.wait(["zccl-members/all"])
+
+    threads = [
+        threading.Thread(target=legacy_rank if ident is None else new_rank, args=(r,))
+        for r, ident in enumerate(identities)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive(), "a rank hung joining the group"
+    return outcomes
+
+
+def the_same_error(outcomes: list[BaseException | None], ranks: list[int]) -> str:
+    """The message all of ``ranks`` raised (asserting they all raised it, as RuntimeError)."""
+    errors = [outcomes[r] for r in ranks]
+    assert all(isinstance(e, RuntimeError) for e in errors), errors
+    messages = {str(e) for e in errors}
+    assert len(messages) == 1, messages
+    return messages.pop()
+
+
+@pytest.mark.parametrize("size", [1, 2, 5])
+def test_ranks_of_one_build_join(size: int) -> None:
+    assert join_all([identity() for _ in range(size)]) == [None] * size
+
+
+def test_a_newer_format_on_one_rank_raises_on_every_rank() -> None:
+    ids = [identity(), identity(), identity(), identity(format_version=2, source_digest="b" * 16)]
+    message = the_same_error(join_all(ids), [0, 1, 2, 3])
+    assert message.startswith("zccl: creating a process group: its ranks run different zccl")
+    assert "stream format version: 3 on ranks 0-2, 2 on rank 3" in message
+    assert f"C++ source digest: {'a' * 16} on ranks 0-2, {'b' * 16} on rank 3" in message
+    assert "zccl version" not in message and "lossless" not in message  # only what differs
+    assert "every rank raised this error" in message
+
+
+def test_every_differing_field_is_named_with_its_ranks() -> None:
+    ids = [
+        identity(lossless_codec="none"),
+        identity(),
+        identity(version="0.2.0", lossless_codec="none"),
+        identity(),
+    ]
+    message = the_same_error(join_all(ids), [0, 1, 2, 3])
+    assert "zccl version: 0.1.0 on ranks 0, 1, 3, 0.2.0 on rank 2" in message
+    assert "lossless codec: none on ranks 0, 2, zstd on ranks 1, 3" in message
+    # Fields a later build adds are named by their key.
+    ids = [identity(), identity(wire="x")]
+    message = the_same_error(join_all(ids), [0, 1])
+    assert "wire: none on rank 0, x on rank 1" in message
+
+
+@pytest.mark.parametrize("legacy_last", [False, True])
+def test_a_rank_of_a_build_before_the_check_is_named(legacy_last: bool) -> None:
+    """Whether or not the old-build rank completes the count (it then writes the old "all
+    arrived" value, comparing nothing), every current rank raises, naming it."""
+    ids: list[dict[str, Any] | None] = [identity(), None, identity(), identity()]
+    outcomes = join_all(ids, legacy_last=legacy_last)
+    message = the_same_error(outcomes, [0, 2, 3])
+    assert "rank 1 runs a zccl build older than this check" in message
+    assert outcomes[1] is None  # the old build goes on: nothing here can stop it
+
+
+def test_a_missing_member_times_out_naming_the_count() -> None:
+    store = dist.HashStore()
+    outcomes: list[BaseException | None] = [None, None]
+
+    def join(r: int) -> None:
+        try:
+            membership.join_group(store, r, 3, 0.5, identity=identity())
+        except RuntimeError as exc:
+            outcomes[r] = exc
+
+    start = time.monotonic()
+    threads = [threading.Thread(target=join, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert time.monotonic() - start < 20
+    message = the_same_error(outcomes, [0, 1])
+    assert "Timed out after 0.5 s creating a process group: 2 of 3 ranks reached it" in message
+
+
+def test_describe_mismatch() -> None:
+    assert membership.describe_mismatch([identity()] * 3) == ""
+    assert membership.describe_mismatch([]) == ""
+    message = membership.describe_mismatch([None, None, identity()])
+    assert "ranks 0, 1 run a zccl build older" in message
+    many = [identity(format_version=2 if r in (0, 1, 2, 5, 7) else 3) for r in range(8)]
+    message = membership.describe_mismatch(many)
+    assert "stream format version: 2 on ranks 0-2, 5, 7, 3 on ranks 3, 4, 6" in message
+
+
+def test_this_build_identity() -> None:
+    """The digest the extension carries is that of the csrc/ it was built from (a stale build
+    fails here), and the other fields are the extension's own."""
+    h = hashlib.sha256()
+    sources = sorted(
+        p for p in (ROOT / "csrc").rglob("*") if p.suffix in (".h", ".cpp", ".cu", ".cuh")
+    )
+    for path in sources:
+        h.update(str(path.relative_to(ROOT)).encode() + b"\0")
+        h.update(path.read_bytes() + b"\0")
+    mine = membership.build_identity()
+    assert mine == {
+        "version": zccl_torch.__version__,
+        "format_version": zccl_torch.FORMAT_VERSION,
+        "source_digest": h.hexdigest()[:16],
+        "lossless_codec": "zstd" if _C.lossless_codec_available(1) else "none",
+    }
