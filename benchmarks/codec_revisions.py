@@ -31,7 +31,7 @@ OUT = HERE / "results" / "codec_revisions.json"
 SOURCES = ("fzlight.cpp", "crc32c.cpp")
 
 
-def _sources(rev: str | None, into: Path) -> Path:
+def sources(rev: str | None, into: Path) -> Path:
     """csrc/compress of ``rev`` (None: the working tree) copied into ``into``."""
     into.mkdir(parents=True)
     if rev is None:
@@ -54,11 +54,23 @@ def _sources(rev: str | None, into: Path) -> Path:
     return into
 
 
-def _build(src: Path, exe: Path) -> None:
-    zstd = (
+def zstd_available() -> bool:
+    """Whether libzstd can be linked (the extension's lossless codec)."""
+    return bool(
         shutil.which("pkg-config")
         and subprocess.run(["pkg-config", "--exists", "libzstd"], check=False).returncode == 0
     )
+
+
+def short_revision(rev: str) -> str:
+    """``git rev-parse --short`` of rev."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _build(src: Path, exe: Path) -> None:
+    zstd = zstd_available()
     cmd = ["g++", "-std=c++17", "-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]
     cmd += ["-DZCCL_WITH_ZSTD=1"] if zstd else []
     cmd += [f"-I{src}", str(HERE / "codec_speed" / "codec_speed.cpp")]
@@ -74,20 +86,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rels", default="1e-2,1e-3,1e-4")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
-    base = subprocess.run(
-        ["git", "rev-parse", "--short", args.base],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    base = short_revision(args.base)
     n = args.mb * (1 << 20) // 4
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         exes = {"base": t / "base_speed", "tree": t / "tree_speed"}
-        _build(_sources(base, t / "base"), exes["base"])
-        _build(_sources(None, t / "tree"), exes["tree"])
+        _build(sources(base, t / "base"), exes["base"])
+        _build(sources(None, t / "tree"), exes["tree"])
         print(
             f"| data | REL | ratio {base} | ratio tree | compress GB/s {base} / tree | "
             f"decompress GB/s {base} / tree |\n|---|---|---|---|---|---|"

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "crc32c.h"
+#include "fzcodes_block.h"
 #include "fzlight_block.h"
 #include "fzlight_format.h"
 
@@ -25,6 +26,66 @@ constexpr int kLen = block::kLen;
 constexpr uint8_t kMagic[4] = {'Z', 'C', 'I', 'Q'};
 constexpr uint64_t kProgressBlocks = 128;  // 4096 values between progress calls
 constexpr uint8_t kMaxCodeLength = 32;     // a hostile segment's wrapped sums may need 32 planes
+// A block's length byte: the code length L in the low bits, kDirectBlock set when the planes hold
+// the codes themselves rather than Lorenzo deltas (fzcodes.h).
+constexpr uint8_t kDirectBlock = 0x80;
+constexpr uint8_t kLengthMask = 0x3F;
+constexpr uint8_t kReservedBit = 0x40;  // zero in every length byte
+// Blocks per kind decision of the encoder: the first block of each group is packed both ways
+// (fzcodes_block.h: direct_wins; a tie keeps the previous group's kind), the others take its
+// kind. Deciding every block cost the hop ~20 % on noise and smooth data alike (the second code
+// length of every block); on noise direct blocks are almost never longer than Lorenzo ones, and
+// on smooth data almost never shorter, so a probe per 16 blocks keeps nearly all of the saving
+// (benchmarks/RESULTS.md, "Direct blocks in integer code segments").
+constexpr uint64_t kKindGroup = 16;
+
+// The length byte of a block of code length len (direct: its kind). A direct block of zero codes
+// has a length byte (0x80) but no planes.
+uint8_t length_byte_of(int len, bool direct) {
+  return static_cast<uint8_t>(len | (direct ? kDirectBlock : 0));
+}
+
+// A block packed as a probe (both ways, the shorter kind: fzcodes_block.h) or as a given kind,
+// from codes in memory or (AVX2) in registers.
+int pack_probe(const int32_t* q, int32_t prev, uint8_t* words, bool& direct) {
+  return block::pack_either(q, prev, words, direct);
+}
+int pack_kind(const int32_t* q, int32_t prev, bool direct, uint8_t* words) {
+  return direct ? block::pack<false>(q, 0, words) : block::pack(q, prev, words);
+}
+#if defined(__AVX2__)
+int pack_probe(const __m256i* codes, int32_t prev, uint8_t* words, bool& direct) {
+  return block::pack_either_regs(codes, prev, words, direct);
+}
+int pack_kind(const __m256i* codes, int32_t prev, bool direct, uint8_t* words) {
+  return direct ? block::pack_regs<false>(codes, 0, words) : block::pack_regs(codes, prev, words);
+}
+#endif
+
+// Packs a block as its group's kind (kKindGroup): the group's first block (probe) is packed
+// both ways and sets group_direct (a tie keeps the previous group's kind). Returns the block's
+// length byte.
+// (Forced inline: as a call it made the hop 5 % slower on smooth data.)
+template <class Codes>
+__attribute__((always_inline)) inline uint8_t pack_grouped(Codes codes, int32_t prev, bool probe,
+                                                           bool& group_direct, uint8_t* words) {
+  bool direct = group_direct;
+  int len;
+  if (probe) {
+    len = pack_probe(codes, prev, words, direct);
+    group_direct = direct;
+  } else {
+    len = pack_kind(codes, prev, direct, words);
+  }
+  return length_byte_of(len, direct);
+}
+
+// Bytes of the planes a block's length byte announces: none for L = 0 (a Lorenzo block repeating
+// the previous code, or a direct block of zeros), else the sign plane and L magnitude planes.
+size_t planes_bytes(uint8_t length_byte) {
+  const unsigned len = length_byte & kLengthMask;
+  return len == 0 ? 0 : 4u * (1u + len);
+}
 
 template <class T>
 constexpr DType dtype_of() {
@@ -202,14 +263,44 @@ inline void store_values(__m256i codes, const Grid& g, bool, double* out) {
 }
 #endif
 
+// The codes of one packed block of either kind into q; carry becomes its last code (the next
+// block's deltas start from it, whatever this block's kind). A branch on the kind: the encoder
+// decides per group of 16 blocks, so it is well predicted (reading both kinds with masks cost
+// smooth data 5 %, and a direct block read this way skips the prefix sum).
+void unpack_block(const uint8_t* planes, int len, bool direct, int32_t& carry, int32_t* q) {
+  if (!direct) {
+    block::unpack_codes(planes, len, carry, q);
+    return;
+  }
+  block::unpack_codes<false>(planes, len, carry, q);
+  carry = q[kLen - 1];
+}
+
+#if defined(__AVX2__)
+// unpack_block, eight codes at a time: sink(k, codes of lanes 8k .. 8k+7).
+template <class Sink>
+void unpack_block_with(const uint8_t* planes, int len, bool direct, int32_t& carry, Sink&& sink) {
+  if (!direct) {
+    block::unpack_codes_with(planes, len, carry, sink);
+    return;
+  }
+  __m256i last = _mm256_setzero_si256();
+  block::unpack_codes_with<false>(planes, len, carry, [&](int k, __m256i codes) {
+    sink(k, codes);
+    if (k == kLen / 8 - 1) last = codes;
+  });
+  carry = _mm256_extract_epi32(last, 7);
+}
+#endif
+
 // The values of one packed block (m <= 32 of them) into out; q gets the codes when the block
 // holds outliers to patch (need_codes), since the patch adds to Q * bin.
 template <class T>
-void unpack_values(const uint8_t* planes, int len, int32_t& carry, const Grid& g, bool small,
-                   int m, bool need_codes, int32_t* q, T* out) {
+void unpack_values(const uint8_t* planes, int len, bool direct, int32_t& carry, const Grid& g,
+                   bool small, int m, bool need_codes, int32_t* q, T* out) {
 #if defined(__AVX2__)
   if (m == kLen && !need_codes) {
-    block::unpack_codes_with(planes, len, carry, [&](int k, __m256i codes) {
+    unpack_block_with(planes, len, direct, carry, [&](int k, __m256i codes) {
       store_values(codes, g, small, out + 8 * k);
     });
     return;
@@ -218,7 +309,7 @@ void unpack_values(const uint8_t* planes, int len, int32_t& carry, const Grid& g
   (void)need_codes;  // the scalar path always has the codes
   (void)small;       // value_of looks at each code
 #endif
-  block::unpack_codes(planes, len, carry, q);
+  unpack_block(planes, len, direct, carry, q);
   for (int i = 0; i < m; ++i) out[i] = value_of<T>(q[i], g);
 }
 
@@ -291,14 +382,17 @@ class BlockWalk {
       crc_ = crc32c(p.bitmap, static_cast<size_t>(p.planes - p.bitmap), crc_);
     }
   }
-  // Code length of block b (called for b = 0, 1, ... in order); planes() is then its planes.
+  // Code length of block b (called for b = 0, 1, ... in order); planes() is then its planes,
+  // direct() its kind.
   int next(uint64_t b) {
     planes_ += advance_;
-    const int len = (bitmap_[b / 8] >> (b % 8)) & 1 ? *lengths_++ : 0;
-    advance_ = len == 0 ? 0 : 4u * (1u + static_cast<unsigned>(len));
-    return len;
+    const uint8_t byte = (bitmap_[b / 8] >> (b % 8)) & 1 ? *lengths_++ : 0;
+    direct_ = (byte & kDirectBlock) != 0;
+    advance_ = planes_bytes(byte);
+    return byte & kLengthMask;
   }
   const uint8_t* planes() const { return planes_; }
+  bool direct() const { return direct_; }
   // Adds the planes read so far (still in cache) to the checksum.
   void absorb() {
     if (parts_.src == nullptr) return;
@@ -322,6 +416,7 @@ class BlockWalk {
   const uint8_t* crc_done_;
   size_t advance_ = 0;
   uint32_t crc_ = 0;
+  bool direct_ = false;
 };
 
 template <class T>
@@ -445,12 +540,25 @@ SegmentInfo check_segment(const uint8_t* src, size_t len, bool verify_crc) {
     bad_segment("counts do not fit the payload");
   }
   const uint8_t* lengths = src + len - info.outliers * kOutlierBytes - coded;
+  // Branch-free over the length bytes (this loop reads one per block of the segment), the bad
+  // one looked for only once some is.
   uint64_t planes = 0;
+  uint32_t bad = 0;
   for (uint64_t i = 0; i < coded; ++i) {
-    if (lengths[i] == 0 || lengths[i] > kMaxCodeLength) {
-      bad_segment("code length " + std::to_string(lengths[i]));
+    const uint32_t byte = lengths[i], len = byte & kLengthMask, direct = byte >> 7;
+    bad |= (byte & kReservedBit) | static_cast<uint32_t>(len > kMaxCodeLength) |
+           static_cast<uint32_t>(len == 0 && direct == 0);
+    info.direct_blocks += direct;
+    planes += 4u * (len + static_cast<uint32_t>(len != 0));
+  }
+  if (bad != 0) {
+    for (uint64_t i = 0; i < coded; ++i) {
+      const uint8_t len = lengths[i] & kLengthMask;
+      if ((lengths[i] & kReservedBit) != 0 || len > kMaxCodeLength ||
+          (len == 0 && (lengths[i] & kDirectBlock) == 0)) {
+        bad_segment("code length byte " + std::to_string(lengths[i]));
+      }
     }
-    planes += 4u * (1u + lengths[i]);
   }
   if (planes != payload - nb - coded - info.outliers * kOutlierBytes) {
     bad_segment("planes do not fill the payload");
@@ -500,6 +608,7 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
                                                   : in_rec;
 
   int32_t carry_in = 0, carry_out = 0;
+  bool group_direct = false;  // the kind of the current group's blocks (its probe's)
   uint32_t big_codes = 0;  // OR of every |sum|: below 2^24 -> the small-codes flag
   alignas(32) int32_t incoming[kLen] = {};
   alignas(32) int32_t mine[kLen];
@@ -515,15 +624,15 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
     [[maybe_unused]] const bool in_outliers =
         in_rec < in_rec_end && fmt::load<uint32_t>(in_rec) < base + m;
     const T* xs = x + base;
-    int len = 0;
+    uint8_t length_byte = 0;
     uint32_t bad = 0;
     bool sums_in_array = false;
 #if defined(__AVX2__)
     if (m == kLen) {  // the common case, in registers: unpack, add, pack
       __m256i sums[4];
       if (in != nullptr) {
-        block::unpack_codes_with(walk.planes(), in_len, carry_in,
-                                 [&sums](int k, __m256i codes) { sums[k] = codes; });
+        unpack_block_with(walk.planes(), in_len, walk.direct(), carry_in,
+                          [&sums](int k, __m256i codes) { sums[k] = codes; });
       } else {
         for (__m256i& v : sums) v = _mm256_setzero_si256();
       }
@@ -533,7 +642,7 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
             sums[k], _mm256_load_si256(reinterpret_cast<const __m256i*>(mine + 8 * k)));
         big_acc = _mm256_or_si256(big_acc, _mm256_abs_epi32(sums[k]));
       }
-      len = block::pack_regs(sums, carry_out, out);
+      length_byte = pack_grouped(sums, carry_out, b % kKindGroup == 0, group_direct, out);
       carry_out = _mm256_extract_epi32(sums[3], 7);
       if (values != nullptr) {
         if (bad == 0 && !in_outliers) {
@@ -548,7 +657,9 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
     } else
 #endif
     {
-      if (in != nullptr) block::unpack_codes(walk.planes(), in_len, carry_in, incoming);
+      if (in != nullptr) {
+        unpack_block(walk.planes(), in_len, walk.direct(), carry_in, incoming);
+      }
       if (m < kLen) {
         std::fill(padded, padded + kLen, T(0));
         std::copy(xs, xs + m, padded);
@@ -564,7 +675,7 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
         const uint32_t u = static_cast<uint32_t>(sum[i]);
         big_codes |= sum[i] < 0 ? 0u - u : u;
       }
-      len = block::pack(sum, carry_out, out);
+      length_byte = pack_grouped(sum, carry_out, b % kKindGroup == 0, group_direct, out);
       carry_out = sum[kLen - 1];
       sums_in_array = values != nullptr;
     }
@@ -588,12 +699,12 @@ size_t combine(const uint8_t* in, size_t in_len, const T* x, uint64_t n, const G
       }
     }
     while (in_rec < in_rec_end && fmt::load<uint32_t>(in_rec) < base + m) in_rec += kOutlierBytes;
-    if (len > 0) {
+    if (length_byte != 0) {
       bitmap[b / 8] = static_cast<uint8_t>(bitmap[b / 8] | (1u << (b % 8)));
-      lengths[coded++] = static_cast<uint8_t>(len);
+      lengths[coded++] = length_byte;
       // pack() wrote the planes in place (dst holds 4 * 33 bytes per block, max_segment_bytes):
       // copying them from a buffer cost ~30% of the hop.
-      out += 4u * (1u + len);
+      out += planes_bytes(length_byte);
     }
     checkpoint(walk, progress, b, nblocks);
   }
@@ -667,7 +778,8 @@ void decode(const uint8_t* src, size_t len, uint64_t n, const Grid& g, T* out,
     const int m = static_cast<int>(std::min<uint64_t>(kLen, n - base));
     const int L = walk.next(b);
     const bool patch = rec < rec_end && fmt::load<uint32_t>(rec) < base + m;
-    unpack_values(walk.planes(), L, carry, g, p.info.small_codes, m, patch, q, out + base);
+    unpack_values(walk.planes(), L, walk.direct(), carry, g, p.info.small_codes, m, patch, q,
+                  out + base);
     for (; patch && rec < rec_end; rec += kOutlierBytes) {
       const Outlier ol = get_outlier(rec);
       if (ol.index >= base + static_cast<uint64_t>(m)) break;

@@ -36,14 +36,24 @@
 //   32  8  payload bytes (what follows the header)
 //   40  4  CRC-32C of header bytes 0-39 and 44-47, then the payload
 //   44  4  zero
-//   48     payload: a bitmap of ceil(nblocks/8) bytes (bit b%8 of byte b/8 set when block b of
-//          32 values has code length L > 0); the planes of those blocks in block order (u32
-//          sign plane, L x u32 magnitude planes: fzlight_format.h's block planes of Lorenzo
-//          deltas, from the previous value's code, 0 before the first); one u8 L (1..32) per set
-//          bit, in block order (after the planes, so the encoder writes in one pass: the
-//          decoder finds them from the end); then k records of (u32 index, f64 partial),
-//          indices strictly increasing.
+//   48     payload: a bitmap of ceil(nblocks/8) bytes (bit b%8 of byte b/8 set when block b
+//          of 32 values has a length byte: L > 0, or a direct block of zeros); the planes of
+//          those blocks in block order (u32 sign plane, L x u32 magnitude planes:
+//          fzlight_format.h's block planes of Lorenzo deltas, from the previous value's code, 0
+//          before the first; or of the codes themselves in a "direct" block); one length byte
+//          per set bit, in block order (after the planes, so the encoder writes in one pass: the
+//          decoder finds them from the end): bits 0-5 the code length L (1..32; 0 in a direct
+//          block of zero codes, which has no planes), bit 7 set for a direct block, bit 6 zero;
+//          then k records of (u32 index, f64 partial), indices strictly increasing.
 // Lanes past n in the last block repeat the last code (delta 0).
+// Block kinds: codes of uncorrelated data (gradients, and the ranks' sums of them) need fewer
+// bits than their deltas, whose variance is twice theirs, while smooth data's deltas need fewer.
+// Any block may take either kind (the next block's deltas start from this block's last code,
+// whichever kind it took). The encoder decides per group of 16 blocks (fzcodes.cpp,
+// kKindGroup): the group's first block is packed both ways and the others take the kind with
+// fewer bits there (a tie keeps the previous group's kind). (Format version 3 of
+// fzlight_format.h chooses per chunk, for the same reason; segments are never stored, so their
+// layout needs no version.)
 //
 // Torch-free and MPI-free, like the rest of compress/.
 #pragma once
@@ -98,6 +108,7 @@ struct SegmentInfo {
   uint64_t count = 0;
   uint64_t outliers = 0;
   bool small_codes = false;  // every code's magnitude is below 2^24
+  uint64_t direct_blocks = 0;  // blocks whose planes hold the codes, not Lorenzo deltas
   size_t bytes = 0;  // header + payload
 };
 // Throws StreamError when the segment is malformed, truncated or corrupted.

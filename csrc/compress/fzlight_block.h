@@ -218,6 +218,20 @@ inline void store_word(uint8_t* words, int j, uint32_t w) { std::memcpy(words + 
 // codes Lorenzo deltas against the previous code (`prev` / `carry` before lane 0), false codes
 // the codes themselves (a direct chunk, fzlight_format.h; `prev` and `carry` are then unused).
 
+// The sign plane and L magnitude planes of a block (L = bit length of `all`, the OR of the 32
+// magnitudes) into words; returns L (0: nothing written).
+inline int write_planes_scalar(uint32_t sign, const uint32_t* mags, uint32_t all, uint8_t* words) {
+  if (all == 0) return 0;
+  const int len = 32 - __builtin_clz(all);
+  store_word(words, 0, sign);
+  for (int j = 0; j < len; ++j) {
+    uint32_t w = 0;
+    for (int i = 0; i < kLen; ++i) w |= ((mags[i] >> j) & 1u) << i;
+    store_word(words, 1 + j, w);
+  }
+  return len;
+}
+
 // Lorenzo deltas against `prev` (or, !kLorenzo, the codes), then sign plane + L magnitude planes
 // into words (at most 4 * 32 bytes, only the 4 * (L + 1) of the block written). Returns L.
 template <bool kLorenzo = true>
@@ -231,15 +245,7 @@ inline int pack_scalar(const int32_t* q, int32_t prev, uint8_t* words) {
     mags[i] = neg ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
     all |= mags[i];
   }
-  if (all == 0) return 0;
-  const int len = 32 - __builtin_clz(all);
-  store_word(words, 0, sign);
-  for (int j = 0; j < len; ++j) {
-    uint32_t w = 0;
-    for (int i = 0; i < kLen; ++i) w |= ((mags[i] >> j) & 1u) << i;
-    store_word(words, 1 + j, w);
-  }
-  return len;
+  return write_planes_scalar(sign, mags, all, words);
 }
 
 // Inverse of pack: reads the sign + len planes at `src` and prefix-sums the deltas from `carry`,
@@ -646,22 +652,16 @@ inline int code_length(const int32_t* q, int32_t prev) {
 }
 
 #if defined(__AVX512F__)
-// pack() on codes in registers: lanes 0-15 in lo, 16-31 in hi.
-template <bool kLorenzo = true>
-ZCCL_AVX512_INLINE int pack16x2(__m512i lo, __m512i hi, int32_t prev, uint8_t* words) {
-  // Previous code of each lane: the codes shifted up by one lane across the 32, prev in lane 0.
-  __m512i dlo = lo, dhi = hi;
-  if constexpr (kLorenzo) {
-    dlo = _mm512_sub_epi32(lo, _mm512_maskz_alignr_epi32(0xFFFF, lo, _mm512_set1_epi32(prev), 15));
-    dhi = _mm512_sub_epi32(hi, _mm512_maskz_alignr_epi32(0xFFFF, hi, lo, 15));
-  }
-  const __m512i zero = _mm512_setzero_si512();
-  const uint32_t sign = _cvtmask16_u32(_mm512_cmplt_epi32_mask(dlo, zero)) |
-                        _cvtmask16_u32(_mm512_cmplt_epi32_mask(dhi, zero)) << 16;
-  const __m512i mlo = _mm512_maskz_abs_epi32(0xFFFF, dlo);
-  const __m512i mhi = _mm512_maskz_abs_epi32(0xFFFF, dhi);
-  const __m512i all = _mm512_or_si512(mlo, mhi);
-  const uint32_t any = or_of_lanes(_mm256_or_si256(half256<0>(all), half256<1>(all)));
+// The OR of the 32 lanes of lo and hi.
+inline uint32_t or_of_lanes16(__m512i lo, __m512i hi) {
+  const __m512i all = _mm512_or_si512(lo, hi);
+  return or_of_lanes(_mm256_or_si256(half256<0>(all), half256<1>(all)));
+}
+
+// The sign plane and L magnitude planes of a block (magnitudes of lanes 0-15 in mlo, 16-31 in
+// mhi; L = bit length of `any`, their OR) into words; returns L (0: nothing written).
+ZCCL_AVX512_INLINE int write_planes16(uint32_t sign, __m512i mlo, __m512i mhi, uint32_t any,
+                                      uint8_t* words) {
   if (any == 0) return 0;
   const int len = 32 - __builtin_clz(any);
   store_word(words, 0, sign);
@@ -680,6 +680,23 @@ ZCCL_AVX512_INLINE int pack16x2(__m512i lo, __m512i hi, int32_t prev, uint8_t* w
   return len;
 }
 
+// pack() on codes in registers: lanes 0-15 in lo, 16-31 in hi.
+template <bool kLorenzo = true>
+ZCCL_AVX512_INLINE int pack16x2(__m512i lo, __m512i hi, int32_t prev, uint8_t* words) {
+  // Previous code of each lane: the codes shifted up by one lane across the 32, prev in lane 0.
+  __m512i dlo = lo, dhi = hi;
+  if constexpr (kLorenzo) {
+    dlo = _mm512_sub_epi32(lo, _mm512_maskz_alignr_epi32(0xFFFF, lo, _mm512_set1_epi32(prev), 15));
+    dhi = _mm512_sub_epi32(hi, _mm512_maskz_alignr_epi32(0xFFFF, hi, lo, 15));
+  }
+  const __m512i zero = _mm512_setzero_si512();
+  const uint32_t sign = _cvtmask16_u32(_mm512_cmplt_epi32_mask(dlo, zero)) |
+                        _cvtmask16_u32(_mm512_cmplt_epi32_mask(dhi, zero)) << 16;
+  const __m512i mlo = _mm512_maskz_abs_epi32(0xFFFF, dlo);
+  const __m512i mhi = _mm512_maskz_abs_epi32(0xFFFF, dhi);
+  return write_planes16(sign, mlo, mhi, or_of_lanes16(mlo, mhi), words);
+}
+
 // pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
 template <bool kLorenzo = true>
 ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
@@ -691,6 +708,27 @@ ZCCL_AVX512_INLINE int pack(const int32_t* q, int32_t prev, uint8_t* words) {
   return pack16x2<kLorenzo>(_mm512_loadu_si512(q), _mm512_loadu_si512(q + 16), prev, words);
 }
 #else
+// The sign plane and L magnitude planes of a block (magnitudes of lanes 8k .. 8k+7 in mag[k];
+// L = bit length of `any`, their OR) into words; returns L (0: nothing written). mag is
+// consumed.
+inline int write_planes8(uint32_t sign, __m256i* mag, uint32_t any, uint8_t* words) {
+  if (any == 0) return 0;
+  const int len = 32 - __builtin_clz(any);
+  store_word(words, 0, sign);
+  // Move bit len-1 to the sign position, then walk down one plane per doubling.
+  const __m128i shift = _mm_cvtsi32_si128(32 - len);
+  for (int k = 0; k < 4; ++k) mag[k] = _mm256_sll_epi32(mag[k], shift);
+  for (int j = len - 1; j >= 0; --j) {
+    uint32_t w = 0;
+    for (int k = 0; k < 4; ++k) {
+      w |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(mag[k]))) << (8 * k);
+      mag[k] = _mm256_add_epi32(mag[k], mag[k]);
+    }
+    store_word(words, 1 + j, w);
+  }
+  return len;
+}
+
 // pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
 template <bool kLorenzo = true>
 inline int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
@@ -710,22 +748,7 @@ inline int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
     all = _mm256_or_si256(all, mag[k]);
     carry = _mm256_permutevar8x32_epi32(cur, _mm256_set1_epi32(7));
   }
-  const uint32_t any = or_of_lanes(all);
-  if (any == 0) return 0;
-  const int len = 32 - __builtin_clz(any);
-  store_word(words, 0, sign);
-  // Move bit len-1 to the sign position, then walk down one plane per doubling.
-  const __m128i shift = _mm_cvtsi32_si128(32 - len);
-  for (int k = 0; k < 4; ++k) mag[k] = _mm256_sll_epi32(mag[k], shift);
-  for (int j = len - 1; j >= 0; --j) {
-    uint32_t w = 0;
-    for (int k = 0; k < 4; ++k) {
-      w |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(mag[k]))) << (8 * k);
-      mag[k] = _mm256_add_epi32(mag[k], mag[k]);
-    }
-    store_word(words, 1 + j, w);
-  }
-  return len;
+  return write_planes8(sign, mag, or_of_lanes(all), words);
 }
 
 template <bool kLorenzo = true>

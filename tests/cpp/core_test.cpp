@@ -1875,6 +1875,13 @@ int main(int argc, char** argv) {
   step("codes_sums<f64>", codes_test::test_sums<double>);
   step("codes_ratio<f32>", codes_test::test_ratio<float>);
   step("codes_ratio<f64>", codes_test::test_ratio<double>);
+  step("codes_either_kernels", codes_test::test_either_kernels);
+  step("codes_block_kinds<f32>", codes_test::test_block_kinds<float>);
+  step("codes_block_kinds<f64>", codes_test::test_block_kinds<double>);
+  step("codes_direct_saves<f32>", codes_test::test_direct_saves<float>);
+  step("codes_direct_saves<f64>", codes_test::test_direct_saves<double>);
+  step("codes_bad_length_bytes<f32>", codes_test::test_bad_length_bytes<float>);
+  step("codes_bad_length_bytes<f64>", codes_test::test_bad_length_bytes<double>);
   step("codes_corruption<f32>", codes_test::test_corruption<float>);
   step("codes_corruption<f64>", codes_test::test_corruption<double>);
   step("progress<f32>", test_progress<float>);
