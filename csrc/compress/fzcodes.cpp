@@ -82,9 +82,10 @@ __attribute__((always_inline)) inline uint8_t pack_grouped(Codes codes, int32_t 
 
 // Bytes of the planes a block's length byte announces: none for L = 0 (a Lorenzo block repeating
 // the previous code, or a direct block of zeros), else the sign plane and L magnitude planes.
+// (Branch-free, so that check_segment's loop over every length byte vectorises.)
 size_t planes_bytes(uint8_t length_byte) {
   const unsigned len = length_byte & kLengthMask;
-  return len == 0 ? 0 : 4u * (1u + len);
+  return 4u * (len + static_cast<unsigned>(len != 0));
 }
 
 template <class T>
@@ -549,7 +550,7 @@ SegmentInfo check_segment(const uint8_t* src, size_t len, bool verify_crc) {
     bad |= (byte & kReservedBit) | static_cast<uint32_t>(len > kMaxCodeLength) |
            static_cast<uint32_t>(len == 0 && direct == 0);
     info.direct_blocks += direct;
-    planes += 4u * (len + static_cast<uint32_t>(len != 0));
+    planes += planes_bytes(static_cast<uint8_t>(byte));
   }
   if (bad != 0) {
     for (uint64_t i = 0; i < coded; ++i) {
