@@ -7,6 +7,10 @@ planes are the absorbing sponge and mostly zero, which would flatter small sizes
 sizes concatenate the field with mirrored and transposed copies of itself: fZ-light compresses
 each 5120-value chunk on its own, with no
 dictionary across chunks, so the copies cannot compress better than the original does.
+
+Environment: ``ZCCL_BENCH_CACHE`` moves the cache; ``ZCCL_BENCH_EDGE`` (default 256) simulates
+smaller fields for smoke runs and tests (64^3 takes 0.2 s): the same models, fewer values, so
+figures from it are not the benchmarks' figures. The cache keeps fields of each edge apart.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ import sample_fields  # benchmarks/sample_fields.py
 import torch
 
 CACHE = Path(os.environ.get("ZCCL_BENCH_CACHE", Path(__file__).resolve().parent / ".cache"))
-EDGE = 256  # 256^3 float32 = 64 MiB per field
+
+
+def _edge() -> int:
+    text = os.environ.get("ZCCL_BENCH_EDGE", "256")
+    if not text.isdigit() or int(text) < 16:
+        raise ValueError(f"ZCCL_BENCH_EDGE must be an integer >= 16, got {text!r}")
+    return int(text)
+
+
+EDGE = _edge()  # 256^3 float32 = 64 MiB per field by default
 KINDS = ("wavefield", "smooth")
 
 

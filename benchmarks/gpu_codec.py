@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         "gradients_model": "concatenated layers of N(0, s_k^2); sizes log-uniform in "
         "[2^12, 2^22] values, s_k log-uniform in [1e-4, 1e-1]; numpy PCG64 seed 0",
         "wavefield_model": 'bench_data.values("wavefield", seed=0)',
+        "field_edge": bench_data.EDGE,
         "failed_inputs": failed,
         "results": rows,
     }

@@ -509,6 +509,7 @@ def main() -> None:
         "cpu_count": os.cpu_count(),
         "rel": args.rel,
         "data": args.data,
+        "field_edge": collectives_rank.bench_data.EDGE,
         "warmup": args.warmup,
         "iters": args.iters,
         "host_threads": args.host_threads,

@@ -7,6 +7,7 @@ ratio a per-chunk choice of predictor gives, beside the real (version-3) encoder
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +32,13 @@ def test_gpu_codec_dry_run_writes_inputs(tmp_path: Path) -> None:
         "--data-dir",
         str(data),
     ]
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    # 64^3 fields (0.2 s to simulate) instead of the benchmark's 256^3 (~44 s): 1 MB is one field
+    env = {**os.environ, "ZCCL_BENCH_EDGE": "64", "ZCCL_BENCH_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["wavefield-64-0.pt"]
     n = (1 << 20) // 4
     for name in ("wavefield", "gradients"):
         values = np.fromfile(data / f"{name}-{n}.f32", dtype=np.float32)

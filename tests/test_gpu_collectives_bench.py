@@ -3,7 +3,9 @@
 The CUDA paths need a GPU; this runs the same program on CPU tensors at 2 ranks and 1 MB and
 checks the JSON it writes: one row per (collective, contender), timed rows with their
 per-iteration times, zccl rows within the documented bound, NCCL skipped with its reason.
-(A first run on a fresh checkout also simulates the benchmark fields, ~30 s per rank.)
+Its wavefields are 64^3 (``ZCCL_BENCH_EDGE``, 0.2 s each, cached under ``tmp_path``): the
+benchmark's 256^3 ones take ~44 s each to simulate on a fresh checkout, and 1 MB per rank is
+exactly one 64^3 field.
 """
 
 from __future__ import annotations
@@ -33,11 +35,17 @@ def test_gpu_collectives_cpu_mode(tmp_path: Path) -> None:
             str(out),
         ),
         timeout=300,
+        extra_env={"ZCCL_BENCH_EDGE": "64", "ZCCL_BENCH_CACHE": str(tmp_path / "cache")},
     )
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-8000:]
     doc = json.loads(out.read_text())
     assert doc["ranks"] == 2 and doc["device"] == "cpu" and doc["torch"]
+    assert doc["data"] == "wavefield" and doc["field_edge"] == 64
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [
+        "wavefield-64-0.pt",
+        "wavefield-64-1.pt",
+    ]
     rows = {(r["collective"], r["contender"]): r for r in doc["rows"]}
     expected = {(c, n) for c in COLLECTIVES for n in TIMED} | {("all_reduce", "nccl")}
     assert set(rows) == expected, sorted(rows)
