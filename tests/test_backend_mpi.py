@@ -37,6 +37,19 @@ def test_conformance(nprocs: int) -> None:
     assert_every_check_passed(report, nprocs)
 
 
+@pytest.mark.parametrize(("nprocs", "transport"), [(1, "mpi"), (3, "mpi"), (4, "mpi"), (3, "tcp")])
+def test_dtypes_beyond_gloo(nprocs: int, transport: str) -> None:
+    """uint16/32/64 reductions wrap like numpy's; float8 and the other dtypes without arithmetic
+    move bit for bit through every data-movement collective; reductions on them, quantized
+    tensors and 16-byte elements raise on every rank (tests/mpi/dtype_checks.py). Gloo refuses
+    all of these dtypes."""
+    env = {"ZCCL_TRANSPORT": transport}
+    done = mpirun(nprocs, python_argv("tests/mpi/dtype_checks.py"), 600, env)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-8000:]
+    assert_every_check_passed(report, nprocs)
+
+
 @pytest.mark.parametrize(("nprocs", "seed"), [(2, 11), (3, 12), (5, 13)])
 def test_random_collectives_match_exact_reference(nprocs: int, seed: int) -> None:
     """150 random collectives (op, dtype, count, root, reduce op and settings drawn alike on

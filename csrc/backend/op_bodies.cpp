@@ -274,7 +274,7 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
   } else {
     const at::ScalarType type = s.buffer.scalar_type();
     on_host(dev, io, false, [&](const Pointers& p) {
-      comm_->bcast(p[0], n, elem_type(type), root);
+      comm_->bcast(p[0], n, moved_as(type), root);
     });
     record_exact("broadcast", n * t.element_size());
   }
@@ -334,7 +334,7 @@ void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& f
     record("all_gather", stats, eb);
   } else {
     on_host(dev, io, false, [&](const Pointers& p) {
-      comm_->allgather(p[0], p[1], n, elem_type(in.scalar_type()));
+      comm_->allgather(p[0], p[1], n, moved_as(in.scalar_type()));
     });
     record_exact("all_gather", n * in.element_size());
   }
@@ -404,7 +404,7 @@ void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat
     record("gather", stats, eb);
   } else {
     on_host(dev, io, false, [&](const Pointers& p) {
-      comm_->gather(p[0], p[1], n, elem_type(in.scalar_type()), root);
+      comm_->gather(p[0], p[1], n, moved_as(in.scalar_type()), root);
     });
     record_exact("gather", n * in.element_size());
   }
@@ -429,7 +429,7 @@ void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, a
     at::Tensor flat = ins.empty() ? at::Tensor() : at::cat(flat_parts);
     on_host(dev, {{&flat, true, false}, {&dst.buffer, false, true}}, false,
             [&](const Pointers& p) {
-              comm_->scatter(p[0], p[1], n, elem_type(out.scalar_type()), root);
+              comm_->scatter(p[0], p[1], n, moved_as(out.scalar_type()), root);
             });
     record_exact("scatter", n * out.element_size());
     dst.write_back();
@@ -497,7 +497,7 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
   } else {
     on_host(dev, io, false, [&](const Pointers& ptr) {
       comm_->alltoallv(ptr[0], send_counts, sd, ptr[1], recv_counts, rd,
-                       elem_type(in.scalar_type()));
+                       moved_as(in.scalar_type()));
     });
     record_exact("all_to_all", mine * in.element_size());
   }

@@ -1,5 +1,6 @@
 #include "routing.h"
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -20,7 +21,9 @@ fz::DType compressed_dtype(at::ScalarType t) {
   }
 }
 
-transport::ElemType elem_type(at::ScalarType t) {
+namespace {
+
+std::optional<transport::ElemType> arithmetic_type(at::ScalarType t) {
   switch (t) {
     case at::kFloat: return transport::ElemType::Float32;
     case at::kDouble: return transport::ElemType::Float64;
@@ -31,9 +34,43 @@ transport::ElemType elem_type(at::ScalarType t) {
     case at::kShort: return transport::ElemType::Int16;
     case at::kInt: return transport::ElemType::Int32;
     case at::kLong: return transport::ElemType::Int64;
+    case at::kUInt16: return transport::ElemType::UInt16;
+    case at::kUInt32: return transport::ElemType::UInt32;
+    case at::kUInt64: return transport::ElemType::UInt64;
     case at::kBool: return transport::ElemType::Bool;
-    default:
-      throw std::invalid_argument(std::string("zccl: unsupported dtype ") + c10::toString(t));
+    default: return std::nullopt;
+  }
+}
+
+}  // namespace
+
+bool has_arithmetic(at::ScalarType t) { return arithmetic_type(t).has_value(); }
+
+transport::ElemType elem_type(at::ScalarType t) {
+  if (const auto type = arithmetic_type(t)) return *type;
+  throw std::invalid_argument(std::string("zccl: no arithmetic for dtype ") + c10::toString(t));
+}
+
+transport::ElemType moved_as(at::ScalarType t) {
+  if (const auto type = arithmetic_type(t)) return *type;
+  const std::string name = c10::toString(t);
+  // A list, not "any size": a dtype torch adds later is refused until it has been checked.
+  const bool bytes_only = c10::isFloat8Type(t) || t == c10::ScalarType::Float4_e2m1fn_x2 ||
+                          c10::isBitsType(t) || c10::isComplexType(t);
+  if (!bytes_only) {
+    // The sub-byte shell dtypes (uint1-7, int1-7) have no copy kernels in torch itself.
+    throw std::invalid_argument("zccl: dtype " + name + " is not supported (move t.view(torch.uint8) "
+                                "instead)");
+  }
+  switch (c10::elementSize(t)) {
+    case 1: return transport::ElemType::UInt8;
+    case 2: return transport::ElemType::UInt16;
+    case 4: return transport::ElemType::UInt32;
+    case 8: return transport::ElemType::UInt64;
+    default:  // complex128
+      throw std::invalid_argument("zccl: dtype " + name + " is not supported: its " +
+                                  std::to_string(c10::elementSize(t)) + "-byte elements have no "
+                                  "transport type (torch.view_as_real moves it as float64 pairs)");
   }
 }
 
@@ -55,7 +92,11 @@ const char* op_name(const c10d::ReduceOp& op) {
 void validate_reduce(const c10d::ReduceOp& op, at::ScalarType t, const char* what) {
   const std::string where = std::string("zccl: ") + what + " with ReduceOp." + op_name(op) +
                             " on " + c10::toString(t) + ": ";
-  (void)elem_type(t);  // unsupported dtypes throw here
+  if (!has_arithmetic(t)) {
+    throw std::invalid_argument(where + "reductions need an integer, bool or floating dtype "
+                                "(float16, bfloat16, float32, float64); this dtype can be moved "
+                                "(broadcast, gathers, scatter, all_to_all, send/recv) but not reduced");
+  }
   switch (op.op_) {
     case c10d::ReduceOp::SUM:
     case c10d::ReduceOp::PRODUCT:

@@ -14,9 +14,20 @@ bool is_compressible_dtype(at::ScalarType t);
 bool is_floating(at::ScalarType t);
 // fZ-light dtype of a (staged) buffer of type t.
 fz::DType compressed_dtype(at::ScalarType t);
-// Transport element type moving the tensor's bytes exactly (half types as 16-bit integers).
-// Throws for dtypes the transport cannot move.
+// Whether the exact path has arithmetic for t (integers signed and unsigned, bool, the four
+// floating types): the dtypes reductions accept. float8, complex and the bit types have none.
+bool has_arithmetic(at::ScalarType t);
+// Transport element type of a dtype with arithmetic (half types as 16-bit words, which only the
+// data-movement collectives see: reductions widen them to float32 first). Throws for the others.
 transport::ElemType elem_type(at::ScalarType t);
+// Transport element type the data-movement collectives (broadcast, gathers, scatter, all_to_all)
+// move t's elements as, exactly: elem_type(t) where t has arithmetic, else an unsigned word of
+// t's element size (float8, float4_e2m1fn_x2, complex32/64, the bits types), the bytes
+// unchanged. Throws std::invalid_argument naming the dtype for the others: complex128 (16-byte
+// elements: no transport word that wide), the sub-byte shell dtypes uint1-7/int1-7 (torch cannot
+// even copy them) and any dtype not listed. (Quantized tensors never get here: torch's
+// dispatcher has no c10d kernels for them.)
+transport::ElemType moved_as(at::ScalarType t);
 // Transport reduction for the exact path (AVG maps to SUM; the caller divides). Throws for
 // unsupported combinations with a message naming the op and dtype.
 transport::ReduceKind reduce_kind(const c10d::ReduceOp& op, at::ScalarType t);

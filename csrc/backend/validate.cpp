@@ -23,7 +23,7 @@ void check_cpu_dense(const at::Tensor& t, const char* what) {
   if (t.layout() != at::kStrided) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors are not supported");
   }
-  (void)elem_type(t.scalar_type());  // throws for unsupported dtypes (complex, ...)
+  (void)moved_as(t.scalar_type());  // throws for dtypes no collective moves (quantized, ...)
 }
 
 void check_single(const std::vector<at::Tensor>& tensors, const char* what) {
@@ -88,7 +88,14 @@ void check_sparse(const at::Tensor& t, const c10d::ReduceOp& op, const char* wha
     throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors support ReduceOp.SUM "
                                 "only (as with Gloo), got ReduceOp." + op_name(op));
   }
-  (void)elem_type(t.scalar_type());  // throws for unsupported dtypes
+  validate_reduce(op, t.scalar_type(), what);  // a sum: dtypes with arithmetic only
+  const at::ScalarType type = t.scalar_type();
+  if (type == at::kUInt16 || type == at::kUInt32 || type == at::kUInt64) {
+    // Summing sparse tensors is torch's coalesce, which has no kernel for these.
+    throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors of " +
+                                c10::toString(type) + " cannot be summed (torch's coalesce has "
+                                "no kernel for unsigned 16/32/64-bit integers)");
+  }
 }
 
 

@@ -119,6 +119,7 @@ MPI_Datatype datatype(ElemType t) {
     case ElemType::Int32: return MPI_INT32_T;
     case ElemType::Int64: return MPI_INT64_T;
     case ElemType::UInt16: return MPI_UINT16_T;
+    case ElemType::UInt32: return MPI_UINT32_T;
     case ElemType::UInt64: return MPI_UINT64_T;
     case ElemType::Float32: return MPI_FLOAT;
     case ElemType::Float64: return MPI_DOUBLE;

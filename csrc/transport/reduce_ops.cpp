@@ -103,6 +103,7 @@ void fold(void* acc, const void* x, size_t n, ElemType type, ReduceKind op) {
     case ElemType::Int8: return fold_typed(static_cast<int8_t*>(acc), static_cast<const int8_t*>(x), n, op);
     case ElemType::Int16: return fold_typed(static_cast<int16_t*>(acc), static_cast<const int16_t*>(x), n, op);
     case ElemType::UInt16: return fold_typed(static_cast<uint16_t*>(acc), static_cast<const uint16_t*>(x), n, op);
+    case ElemType::UInt32: return fold_typed(static_cast<uint32_t*>(acc), static_cast<const uint32_t*>(x), n, op);
     case ElemType::Int32: return fold_typed(static_cast<int32_t*>(acc), static_cast<const int32_t*>(x), n, op);
     case ElemType::Int64: return fold_typed(static_cast<int64_t*>(acc), static_cast<const int64_t*>(x), n, op);
     case ElemType::UInt64: return fold_typed(static_cast<uint64_t*>(acc), static_cast<const uint64_t*>(x), n, op);

@@ -66,6 +66,7 @@ size_t elem_size(ElemType t) {
     case ElemType::Int16:
     case ElemType::UInt16: return 2;
     case ElemType::Int32:
+    case ElemType::UInt32:
     case ElemType::Float32: return 4;
     case ElemType::Int64:
     case ElemType::UInt64:

@@ -28,8 +28,9 @@ namespace zccl::transport {
 
 using zccl::WaitPolicy;  // how waits poll: backoff.h
 
-// Element types of the exact collectives (the bytes of float16/bfloat16 move as UInt16).
-enum class ElemType : uint8_t { UInt8, Int8, Int16, Int32, Int64, UInt16, UInt64, Float32, Float64, Bool };
+// Element types of the exact collectives (the bytes of float16/bfloat16 move as UInt16; the
+// backend moves dtypes without arithmetic here, float8 for one, as unsigned words of their size).
+enum class ElemType : uint8_t { UInt8, Int8, Int16, Int32, Int64, UInt16, UInt32, UInt64, Float32, Float64, Bool };
 size_t elem_size(ElemType t);
 
 // Reductions of the exact collectives (the logical ones are for Bool).

@@ -854,7 +854,7 @@ def config_blocks_change_only_their_fields() -> None:
 def bad_input_errors() -> None:
     # (complex tensors are fine: torch reduces them as real views)
     for bad, msg in (
-        (lambda: dist.all_reduce(torch.ones(3, dtype=torch.uint32)), "dtype"),
+        (lambda: dist.all_reduce(torch.ones(3).to(torch.float8_e4m3fn)), "dtype"),
         (lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND), "bitwise"),
         (lambda: dist.broadcast(torch.ones(3), src=world()), "root"),
     ):

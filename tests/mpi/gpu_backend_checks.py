@@ -133,6 +133,39 @@ def all_reduce_non_float_exact() -> None:
 
 
 @check
+def float8_moves_and_unsigned_wraps() -> None:
+    """float8 CUDA tensors (torch hands them over as float8 on sm90+) move bit for bit through
+    broadcast and all_gather; uint32 sums wrap, as on the CPU (tests/mpi/dtype_checks.py)."""
+    p = world()
+
+    def raw(r: int, n: int, dtype: torch.dtype) -> torch.Tensor:
+        g = torch.Generator().manual_seed(7 * r + n)
+        return torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g).view(dtype)
+
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        for n in counts():
+            for root in range(p):
+                t = raw(rank(), n, dtype).to(dev(), copy=True)
+                dist.broadcast(t, src=root)
+                want = raw(root, n, dtype).view(torch.uint8)
+                assert torch.equal(t.cpu().view(torch.uint8), want), f"broadcast {dtype} n={n}"
+            flat = torch.empty(p * n, dtype=dtype, device=dev())
+            dist.all_gather_into_tensor(flat, raw(rank(), n, dtype).to(dev(), copy=True))
+            want = torch.cat([raw(r, n, dtype).view(torch.uint8) for r in range(p)])
+            assert torch.equal(flat.cpu().view(torch.uint8), want), f"all_gather {dtype} n={n}"
+    top = 2**32 - 1
+    for n in counts():
+        terms = [
+            (torch.arange(n, dtype=torch.int64) * 7919 * (r + 1) + top - r) % 2**32
+            for r in range(p)
+        ]
+        t = terms[rank()].to(torch.uint32).to(dev(), copy=True)
+        dist.all_reduce(t)
+        want = (sum(terms, torch.zeros(n, dtype=torch.int64)) % 2**32).to(torch.uint32)
+        assert torch.equal(t.cpu().view(torch.int32), want.view(torch.int32)), f"uint32 n={n}"
+
+
+@check
 def non_finite_preserved() -> None:
     n = 16_411
     for alg in ALGS:
