@@ -1,4 +1,5 @@
-"""The CPU codec of two revisions side by side: ratio and one-thread compress / decompress speed.
+"""The CPU codec of two revisions side by side: ratio, one-thread compress / decompress speed and
+the ring all_reduce's float hop (recompress_add; the base must have it: 4cb5743 or later).
 
 Builds ``codec_speed/codec_speed.cpp`` against ``csrc/compress`` of a git revision (``--base``,
 default ``HEAD``) and of the working tree, with the extension's flags (``-O3 -march=native
@@ -96,7 +97,8 @@ def main(argv: list[str] | None = None) -> None:
         _build(sources(None, t / "tree"), exes["tree"])
         print(
             f"| data | REL | ratio {base} | ratio tree | compress GB/s {base} / tree | "
-            f"decompress GB/s {base} / tree |\n|---|---|---|---|---|---|"
+            f"decompress GB/s {base} / tree | hop GB/s {base} / tree |\n"
+            "|---|---|---|---|---|---|---|"
         )
         for data in ("gradients", "wavefield"):
             x = gpu_codec.GENERATORS[data](n)
@@ -121,11 +123,14 @@ def main(argv: list[str] | None = None) -> None:
                     row[f"{which}_ratio"] = got[which]["ratio"]
                     row[f"{which}_compress_gbps"] = gb / got[which]["compress_s"]
                     row[f"{which}_decompress_gbps"] = gb / got[which]["decompress_s"]
+                    # the hop codes half of the input (its second half is the addend)
+                    row[f"{which}_hop_gbps"] = gb / 2 / got[which]["hop_s"]
                 rows.append(row)
                 print(
                     f"| {data} | {rel:.0e} | {row['base_ratio']:.2f} | {row['tree_ratio']:.2f} | "
                     f"{row['base_compress_gbps']:.2f} / {row['tree_compress_gbps']:.2f} | "
-                    f"{row['base_decompress_gbps']:.2f} / {row['tree_decompress_gbps']:.2f} |",
+                    f"{row['base_decompress_gbps']:.2f} / {row['tree_decompress_gbps']:.2f} | "
+                    f"{row['base_hop_gbps']:.2f} / {row['tree_hop_gbps']:.2f} |",
                     flush=True,
                 )
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -342,7 +342,7 @@ size_t write_from_codes(bool direct, uint32_t nblocks, uint8_t* dst, size_t tota
 // the lanes stored exactly (outliers; padding lanes past m are never in it). `xb` points to the
 // block's values, or to `padded` for a partial last block.
 template <class K>
-uint32_t quantize_block(const typename K::S* x, uint32_t m, uint32_t b,
+__attribute__((always_inline)) inline uint32_t quantize_block(const typename K::S* x, uint32_t m, uint32_t b,
                         const Quantizer<typename K::C>& qz, int32_t* q, typename K::S* padded,
                         const typename K::S*& xb, Scratch<typename K::S>& s) {
   using S = typename K::S;
@@ -446,12 +446,6 @@ size_t encode_both(const typename K::S* x, uint32_t m, const Quantizer<typename 
 // encode_first's answer when the kind is not settled: encode_both decides.
 inline constexpr size_t kUndecided = ~size_t{0};
 
-// Bit length of |a| | |b|.
-inline int bit_length_of(int32_t a, int32_t b) {
-  const uint32_t m = (a < 0 ? 0u - static_cast<uint32_t>(a) : static_cast<uint32_t>(a)) |
-                     (b < 0 ? 0u - static_cast<uint32_t>(b) : static_cast<uint32_t>(b));
-  return m == 0 ? 0 : 32 - __builtin_clz(m);
-}
 
 // One pass that packs the chunk as it is quantised, as an encoded chunk (!kDirect: smooth data's
 // usual kind) or a direct one (noise's), and sizes the other kind on the side: the encoded size
@@ -515,7 +509,7 @@ size_t encode_first(const typename K::S* x, uint32_t m, const Quantizer<typename
       }
     } else {
       if (plain) {
-        other_len = bit_length_of(q[0], q[kBlockLen - 1]);
+        other_len = block::ends_length(q);
       } else {
         std::memcpy(d, q, sizeof(q));
         make_direct_codes(d, bad, n);

@@ -289,6 +289,13 @@ inline void unpack_codes_scalar(const uint8_t* src, int len, int32_t& carry, int
 
 // The code length L that pack<kLorenzo>(q, prev, ...) returns, without writing any plane: the
 // encoder sizes a chunk both ways before it packs one (SIMD versions below).
+// Bit length of |q[0]| | |q[31]|: a lower bound of a block's direct code length (two lanes).
+inline int ends_length_scalar(const int32_t* q) {
+  const auto mag = [](int32_t v) { return v < 0 ? 0u - static_cast<uint32_t>(v) : static_cast<uint32_t>(v); };
+  const uint32_t m = mag(q[0]) | mag(q[kLen - 1]);
+  return m == 0 ? 0 : 32 - __builtin_clz(m);
+}
+
 template <bool kLorenzo = true>
 inline int code_length_scalar(const int32_t* q, int32_t prev) {
   uint32_t all = 0;
@@ -630,6 +637,7 @@ inline uint32_t or_of_lanes(__m256i v) {
   return static_cast<uint32_t>(_mm_cvtsi128_si32(r));
 }
 
+#if !defined(__AVX512F__)
 // code_length_scalar, eight lanes at a time (the previous code of lane 8k: lane 8k - 1's).
 template <bool kLorenzo = true>
 inline int code_length(const int32_t* q, int32_t prev) {
@@ -650,6 +658,8 @@ inline int code_length(const int32_t* q, int32_t prev) {
   const uint32_t any = or_of_lanes(all);
   return any == 0 ? 0 : 32 - __builtin_clz(any);
 }
+inline int ends_length(const int32_t* q) { return ends_length_scalar(q); }
+#endif
 
 #if defined(__AVX512F__)
 // The OR of the 32 lanes of lo and hi.
@@ -706,6 +716,38 @@ ZCCL_AVX512_INLINE int pack_regs(const __m256i* codes, int32_t prev, uint8_t* wo
 template <bool kLorenzo = true>
 ZCCL_AVX512_INLINE int pack(const int32_t* q, int32_t prev, uint8_t* words) {
   return pack16x2<kLorenzo>(_mm512_loadu_si512(q), _mm512_loadu_si512(q + 16), prev, words);
+}
+
+// code_length_scalar with pack16x2's arithmetic. The block is read as the two 64-byte halves
+// quantize() stored, the deltas formed in registers: the AVX2 version's loads at q + 8k - 1 span
+// two of those stores, cannot be forwarded from them, and stalled the encoder (the other kind's
+// length, sized for every block: +34 % on the ring hop of noise, where the codes were just
+// stored).
+template <bool kLorenzo = true>
+ZCCL_AVX512_INLINE int code_length(const int32_t* q, int32_t prev) {
+  const __m512i lo = _mm512_loadu_si512(q), hi = _mm512_loadu_si512(q + 16);
+  __m512i dlo = lo, dhi = hi;
+  if constexpr (kLorenzo) {
+    dlo = _mm512_sub_epi32(lo, _mm512_maskz_alignr_epi32(0xFFFF, lo, _mm512_set1_epi32(prev), 15));
+    dhi = _mm512_sub_epi32(hi, _mm512_maskz_alignr_epi32(0xFFFF, hi, lo, 15));
+  }
+  const uint32_t any = or_of_lanes16(_mm512_maskz_abs_epi32(0xFFFF, dlo),
+                                     _mm512_maskz_abs_epi32(0xFFFF, dhi));
+  return any == 0 ? 0 : 32 - __builtin_clz(any);
+}
+
+// ends_length_scalar from the block's two 64-byte halves, for the reason code_length reads
+// them whole: a 4-byte load of q[31] out of the 64-byte store quantize() made stalled the
+// encoder (a third of its time on the wavefield's ring hop).
+ZCCL_AVX512_INLINE int ends_length(const int32_t* q) {
+  const __m512i lo = _mm512_loadu_si512(q), hi = _mm512_loadu_si512(q + 16);
+  // Lane 0: q[31], lane 1: q[0]. (The maskz_ forms: GCC 12 warns of the plain ones' undefined
+  // pass-through operand.)
+  const __m512i ends = _mm512_maskz_abs_epi32(0x3, _mm512_maskz_alignr_epi32(0x3, lo, hi, 15));
+  const __m256i low = half256<0>(ends);
+  const uint32_t m = static_cast<uint32_t>(_mm256_extract_epi32(low, 0)) |
+                     static_cast<uint32_t>(_mm256_extract_epi32(low, 1));
+  return m == 0 ? 0 : 32 - __builtin_clz(m);
 }
 #else
 // The sign plane and L magnitude planes of a block (magnitudes of lanes 8k .. 8k+7 in mag[k];
@@ -943,6 +985,7 @@ template <bool kLorenzo = true>
 inline int code_length(const int32_t* q, int32_t prev) {
   return code_length_scalar<kLorenzo>(q, prev);
 }
+inline int ends_length(const int32_t* q) { return ends_length_scalar(q); }
 template <class K, bool kLorenzo = true>
 inline void unpack(const uint8_t* src, int len, int32_t& carry, typename K::C bin,
                    typename K::S* out) {

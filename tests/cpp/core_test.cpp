@@ -1724,7 +1724,8 @@ static void test_crc32c() {
 // The block kernels of this build (scalar, AVX2 plane loops, AVX-512 plane loops or GFNI
 // transposes) against the portable scalar ones, for code lengths 0..31 (each must occur), with
 // Lorenzo deltas and direct codes: the same planes, nothing written past them, code_length()
-// equal to the packers' length, and unpacking gives back the codes and the carry.
+// equal to the packers' length, ends_length() to its two-lane bound, and unpacking gives back
+// the codes and the carry.
 static void test_block_planes() {
   g_ctx = "block_planes";
   namespace blk = fz::block;
@@ -1781,6 +1782,11 @@ static void test_block_planes() {
       const std::string dwhat = "direct " + what + fmt(" direct length %d", ds);
       CHECK_MSG(df == ds && ds >= 0 && ds <= 31, dwhat);
       CHECK_MSG(blk::code_length<false>(d, 5) == ds && blk::code_length_scalar<false>(d, -5) == ds, dwhat);
+      // ends_length: the bit length of |d[0]| | |d[31]|, a lower bound of the direct length.
+      const uint64_t ends = static_cast<uint64_t>(std::llabs(d[0])) | static_cast<uint64_t>(std::llabs(d[31]));
+      const int ends_bits = ends == 0 ? 0 : 64 - __builtin_clzll(ends);
+      CHECK_MSG(blk::ends_length(d) == ends_bits && blk::ends_length_scalar(d) == ends_bits, dwhat);
+      CHECK_MSG(ends_bits <= ds, dwhat);
       seen_direct[ds] = true;
       CHECK_MSG(std::equal(std::begin(fast), std::end(fast), std::begin(scalar)), dwhat);
       carry_fast = carry_scalar = 99;
