@@ -638,27 +638,35 @@ inline uint32_t or_of_lanes(__m256i v) {
 }
 
 #if !defined(__AVX512F__)
-// code_length_scalar, eight lanes at a time (the previous code of lane 8k: lane 8k - 1's).
+// code_length_scalar, eight lanes at a time, each lane's previous code formed in registers as
+// pack_regs does: loads at q + 8k - 1 would span two of the 32-byte stores quantize() made, which
+// store forwarding cannot serve (the AVX-512 version below says what that cost).
 template <bool kLorenzo = true>
 inline int code_length(const int32_t* q, int32_t prev) {
+  const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
   __m256i all = _mm256_setzero_si256();
+  __m256i carry = _mm256_set1_epi32(prev);
   for (int k = 0; k < 4; ++k) {
     const __m256i cur = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * k));
     __m256i d = cur;
     if constexpr (kLorenzo) {
-      const __m256i before =
-          k == 0 ? _mm256_blend_epi32(
-                       _mm256_permutevar8x32_epi32(cur, _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6)),
-                       _mm256_set1_epi32(prev), 0x01)
-                 : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * k - 1));
-      d = _mm256_sub_epi32(cur, before);
+      d = _mm256_sub_epi32(cur, _mm256_blend_epi32(_mm256_permutevar8x32_epi32(cur, rotate), carry, 0x01));
+      carry = _mm256_permutevar8x32_epi32(cur, _mm256_set1_epi32(7));
     }
     all = _mm256_or_si256(all, _mm256_abs_epi32(d));
   }
   const uint32_t any = or_of_lanes(all);
   return any == 0 ? 0 : 32 - __builtin_clz(any);
 }
-inline int ends_length(const int32_t* q) { return ends_length_scalar(q); }
+
+// ends_length_scalar from the 32-byte halves quantize() stored (for the same reason).
+inline int ends_length(const int32_t* q) {
+  const __m256i first = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  const __m256i last = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 24));
+  const uint32_t m = static_cast<uint32_t>(_mm256_extract_epi32(_mm256_abs_epi32(first), 0)) |
+                     static_cast<uint32_t>(_mm256_extract_epi32(_mm256_abs_epi32(last), 7));
+  return m == 0 ? 0 : 32 - __builtin_clz(m);
+}
 #endif
 
 #if defined(__AVX512F__)
