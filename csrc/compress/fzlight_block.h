@@ -765,6 +765,36 @@ inline int write_planes8(uint32_t sign, __m256i* mag, uint32_t any, uint8_t* wor
   if (any == 0) return 0;
   const int len = 32 - __builtin_clz(any);
   store_word(words, 0, sign);
+  // Short codes: the 32 magnitudes narrowed to bytes (len <= 8) or 16-bit words (len <= 16), in
+  // lane order, bit len-1 at the top of each; a plane is then one movemask of the bytes (of
+  // their signed-saturated pack, for words) instead of four, and a doubling per element moves to
+  // the next plane. Same planes as below, fewer instructions per plane.
+  if (len <= 16) {
+    const __m128i shift = _mm_cvtsi32_si128((len <= 8 ? 8 : 16) - len);
+    __m256i m[4];
+    for (int k = 0; k < 4; ++k) m[k] = _mm256_sll_epi32(mag[k], shift);
+    if (len <= 8) {
+      // packus: [m0 0-3, m1 0-3 | m0 4-7, m1 4-7] and the same of m2, m3, then bytes
+      // [m0 0-3, m1 0-3, m2 0-3, m3 0-3 | m0 4-7, ...]: dwords 0,4,1,5,2,6,3,7 are lane order.
+      __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(m[0], m[1]), _mm256_packus_epi32(m[2], m[3]));
+      b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      for (int j = len - 1; j >= 0; --j) {
+        store_word(words, 1 + j, static_cast<uint32_t>(_mm256_movemask_epi8(b)));
+        b = _mm256_add_epi8(b, b);
+      }
+      return len;
+    }
+    // Words [m0 0-7 | m2 0-7] and [m1 0-7 | m3 0-7]: their signed pack is lanes 0-31 in order,
+    // each byte's sign that of its word (saturation keeps the sign).
+    __m256i a = _mm256_permute4x64_epi64(_mm256_packus_epi32(m[0], m[2]), 0xD8);
+    __m256i c = _mm256_permute4x64_epi64(_mm256_packus_epi32(m[1], m[3]), 0xD8);
+    for (int j = len - 1; j >= 0; --j) {
+      store_word(words, 1 + j, static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_packs_epi16(a, c))));
+      a = _mm256_add_epi16(a, a);
+      c = _mm256_add_epi16(c, c);
+    }
+    return len;
+  }
   // Move bit len-1 to the sign position, then walk down one plane per doubling.
   const __m128i shift = _mm_cvtsi32_si128(32 - len);
   for (int k = 0; k < 4; ++k) mag[k] = _mm256_sll_epi32(mag[k], shift);
