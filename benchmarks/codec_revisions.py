@@ -72,9 +72,9 @@ def short_revision(rev: str) -> str:
     ).stdout.strip()
 
 
-def _build(src: Path, exe: Path) -> None:
+def _build(src: Path, exe: Path, march: str = "native") -> None:
     zstd = zstd_available()
-    cmd = ["g++", "-std=c++17", "-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]
+    cmd = ["g++", "-std=c++17", "-O3", f"-march={march}", "-ffp-contract=off", "-fopenmp"]
     cmd += ["-DZCCL_WITH_ZSTD=1"] if zstd else []
     cmd += [f"-I{src}", str(HERE / "codec_speed" / "codec_speed.cpp")]
     cmd += [str(src / s) for s in SOURCES] + ["-o", str(exe)] + (["-lzstd"] if zstd else [])
@@ -87,6 +87,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--mb", type=int, default=64, help="MiB of float32 per input (default 64)")
     p.add_argument("--repeats", type=int, default=7, help="timed calls per run")
     p.add_argument("--rounds", type=int, default=3, help="alternating runs of the two programs")
+    p.add_argument(
+        "--march",
+        default="native",
+        help="-march of both builds (default native; e.g. x86-64-v3 for the AVX2 kernels, "
+        "skylake-avx512 for AVX-512 without GFNI, x86-64-v2 for the scalar ones)",
+    )
     p.add_argument("--rels", default="1e-2,1e-3,1e-4")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
@@ -96,8 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         exes = {"base": t / "base_speed", "tree": t / "tree_speed"}
-        _build(sources(base, t / "base"), exes["base"])
-        _build(sources(None, t / "tree"), exes["tree"])
+        _build(sources(base, t / "base"), exes["base"], args.march)
+        _build(sources(None, t / "tree"), exes["tree"], args.march)
         print(
             f"| data | REL | ratio {base} | ratio tree | compress GB/s {base} / tree | "
             f"decompress GB/s {base} / tree | hop GB/s {base} / tree |\n"
@@ -149,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
             {
                 "benchmark": "codec_revisions",
                 "command": f"python benchmarks/codec_revisions.py --base {base} --mb {args.mb} "
-                f"--repeats {args.repeats} --rounds {args.rounds}",
+                f"--repeats {args.repeats} --rounds {args.rounds} --march {args.march}",
+                "march": args.march,
                 "base": base,
                 "threads": 1,
                 "rows": rows,
