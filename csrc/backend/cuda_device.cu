@@ -53,7 +53,7 @@ class CudaDevice final : public Device {
     if (t.layout() != at::kStrided) {
       throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors are not supported");
     }
-    (void)moved_as(t.scalar_type());  // throws for dtypes no collective moves (quantized, ...)
+    (void)moved_as(t.scalar_type());  // throws for dtypes no collective moves (complex128, uint4, ...)
   }
 
   std::optional<c10::Stream> prepare(const std::vector<at::Tensor>& tensors) override {

@@ -23,7 +23,7 @@ void check_cpu_dense(const at::Tensor& t, const char* what) {
   if (t.layout() != at::kStrided) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors are not supported");
   }
-  (void)moved_as(t.scalar_type());  // throws for dtypes no collective moves (quantized, ...)
+  (void)moved_as(t.scalar_type());  // throws for dtypes no collective moves (complex128, uint4, ...)
 }
 
 void check_single(const std::vector<at::Tensor>& tensors, const char* what) {

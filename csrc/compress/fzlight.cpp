@@ -446,7 +446,6 @@ size_t encode_both(const typename K::S* x, uint32_t m, const Quantizer<typename 
 // encode_first's answer when the kind is not settled: encode_both decides.
 inline constexpr size_t kUndecided = ~size_t{0};
 
-
 // One pass that packs the chunk as it is quantised, as an encoded chunk (!kDirect: smooth data's
 // usual kind) or a direct one (noise's), and sizes the other kind on the side: the encoded size
 // exactly (one code_length per block), the direct size by a lower bound (two lanes per block,

@@ -289,13 +289,6 @@ inline void unpack_codes_scalar(const uint8_t* src, int len, int32_t& carry, int
 
 // The code length L that pack<kLorenzo>(q, prev, ...) returns, without writing any plane: the
 // encoder sizes a chunk both ways before it packs one (SIMD versions below).
-// Bit length of |q[0]| | |q[31]|: a lower bound of a block's direct code length (two lanes).
-inline int ends_length_scalar(const int32_t* q) {
-  const auto mag = [](int32_t v) { return v < 0 ? 0u - static_cast<uint32_t>(v) : static_cast<uint32_t>(v); };
-  const uint32_t m = mag(q[0]) | mag(q[kLen - 1]);
-  return m == 0 ? 0 : 32 - __builtin_clz(m);
-}
-
 template <bool kLorenzo = true>
 inline int code_length_scalar(const int32_t* q, int32_t prev) {
   uint32_t all = 0;
@@ -304,6 +297,13 @@ inline int code_length_scalar(const int32_t* q, int32_t prev) {
     all |= d < 0 ? 0u - static_cast<uint32_t>(d) : static_cast<uint32_t>(d);
   }
   return all == 0 ? 0 : 32 - __builtin_clz(all);
+}
+
+// Bit length of |q[0]| | |q[31]|: a lower bound of a block's direct code length (two lanes).
+inline int ends_length_scalar(const int32_t* q) {
+  const auto mag = [](int32_t v) { return v < 0 ? 0u - static_cast<uint32_t>(v) : static_cast<uint32_t>(v); };
+  const uint32_t m = mag(q[0]) | mag(q[kLen - 1]);
+  return m == 0 ? 0 : 32 - __builtin_clz(m);
 }
 
 #if defined(__AVX2__)
@@ -638,21 +638,26 @@ inline uint32_t or_of_lanes(__m256i v) {
 }
 
 #if !defined(__AVX512F__)
+// Lorenzo deltas of lanes 8k .. 8k+7 (`cur`), called for k = 0..3 in turn: each lane's previous
+// code is the codes shifted up by one lane across the 32; `carry` holds the previous group's
+// last code in every lane (prev, broadcast, before k = 0) and is advanced to cur's.
+inline __m256i lorenzo_deltas8(__m256i cur, __m256i& carry) {
+  const __m256i before = _mm256_blend_epi32(
+      _mm256_permutevar8x32_epi32(cur, _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6)), carry, 0x01);
+  carry = _mm256_permutevar8x32_epi32(cur, _mm256_set1_epi32(7));
+  return _mm256_sub_epi32(cur, before);
+}
+
 // code_length_scalar, eight lanes at a time, each lane's previous code formed in registers as
 // pack_regs does: loads at q + 8k - 1 would span two of the 32-byte stores quantize() made, which
 // store forwarding cannot serve (the AVX-512 version below says what that cost).
 template <bool kLorenzo = true>
 inline int code_length(const int32_t* q, int32_t prev) {
-  const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
   __m256i all = _mm256_setzero_si256();
   __m256i carry = _mm256_set1_epi32(prev);
   for (int k = 0; k < 4; ++k) {
     const __m256i cur = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 8 * k));
-    __m256i d = cur;
-    if constexpr (kLorenzo) {
-      d = _mm256_sub_epi32(cur, _mm256_blend_epi32(_mm256_permutevar8x32_epi32(cur, rotate), carry, 0x01));
-      carry = _mm256_permutevar8x32_epi32(cur, _mm256_set1_epi32(7));
-    }
+    const __m256i d = kLorenzo ? lorenzo_deltas8(cur, carry) : cur;
     all = _mm256_or_si256(all, _mm256_abs_epi32(d));
   }
   const uint32_t any = or_of_lanes(all);
@@ -699,14 +704,18 @@ ZCCL_AVX512_INLINE int write_planes16(uint32_t sign, __m512i mlo, __m512i mhi, u
 }
 
 // pack() on codes in registers: lanes 0-15 in lo, 16-31 in hi.
+// Codes of lanes 0-15 (lo) and 16-31 (hi) to their Lorenzo deltas, in place: each lane's
+// previous code is the codes shifted up by one lane across the 32, prev in lane 0.
+ZCCL_AVX512_INLINE void lorenzo_deltas16(int32_t prev, __m512i& lo, __m512i& hi) {
+  const __m512i before_lo = _mm512_maskz_alignr_epi32(0xFFFF, lo, _mm512_set1_epi32(prev), 15);
+  hi = _mm512_sub_epi32(hi, _mm512_maskz_alignr_epi32(0xFFFF, hi, lo, 15));
+  lo = _mm512_sub_epi32(lo, before_lo);
+}
+
 template <bool kLorenzo = true>
 ZCCL_AVX512_INLINE int pack16x2(__m512i lo, __m512i hi, int32_t prev, uint8_t* words) {
-  // Previous code of each lane: the codes shifted up by one lane across the 32, prev in lane 0.
   __m512i dlo = lo, dhi = hi;
-  if constexpr (kLorenzo) {
-    dlo = _mm512_sub_epi32(lo, _mm512_maskz_alignr_epi32(0xFFFF, lo, _mm512_set1_epi32(prev), 15));
-    dhi = _mm512_sub_epi32(hi, _mm512_maskz_alignr_epi32(0xFFFF, hi, lo, 15));
-  }
+  if constexpr (kLorenzo) lorenzo_deltas16(prev, dlo, dhi);
   const __m512i zero = _mm512_setzero_si512();
   const uint32_t sign = _cvtmask16_u32(_mm512_cmplt_epi32_mask(dlo, zero)) |
                         _cvtmask16_u32(_mm512_cmplt_epi32_mask(dhi, zero)) << 16;
@@ -733,12 +742,8 @@ ZCCL_AVX512_INLINE int pack(const int32_t* q, int32_t prev, uint8_t* words) {
 // stored).
 template <bool kLorenzo = true>
 ZCCL_AVX512_INLINE int code_length(const int32_t* q, int32_t prev) {
-  const __m512i lo = _mm512_loadu_si512(q), hi = _mm512_loadu_si512(q + 16);
-  __m512i dlo = lo, dhi = hi;
-  if constexpr (kLorenzo) {
-    dlo = _mm512_sub_epi32(lo, _mm512_maskz_alignr_epi32(0xFFFF, lo, _mm512_set1_epi32(prev), 15));
-    dhi = _mm512_sub_epi32(hi, _mm512_maskz_alignr_epi32(0xFFFF, hi, lo, 15));
-  }
+  __m512i dlo = _mm512_loadu_si512(q), dhi = _mm512_loadu_si512(q + 16);
+  if constexpr (kLorenzo) lorenzo_deltas16(prev, dlo, dhi);
   const uint32_t any = or_of_lanes16(_mm512_maskz_abs_epi32(0xFFFF, dlo),
                                      _mm512_maskz_abs_epi32(0xFFFF, dhi));
   return any == 0 ? 0 : 32 - __builtin_clz(any);
@@ -812,21 +817,15 @@ inline int write_planes8(uint32_t sign, __m256i* mag, uint32_t any, uint8_t* wor
 // pack() on codes already in registers: lanes 8k .. 8k+7 in codes[k].
 template <bool kLorenzo = true>
 inline int pack_regs(const __m256i* codes, int32_t prev, uint8_t* words) {
-  // Previous code for each lane: the codes shifted up by one lane across the 32, prev in lane 0.
-  const __m256i rotate = _mm256_setr_epi32(7, 0, 1, 2, 3, 4, 5, 6);
   __m256i mag[4];
   uint32_t sign = 0;
   __m256i all = _mm256_setzero_si256();
   __m256i carry = _mm256_set1_epi32(prev);
   for (int k = 0; k < 4; ++k) {
-    const __m256i cur = codes[k];
-    const __m256i shifted =
-        _mm256_blend_epi32(_mm256_permutevar8x32_epi32(cur, rotate), carry, 0x01);
-    const __m256i delta = kLorenzo ? _mm256_sub_epi32(cur, shifted) : cur;
+    const __m256i delta = kLorenzo ? lorenzo_deltas8(codes[k], carry) : codes[k];
     sign |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_castsi256_ps(delta))) << (8 * k);
     mag[k] = _mm256_abs_epi32(delta);
     all = _mm256_or_si256(all, mag[k]);
-    carry = _mm256_permutevar8x32_epi32(cur, _mm256_set1_epi32(7));
   }
   return write_planes8(sign, mag, or_of_lanes(all), words);
 }
