@@ -1,4 +1,5 @@
-"""Build of the zccl_torch._C extension (torch C++ extension API + pybind11, OpenMP, Open MPI).
+"""Build of the zccl_torch._C extension (torch C++ extension API + pybind11, OpenMP; Open MPI
+when present).
 
 The extension is compiled against the torch installed in the environment that builds it, so
 always build without pip's build isolation (an isolated build would compile against another torch,
@@ -15,6 +16,10 @@ Environment knobs:
 * ``ZCCL_WITH_ZSTD``: ``0`` builds without libzstd (default: with it when ``zstd.h`` is found;
   ``scripts/setup.sh`` installs ``libzstd-dev``). Without it the lossless mode stores raw chunks
   and streams that use the zstd codec cannot be read.
+* ``ZCCL_WITH_MPI``: ``auto`` (default) builds the Open MPI transport when ``mpicc`` is found and
+  without it otherwise (with a warning); ``1`` requires it; ``0`` leaves it out. A build without it
+  needs no Open MPI at build or run time; its process groups use zccl's TCP transport (torchrun,
+  or mpirun on one host).
 * ``MPICC``: MPI compiler wrapper to query for include and link flags (default ``mpicc``).
 * ``ZCCL_CUDA_ARCH``: GPU architectures of the CUDA build (default ``90``; e.g. ``90;100``). The
   CUDA build (csrc/**/*.cu, ``ZCCL_WITH_CUDA=1``) happens only when torch has CUDA
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -64,28 +70,66 @@ SOURCE_DIRS = [
 ]
 
 
-def mpi_flags() -> tuple[list[str], list[str]]:
-    """Compile and link flags of the MPI library, from the Open MPI compiler wrapper."""
+def find_mpicc() -> str | None:
+    """The Open MPI compiler wrapper (``MPICC``, default ``mpicc``), or None when it is absent."""
     mpicc = os.environ.get("MPICC", "mpicc")
-    if shutil.which(mpicc) is None:
-        raise RuntimeError(
-            f"{mpicc} not found: install Open MPI (Debian: apt-get install libopenmpi-dev "
-            "openmpi-bin) or point MPICC at your MPI compiler wrapper"
+    return mpicc if shutil.which(mpicc) else None
+
+
+def with_mpi(mpicc: str | None) -> bool:
+    """Whether the build has the Open MPI transport: ``ZCCL_WITH_MPI`` (``auto``, the default:
+    when ``mpicc`` is found; ``1``: required; ``0``: never)."""
+    choice = os.environ.get("ZCCL_WITH_MPI", "auto").strip().lower() or "auto"
+    if choice not in ("auto", "0", "1"):
+        raise SystemExit(f"zccl-torch: ZCCL_WITH_MPI must be auto, 0 or 1, got {choice!r}")
+    if choice == "1" and mpicc is None:
+        raise SystemExit(
+            f"zccl-torch: ZCCL_WITH_MPI=1 but {os.environ.get('MPICC', 'mpicc')} was not found: "
+            "install Open MPI (Debian: apt-get install libopenmpi-dev openmpi-bin), point MPICC at "
+            "your MPI compiler wrapper, or build without it (ZCCL_WITH_MPI=0)"
         )
+    if choice == "0":
+        return False
+    if mpicc is None:
+        print(
+            "zccl-torch: mpicc not found, building WITHOUT the Open MPI transport: process groups "
+            "will use zccl's TCP transport (torchrun, or mpirun on one host). Install Open MPI "
+            "(apt-get install libopenmpi-dev openmpi-bin) and rebuild for the MPI transport, or "
+            "set ZCCL_WITH_MPI=1 to make its absence an error.",
+            file=sys.stderr,
+        )
+        return False
+    return True
+
+
+def mpi_flags(mpicc: str | None, link: bool) -> tuple[list[str], list[str]]:
+    """Compile and link flags of the MPI library, from the Open MPI compiler wrapper.
+
+    The compile flags (include folders) are used whenever the wrapper is there, also for a build
+    without the MPI transport (``link`` False): they change nothing in the files that build
+    compiles, and identical compile commands let ninja reuse every object when one build tree
+    switches between the two (the test of the build without MPI does that)."""
+    if mpicc is None:
+        return [], []
 
     def show(what: str) -> list[str]:
         cmd = [mpicc, f"--showme:{what}"]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True)
         return shlex.split(out.stdout)
 
-    return show("compile"), show("link")
+    return show("compile"), show("link") if link else []
 
 
-def sources() -> list[str]:
+def sources(mpi: bool) -> list[str]:
+    """The extension's C++ sources: with the Open MPI transport (``mpi``) its
+    csrc/transport/mpi_*.cpp files, else csrc/transport/without_mpi/ in their place."""
     files: list[str] = []
     for folder in SOURCE_DIRS:
         files += sorted(str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*.cpp"))
-    return files
+    mpi_files = {f for f in files if re.fullmatch(r"csrc/transport/mpi_\w+\.cpp", f)}
+    without = {f for f in files if f.startswith("csrc/transport/without_mpi/")}
+    drop = without if mpi else mpi_files
+    return [f for f in files if f not in drop]
 
 
 GENERATED = ROOT / "build" / "zccl_generated"
@@ -164,10 +208,9 @@ def cuda_enabled() -> bool:
 def nvcc_args() -> list[str]:
     # -fmad=false: no FMA contraction, so the GPU encoder reproduces the CPU's streams bit for bit.
     # C++20: torch's headers (included by csrc/backend/cuda_device.cu) need it; nvcc keeps the last
-    # -std it is given, so this must not undercut torch's own -std=c++20. MPI's include flags:
-    # csrc/gpu_collectives includes mpi.h.
-    args = ["-O3", "-fmad=false", "-std=c++20", "-DZCCL_WITH_CUDA=1", "-DOMPI_SKIP_MPICXX=1"]
-    args += [f for f in mpi_compile if f.startswith(("-I", "-D"))] + zstd_compile
+    # -std it is given, so this must not undercut torch's own -std=c++20. No MPI flags: no .cu
+    # file includes mpi.h (the transport answers Comm::device_memory()).
+    args = ["-O3", "-fmad=false", "-std=c++20", "-DZCCL_WITH_CUDA=1", *zstd_compile]
     args += torch_system_includes()
     for arch in os.environ.get("ZCCL_CUDA_ARCH", "90").replace(",", ";").split(";"):
         if arch.strip():
@@ -176,13 +219,16 @@ def nvcc_args() -> list[str]:
 
 
 write_build_info()
-mpi_compile, mpi_link = mpi_flags()
+mpicc = find_mpicc()
+mpi_built = with_mpi(mpicc)
+mpi_compile, mpi_link = mpi_flags(mpicc, link=mpi_built)
 zstd_compile, zstd_link = zstd_flags()
 
 if cuda_enabled():
     extension = CUDAExtension(
         name="zccl_torch._C",
-        sources=sources() + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cu")),
+        sources=sources(mpi_built)
+        + sorted(str(p.relative_to(ROOT)) for p in (ROOT / "csrc").rglob("*.cu")),
         extra_compile_args={
             "cxx": [*compile_args(), *mpi_compile, "-DZCCL_WITH_CUDA=1"],
             "nvcc": nvcc_args(),
@@ -192,7 +238,7 @@ if cuda_enabled():
 else:
     extension = CppExtension(
         name="zccl_torch._C",
-        sources=sources(),
+        sources=sources(mpi_built),
         extra_compile_args=compile_args() + mpi_compile,
         extra_link_args=["-fopenmp", *mpi_link, *zstd_link],
     )

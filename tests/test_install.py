@@ -86,14 +86,15 @@ def test_import_without_the_mpi_library_says_what_to_install(tmp_path: Path) -> 
         timeout=120,
     )
     assert done.returncode != 0
-    assert "ImportError: zccl_torch needs Open MPI's shared library" in done.stderr, done.stderr
+    expected = "ImportError: This zccl_torch build needs Open MPI's shared library"
+    assert expected in done.stderr, done.stderr
     assert "apt-get install libopenmpi3" in done.stderr
     assert "libmpi.so.40: file too short" in done.stderr  # the loader's own words are kept
 
 
 def test_explain_names_the_cause() -> None:
     missing = ImportError("libmpi.so.40: cannot open shared object file: No such file")
-    assert explain(missing).startswith("zccl_torch needs Open MPI's shared library")
+    assert explain(missing).startswith("This zccl_torch build needs Open MPI's shared library")
     stale = ImportError("_C.so: undefined symbol: _ZN3c104cuda")
     assert "rebuild it against this torch" in explain(stale)
     other = ImportError("something else")

@@ -32,18 +32,22 @@ def identity(**changes: Any) -> dict[str, Any]:
 
 
 def join_all(
-    identities: list[dict[str, Any] | None], seconds: float = 20.0, legacy_last: bool = False
+    identities: list[dict[str, Any] | None],
+    seconds: float = 20.0,
+    legacy_last: bool = False,
+    transports: list[str] | None = None,
 ) -> list[BaseException | None]:
     """Every rank joins from its own thread; ``None`` identities run the protocol of builds older
-    than the check (count the arrival, the last one writes "1", wait for it). Returns what each
-    rank raised (None: it joined)."""
+    than the check (count the arrival, the last one writes "1", wait for it). ``transports``: the
+    one each rank chose. Returns what each rank raised (None: it joined)."""
     size = len(identities)
     store = dist.HashStore()
     outcomes: list[BaseException | None] = [None] * size
 
     def new_rank(r: int) -> None:
         try:
-            membership.join_group(store, r, size, seconds, identity=identities[r])
+            chosen = transports[r] if transports else None
+            membership.join_group(store, r, size, seconds, identity=identities[r], transport=chosen)
         except BaseException as exc:
             outcomes[r] = exc
 
@@ -105,6 +109,22 @@ def test_every_differing_field_is_named_with_its_ranks() -> None:
     ids = [identity(), identity(wire="x")]
     message = the_same_error(join_all(ids), [0, 1])
     assert "wire: none on rank 0, x on rank 1" in message
+
+
+def test_ranks_that_chose_different_transports_raise_on_every_rank() -> None:
+    """ZCCL_TRANSPORT set on some ranks only: without the check the MPI ranks waited in
+    MPI_Comm_dup and the TCP ranks for connections, until the group's timeout."""
+    same = join_all([identity()] * 3, transports=["tcp"] * 3)
+    assert same == [None] * 3
+    outcomes = join_all([identity()] * 3, transports=["tcp", "mpi", "tcp"])
+    message = the_same_error(outcomes, [0, 1, 2])
+    assert message.startswith("zccl: creating a process group: its ranks chose different")
+    assert "tcp on ranks 0, 2, mpi on rank 1" in message
+    assert "Set ZCCL_TRANSPORT to the same value on every rank" in message
+    # A build difference is the cause to name first (its advice differs).
+    ids = [identity(), identity(format_version=2)]
+    message = the_same_error(join_all(ids, transports=["tcp", "mpi"]), [0, 1])
+    assert "different zccl builds" in message and "transports" not in message
 
 
 @pytest.mark.parametrize("legacy_last", [False, True])

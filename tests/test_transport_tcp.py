@@ -91,6 +91,12 @@ def test_transport_choice() -> None:
     assert backend.transport({"ZCCL_TRANSPORT": "MPI"}) == "mpi"
     with pytest.raises(ValueError, match="ZCCL_TRANSPORT must be one of"):
         backend.transport({"ZCCL_TRANSPORT": "gloo"})
+    # A build without Open MPI: mpirun's launch goes over TCP; an explicit "mpi" is kept, and
+    # creating a group then fails on every rank (tests/test_build_without_mpi.py).
+    assert backend.transport({"OMPI_COMM_WORLD_SIZE": "4"}, mpi_built=False) == "tcp"
+    assert backend.transport({"OMPI_COMM_WORLD_SIZE": "4"}, mpi_built=True) == "mpi"
+    assert backend.transport({"ZCCL_TRANSPORT": "mpi"}, mpi_built=False) == "mpi"
+    assert backend.mpi_transport_built()  # this checkout's build has it
 
 
 def test_derived_master_port_is_below_the_ephemeral_range() -> None:

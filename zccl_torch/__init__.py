@@ -36,6 +36,7 @@ from zccl_torch.errors import CorruptStreamError
 _backend.register()
 last_stats = _backend.last_stats
 total_stats = _backend.total_stats
+mpi_transport_built = _backend.mpi_transport_built
 
 # Submodules users reach as zccl_torch.policy / zccl_torch.hooks (imported after registration).
 from zccl_torch import hooks, policy  # noqa: E402
@@ -55,6 +56,7 @@ __all__ = [
     "last_stats",
     "lossless_codec",
     "max_compressed_size",
+    "mpi_transport_built",
     "policy",
     "quantize",
     "recompress_add",

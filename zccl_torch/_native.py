@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 
 _MPI_HELP = (
-    "zccl_torch needs Open MPI's shared library (libmpi.so.40; both the mpirun and the torchrun "
-    "launch load it), and it could not be loaded. Install Open MPI's runtime: Debian/Ubuntu "
-    "`apt-get install libopenmpi3` (`openmpi-bin libopenmpi-dev` to also run mpirun and build), "
-    "conda `conda install -c conda-forge openmpi`; or, if it is installed in a non-standard place, "
-    "add its lib directory to LD_LIBRARY_PATH."
+    "This zccl_torch build needs Open MPI's shared library (libmpi.so.40; both the mpirun and the "
+    "torchrun launch load it), and it could not be loaded. Install Open MPI's runtime: "
+    "Debian/Ubuntu `apt-get install libopenmpi3` (`openmpi-bin libopenmpi-dev` to also run mpirun "
+    "and build), conda `conda install -c conda-forge openmpi`; or, if it is installed in a "
+    "non-standard place, add its lib directory to LD_LIBRARY_PATH. To run without Open MPI "
+    "(torchrun, or mpirun on one host, over zccl's TCP transport), rebuild with ZCCL_WITH_MPI=0."
 )
 _TORCH_HELP = (
     "zccl_torch's extension was built against another torch than the one installed (undefined "

@@ -2,11 +2,12 @@
 
 ``import zccl_torch`` registers it (idempotently). Launch with ``torchrun`` (zccl groups then
 carry their bytes over their own TCP connections, set up through the group's store) or with
-``mpirun`` (over Open MPI); see :func:`transport`. Under ``mpirun`` on one host nothing else
-is needed: the launch variables torch's ``env://`` rendezvous wants (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT) are derived from Open MPI's when absent. On several hosts, set
-MASTER_ADDR (a host all ranks reach) and MASTER_PORT as usual, or pass ``init_method``. MPI
-itself is initialised only when the first zccl group over Open MPI is created, never at import.
+``mpirun`` (over Open MPI, or over TCP in a build without Open MPI); see :func:`transport`.
+Under ``mpirun`` on one host nothing else is needed: the launch variables torch's ``env://``
+rendezvous wants (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are derived from Open MPI's when
+absent. On several hosts, set MASTER_ADDR (a host all ranks reach) and MASTER_PORT as usual, or
+pass ``init_method``. MPI itself is initialised only when the first zccl group over Open MPI is
+created, never at import.
 """
 
 from __future__ import annotations
@@ -75,14 +76,21 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     register_group_options(str(dist_opts.group_id), options)
     timeout = dist_opts.timeout
     seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
-    use_tcp = transport() == "tcp"
+    chosen = transport()
+    use_tcp = chosen == "tcp"
     abort_on_exception = False if use_tcp else _abort_on_exception_enabled()
-    # Every member must be there, running the same build, before the transport connects: MPI
-    # creates the group's communicator collectively and without a deadline (one member that
-    # never comes would leave the others waiting forever), and ranks of different builds would
-    # fail later on one rank only, or hang (membership.py).
+    # Every member must be there, running the same build and choosing the same transport, before
+    # the transport connects: MPI creates the group's communicator collectively and without a
+    # deadline (one member that never comes would leave the others waiting forever), and ranks
+    # of different builds or transports would fail later on one rank only, or hang
+    # (membership.py). In a build without Open MPI, `mpi` then fails on every rank that chose it,
+    # naming what to do (csrc/transport/without_mpi/no_mpi.cpp).
     membership.join_group(
-        dist_opts.store, int(dist_opts.group_rank), int(dist_opts.group_size), seconds
+        dist_opts.store,
+        int(dist_opts.group_rank),
+        int(dist_opts.group_size),
+        seconds,
+        transport=chosen,
     )
     if use_tcp:
         return _create_over_tcp(dist_opts, seconds, options)
@@ -215,13 +223,22 @@ _TRANSPORTS = ("auto", "mpi", "tcp")
 _MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
 
 
-def transport(environ: dict[str, str] | None = None) -> str:
+def mpi_transport_built() -> bool:
+    """Whether this build of zccl has the Open MPI transport (setup.py leaves it out when built
+    with ``ZCCL_WITH_MPI=0`` or where no ``mpicc`` was found)."""
+    return bool(_C.MPI_TRANSPORT)
+
+
+def transport(environ: dict[str, str] | None = None, mpi_built: bool | None = None) -> str:
     """The transport new zccl groups use: ``"mpi"`` or ``"tcp"``.
 
     ``ZCCL_TRANSPORT`` (``auto``, ``mpi``, ``tcp``; default ``auto``) decides. ``auto`` takes Open
     MPI when an MPI launcher started the process (mpirun sets ``OMPI_COMM_WORLD_SIZE``/PMIx
-    variables) and our own TCP sockets otherwise (torchrun or any launcher that gives torch a
-    store): the compressed collectives are the same over both, only the bytes' carrier differs.
+    variables) and the build has it (:func:`mpi_transport_built`; ``mpi_built`` overrides, for
+    tests), and our own TCP sockets otherwise (torchrun or any launcher that gives torch a store;
+    under mpirun on one host the store's address is derived from Open MPI's variables): the
+    compressed collectives are the same over both, only the bytes' carrier differs. ``mpi`` in a
+    build without it is returned as asked; creating a group then raises on every rank.
     """
     env = os.environ if environ is None else environ
     choice = env.get("ZCCL_TRANSPORT", "auto").strip().lower() or "auto"
@@ -229,7 +246,8 @@ def transport(environ: dict[str, str] | None = None) -> str:
         raise ValueError(f"ZCCL_TRANSPORT must be one of {_TRANSPORTS}, got {choice!r}")
     if choice != "auto":
         return choice
-    return "mpi" if any(v in env for v in _MPI_LAUNCH_VARS) else "tcp"
+    built = mpi_transport_built() if mpi_built is None else mpi_built
+    return "mpi" if built and any(v in env for v in _MPI_LAUNCH_VARS) else "tcp"
 
 
 def register() -> None:

@@ -39,6 +39,9 @@ _FIELD_NAMES = {
     "source_digest": "C++ source digest",
     "lossless_codec": "lossless codec",
 }
+# Not part of the build: the transport a rank chose for the group being created
+# (zccl_torch.backend.transport()); ranks that chose differently would never reach each other.
+_TRANSPORT_FIELD = "transport"
 
 
 def build_identity() -> dict[str, Any]:
@@ -65,16 +68,19 @@ def join_group(
     size: int,
     seconds: float,
     identity: dict[str, Any] | None = None,
+    transport: str | None = None,
 ) -> None:
     """Returns once all ``size`` members of the group being created reached this point and all run
-    the same build.
+    the same build and, when ``transport`` is given, chose the same transport.
 
     Raises ``RuntimeError`` on every rank, naming each differing field of :func:`build_identity`
-    and which ranks hold which value, or naming the ranks too old to publish one; raises
-    ``RuntimeError`` naming how many ranks arrived after ``seconds``. ``identity`` replaces this
-    rank's own (tests).
+    (or the transports) and which ranks hold which value, or naming the ranks too old to publish
+    one; raises ``RuntimeError`` naming how many ranks arrived after ``seconds``. ``identity``
+    replaces this rank's own (tests).
     """
-    mine = build_identity() if identity is None else identity
+    mine = dict(build_identity() if identity is None else identity)
+    if transport is not None:
+        mine[_TRANSPORT_FIELD] = transport
     # Published before arriving: the rank that completes the count then reads every identity.
     store.set(_IDENTITY_KEY.format(rank=rank), json.dumps(mine, sort_keys=True))
     arrived = int(store.add(_ARRIVED_KEY, 1))
@@ -141,6 +147,7 @@ def describe_mismatch(identities: list[dict[str, Any] | None]) -> str:
     fields = list(_FIELD_NAMES) + sorted(
         {k for _, ident in known for k in ident} - set(_FIELD_NAMES)
     )
+    transport = ""
     for field in fields:
         holders: dict[str, list[int]] = {}
         for r, ident in known:
@@ -151,14 +158,23 @@ def describe_mismatch(identities: list[dict[str, Any] | None]) -> str:
             f"{_show(json.loads(value))} on {_ranks_phrase(ranks)}"
             for value, ranks in sorted(holders.items(), key=lambda item: item[1][0])
         )
-        parts.append(f"{_FIELD_NAMES.get(field, field)}: {sides}")
-    if not parts:
-        return ""
-    return (
-        "zccl: creating a process group: its ranks run different zccl builds, whose collectives "
-        "cannot talk to each other; " + "; ".join(parts) + ". Install the same zccl-torch build "
-        "on every node (every rank raised this error; no data was moved)."
-    )
+        if field == _TRANSPORT_FIELD:
+            transport = sides
+        else:
+            parts.append(f"{_FIELD_NAMES.get(field, field)}: {sides}")
+    if parts:
+        return (
+            "zccl: creating a process group: its ranks run different zccl builds, whose "
+            "collectives cannot talk to each other; " + "; ".join(parts) + ". Install the same "
+            "zccl-torch build on every node (every rank raised this error; no data was moved)."
+        )
+    if transport:
+        return (
+            "zccl: creating a process group: its ranks chose different transports, which cannot "
+            f"reach each other: {transport}. Set ZCCL_TRANSPORT to the same value on every rank, "
+            "or leave it unset on all (every rank raised this error; no data was moved)."
+        )
+    return ""
 
 
 def _show(value: Any) -> str:

@@ -124,9 +124,9 @@ class CudaDevice final : public Device {
     return r;
   }
 
-  at::Tensor host_view(const at::Tensor& t, bool read, bool host_memory) override {
-    if (!host_memory && gpucoll::cuda_aware_mpi()) {
-      c10::cuda::getCurrentCUDAStream().synchronize();  // MPI reads device memory: data must be there
+  at::Tensor host_view(const at::Tensor& t, bool read, bool device_ok) override {
+    if (device_ok) {
+      c10::cuda::getCurrentCUDAStream().synchronize();  // the transport reads device memory: data must be there
       return t;
     }
     at::Tensor host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));

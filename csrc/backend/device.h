@@ -58,11 +58,12 @@ class Device {
   virtual bool compresses(DeviceOp op, at::ScalarType dtype) const = 0;
   // Finite min/max of a contiguous floating tensor.
   virtual fz::FiniteRange value_range(const at::Tensor& t, int threads) = 0;
-  // A tensor holding `t`'s bytes for the exact (uncompressed) transport, or, with `host_memory`,
-  // for the CPU's codec: `t` itself where that can read it (host memory; the transport also reads
-  // device memory when it is CUDA-aware), else a host copy (filled from `t` when `read`).
-  // from_host() writes it back into `t`; it does nothing when host_view returned `t` itself.
-  virtual at::Tensor host_view(const at::Tensor& t, bool read, bool host_memory) = 0;
+  // A tensor holding `t`'s bytes for whoever reads them next (the exact transport, the CPU's
+  // codec): `t` itself where that reader can read it (host memory; device memory too with
+  // `device_ok`, for a transport that reads it: Comm::device_memory()), else a host copy
+  // (filled from `t` when `read`). from_host() writes it back into `t`; it does nothing when
+  // host_view returned `t` itself.
+  virtual at::Tensor host_view(const at::Tensor& t, bool read, bool device_ok) = 0;
   virtual void from_host(at::Tensor& t, const at::Tensor& host) = 0;
 
   // The compressed collectives (collectives.h has their contracts); `dt` is the staged buffer's

@@ -40,14 +40,14 @@ struct HostArg {
 using Pointers = std::vector<void*>;
 
 // Runs `call` on the device's host views of `args` (Device::host_view: the tensors themselves
-// on the CPU), then writes the results back. `host_memory`: the CPU's codec reads them, not
-// only the exact transport.
-void on_host(Device& dev, const std::vector<HostArg>& args, bool host_memory,
+// on the CPU), then writes the results back. `device_ok`: only a transport that reads device
+// memory (Comm::device_memory()) reads them, not the CPU's codec.
+void on_host(Device& dev, const std::vector<HostArg>& args, bool device_ok,
              const std::function<void(const Pointers&)>& call) {
   std::vector<at::Tensor> views;
   Pointers ptrs;
   for (const HostArg& a : args) {
-    views.push_back(a.tensor->defined() ? dev.host_view(*a.tensor, a.read, host_memory)
+    views.push_back(a.tensor->defined() ? dev.host_view(*a.tensor, a.read, device_ok)
                                         : at::Tensor());
     ptrs.push_back(views.back().defined() ? views.back().data_ptr() : nullptr);
   }
@@ -65,7 +65,7 @@ void compressed(Device& dev, Device& cpu, DeviceOp op, at::ScalarType dtype,
                 const std::vector<HostArg>& args,
                 const std::function<void(Device&, const Pointers&)>& call) {
   if (!dev.compresses(op, dtype)) {
-    on_host(dev, args, /*host_memory=*/true, [&](const Pointers& p) { call(cpu, p); });
+    on_host(dev, args, /*device_ok=*/false, [&](const Pointers& p) { call(cpu, p); });
     return;
   }
   Pointers ptrs;
@@ -230,7 +230,7 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
                });
     record("all_reduce", stats, eb);
   } else {
-    on_host(dev, io, false, [&](const Pointers& p) {
+    on_host(dev, io, comm_->device_memory(), [&](const Pointers& p) {
       comm_->allreduce(transport::kInPlace, p[0], n, elem_type(type), reduce_kind(op, type));
     });
     if (op.op_ == c10d::ReduceOp::AVG) s.buffer.div_(comm_->size());
@@ -273,7 +273,7 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
     record("broadcast", stats, at_root ? eb : received_bound(stats, cfg, eb));
   } else {
     const at::ScalarType type = s.buffer.scalar_type();
-    on_host(dev, io, false, [&](const Pointers& p) {
+    on_host(dev, io, comm_->device_memory(), [&](const Pointers& p) {
       comm_->bcast(p[0], n, moved_as(type), root);
     });
     record_exact("broadcast", n * t.element_size());
@@ -300,7 +300,7 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& o
                });
     record("reduce", stats, eb);
   } else {
-    on_host(dev, io, false, [&](const Pointers& p) {
+    on_host(dev, io, comm_->device_memory(), [&](const Pointers& p) {
       comm_->reduce(at_root ? transport::kInPlace : p[0], p[0], n, elem_type(type), reduce_kind(op, type),
                     root);
     });
@@ -333,7 +333,7 @@ void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& f
                });
     record("all_gather", stats, eb);
   } else {
-    on_host(dev, io, false, [&](const Pointers& p) {
+    on_host(dev, io, comm_->device_memory(), [&](const Pointers& p) {
       comm_->allgather(p[0], p[1], n, moved_as(in.scalar_type()));
     });
     record_exact("all_gather", n * in.element_size());
@@ -368,7 +368,7 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
                });
     record("reduce_scatter", stats, eb);
   } else {
-    on_host(dev, io, false, [&](const Pointers& p) {
+    on_host(dev, io, comm_->device_memory(), [&](const Pointers& p) {
       comm_->reduce_scatter_block(p[0], p[1], n, elem_type(type), reduce_kind(op, type));
     });
     if (op.op_ == c10d::ReduceOp::AVG) dst.buffer.div_(comm_->size());
@@ -403,7 +403,7 @@ void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat
                });
     record("gather", stats, eb);
   } else {
-    on_host(dev, io, false, [&](const Pointers& p) {
+    on_host(dev, io, comm_->device_memory(), [&](const Pointers& p) {
       comm_->gather(p[0], p[1], n, moved_as(in.scalar_type()), root);
     });
     record_exact("gather", n * in.element_size());
@@ -427,7 +427,7 @@ void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, a
     std::vector<at::Tensor> flat_parts;
     for (const auto& t : ins) flat_parts.push_back(t.reshape({-1}));
     at::Tensor flat = ins.empty() ? at::Tensor() : at::cat(flat_parts);
-    on_host(dev, {{&flat, true, false}, {&dst.buffer, false, true}}, false,
+    on_host(dev, {{&flat, true, false}, {&dst.buffer, false, true}}, comm_->device_memory(),
             [&](const Pointers& p) {
               comm_->scatter(p[0], p[1], n, moved_as(out.scalar_type()), root);
             });
@@ -495,7 +495,7 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
                });
     record("all_to_all", stats, agreed.error_bound);
   } else {
-    on_host(dev, io, false, [&](const Pointers& ptr) {
+    on_host(dev, io, comm_->device_memory(), [&](const Pointers& ptr) {
       comm_->alltoallv(ptr[0], send_counts, sd, ptr[1], recv_counts, rd,
                        moved_as(in.scalar_type()));
     });

@@ -48,7 +48,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensor
   check_root(dst, getSize(), "send");
   check_tag(tag, "send");
   // A CUDA tensor: a synchronous copy on the caller's current stream (the values as of the call).
-  const at::Tensor t = dev.host_view(tensors[0].contiguous(), /*read=*/true, /*host_memory=*/true);
+  const at::Tensor t = dev.host_view(tensors[0].contiguous(), /*read=*/true, /*device_ok=*/false);
   const CallConfig cfg = resolve_for_call(defaults_);
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const std::string to = "the receive of rank " + std::to_string(dst) + " (tag " + std::to_string(tag) + ")";
@@ -117,7 +117,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
                     peer_desc("a compressed message", stream->size(), src, tag), on);
   } else {
     at::Tensor dense = out.is_contiguous() ? out : at::empty_like(out, at::MemoryFormat::Contiguous);
-    at::Tensor buf = dev->host_view(dense, /*read=*/false, /*host_memory=*/true);
+    at::Tensor buf = dev->host_view(dense, /*read=*/false, /*device_ok=*/false);
     const size_t bytes = n * out.element_size();
     transport::Request req = post(buf.data_ptr(), bytes);
     work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req),

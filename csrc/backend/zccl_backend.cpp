@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "../transport/mpi_comm.h"
+#include "../transport/mpi_api.h"  // the Open MPI transport, if built
 #include "routing.h"
 #include "staged.h"
 #include "validate.h"

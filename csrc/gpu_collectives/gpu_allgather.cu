@@ -30,7 +30,7 @@ void allgather(Comm& comm, GpuWorkspace& ws, const void* send, void* recv, size_
     cs.done(rt.algorithm);
     return;
   }
-  detail::Call call(ws, stream);
+  detail::Call call(ws, stream, comm);
   auto* out = static_cast<uint8_t*>(recv);
 
   // The own block, exactly (nothing to do when send already is recv's own slot), unless it is

@@ -21,7 +21,7 @@ void allreduce(Comm& comm, GpuWorkspace& ws, void* buf, size_t count, DType dt, 
   const bool min_max = op == ReduceOp::Min || op == ReduceOp::Max;
   const Algorithm algo = min_max && rt.compressed ? Algorithm::RecursiveDoubling : rt.algorithm;
   if (count > 0 && p > 1) {
-    detail::Call call(ws, stream);
+    detail::Call call(ws, stream, comm);
     if (algo == Algorithm::Ring) {
       detail::ring_allreduce(comm, call.w, buf, count, dt, op, cfg, call.s, cs.s);
     } else {

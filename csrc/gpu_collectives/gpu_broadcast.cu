@@ -31,7 +31,7 @@ void broadcast(Comm& comm, GpuWorkspace& ws, void* buf, size_t count, DType dt, 
     cs.done(rt.algorithm);
     return;
   }
-  detail::Call call(ws, stream);
+  detail::Call call(ws, stream, comm);
   const size_t cap = detail::capacity(dt, count, cfg.chunk_len);
   const int tag = comm.next_tag_base();
   cs.s.bytes_in = r == root ? bytes : 0;

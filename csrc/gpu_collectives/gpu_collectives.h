@@ -4,10 +4,10 @@
 // Design:
 // * Uncompressed data never leaves the device. Each algorithm compresses on the device (on the
 //   caller's stream), moves the compressed bytes, and decompresses / decompress-reduces on the
-//   device. The bytes travel either straight from device memory (CUDA-aware MPI, detected with
-//   MPIX_Query_cuda_support() when mpi-ext.h provides it; ZCCL_CUDA_AWARE=0/1 overrides) or
-//   staged through pinned host buffers (cudaMemcpyAsync + stream sync before the MPI send;
-//   receive into pinned memory, then one H2D copy of the compressed bytes).
+//   device. The bytes travel either straight from device memory (when the transport reads it:
+//   Comm::device_memory(), a CUDA-aware MPI) or staged through pinned host buffers
+//   (cudaMemcpyAsync + stream sync before the send; receive into pinned memory, then one H2D copy
+//   of the compressed bytes).
 // * All work is ordered on the one `GpuStream` passed in (the backend's stream); batches of
 //   independent jobs (scatter's per-destination blocks, allgather's p-1 decompressions) fan out to
 //   the workspace's auxiliary streams and join back. Every call returns with its device work
@@ -45,11 +45,6 @@ using fz::DType;
 using gpu::GpuStream;
 using transport::Comm;
 
-// True when compressed bytes can be handed to MPI as device pointers: ZCCL_CUDA_AWARE=1/0 if
-// set, else what MPIX_Query_cuda_support() reports at run time (false when the MPI has no such
-// query). Evaluated once per process.
-bool cuda_aware_mpi();
-
 // Device and pinned memory, auxiliary streams and events of the gZ collectives for one device.
 // Construct with that device current (the constructor records it; every call re-selects it).
 class GpuWorkspace {
@@ -60,7 +55,6 @@ class GpuWorkspace {
   GpuWorkspace& operator=(const GpuWorkspace&) = delete;
 
   int device() const;
-  bool cuda_aware() const;
 
   struct Impl;  // gpu_common.h
   Impl& impl() { return *impl_; }

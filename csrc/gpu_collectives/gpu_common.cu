@@ -1,5 +1,5 @@
-// RAII CUDA resources, the GpuWorkspace, CUDA-aware MPI detection and the staging of compressed
-// bytes between device memory and MPI (see gpu_common.h).
+// RAII CUDA resources, the GpuWorkspace and the staging of compressed bytes between device memory
+// and the transport (see gpu_common.h).
 #include "gpu_common.h"
 
 #include <algorithm>
@@ -7,15 +7,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
-
-#include "../transport/mpi_comm.h"  // the CUDA-awareness question is one for the MPI library
-
-// Open MPI declares MPIX_Query_cuda_support() in its extensions header.
-#if defined(__has_include)
-#if __has_include(<mpi-ext.h>)
-#include <mpi-ext.h>
-#endif
-#endif
 
 namespace zccl::gpucoll {
 namespace detail {
@@ -241,32 +232,13 @@ void decode_batch(GpuWorkspace::Impl& ws, Wire& wire, size_t cap, const std::vec
 
 // ------------------------------------------------------------------------------------------
 
-bool cuda_aware_mpi() {
-  static const bool aware = [] {
-    if (const char* env = std::getenv("ZCCL_CUDA_AWARE")) {
-      if (std::strcmp(env, "0") == 0) return false;
-      if (std::strcmp(env, "1") == 0) return true;
-      throw std::invalid_argument(std::string("zccl: ZCCL_CUDA_AWARE must be 0 or 1, got '") + env + "'");
-    }
-#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
-    transport::ensure_initialized();
-    return MPIX_Query_cuda_support() == 1;
-#else
-    return false;  // no way to ask: staging through pinned memory is always correct
-#endif
-  }();
-  return aware;
-}
-
 GpuWorkspace::GpuWorkspace() : impl_(std::make_unique<Impl>()) {
   detail::check(cudaGetDevice(&impl_->device), "cudaGetDevice");
-  impl_->cuda_aware = cuda_aware_mpi();
 }
 
 GpuWorkspace::~GpuWorkspace() = default;
 
 int GpuWorkspace::device() const { return impl_->device; }
-bool GpuWorkspace::cuda_aware() const { return impl_->cuda_aware; }
 
 size_t* GpuWorkspace::Impl::sizes(size_t n) {
   return reinterpret_cast<size_t*>(sizes_buf.get(std::max<size_t>(n, 1) * sizeof(size_t)));

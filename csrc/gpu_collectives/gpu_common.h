@@ -89,7 +89,7 @@ namespace zccl::gpucoll {
 
 struct GpuWorkspace::Impl {
   int device = 0;
-  bool cuda_aware = false;
+  bool cuda_aware = false;  // the current call's transport reads device memory (set by Call)
   detail::DeviceBuffer dev[detail::kSlotCount];
   detail::PinnedBuffer host[detail::kSlotCount];
   detail::Event host_free[detail::kSlotCount];  // recorded after the last stream use of host[i]
@@ -118,9 +118,13 @@ namespace detail {
 inline cudaStream_t raw(GpuStream s) { return reinterpret_cast<cudaStream_t>(s); }
 
 // One gZ call: the workspace's device made current for its duration, the workspace's buffers,
-// and the caller's stream.
+// and the caller's stream; the compressed bytes go straight from device memory when `comm` reads
+// it, else through pinned host memory (Wire).
 struct Call {
-  Call(GpuWorkspace& ws, GpuStream stream) : scope(ws.device()), w(ws.impl()), s(raw(stream)) {}
+  Call(GpuWorkspace& ws, GpuStream stream, const Comm& comm)
+      : scope(ws.device()), w(ws.impl()), s(raw(stream)) {
+    w.cuda_aware = comm.device_memory();
+  }
   DeviceScope scope;
   GpuWorkspace::Impl& w;
   cudaStream_t s;

@@ -32,7 +32,7 @@ void scatter(Comm& comm, GpuWorkspace& ws, const std::vector<const void*>& block
     cs.done(rt.algorithm);
     return;
   }
-  detail::Call call(ws, stream);
+  detail::Call call(ws, stream, comm);
   auto& w = call.w;
   const size_t cap = detail::capacity(dt, count, cfg.chunk_len);
   const int tag = comm.next_tag_base();

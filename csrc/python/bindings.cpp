@@ -17,8 +17,7 @@
 #include "../collectives/toolkit/validate.h"
 #include "../compress/fzlight.h"
 #include "../compress/fzlight_format.h"
-#include "../transport/mpi_comm.h"
-#include "../transport/mpi_info.h"
+#include "../transport/mpi_api.h"
 #include "build_info.h"
 #include "codes_bindings.h"
 
@@ -420,8 +419,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   }, py::arg("src"), py::arg("threads") = 0,
      "(min, max, any_finite) over the finite values of a float tensor");
   m.def("default_threads", &fz::default_threads, "OpenMP threads used when threads=None");
+  m.attr("MPI_TRANSPORT") = zccl::transport::mpi_transport_built();
   m.def("mpi_library_version", &zccl::transport::mpi_library_version,
-        "Version string of the linked MPI library (does not initialise MPI)");
+        "Version string of the linked MPI library (does not initialise MPI; \"\" in a build "
+        "without Open MPI)");
   m.def("mpi_is_initialized", &zccl::transport::mpi_is_initialized);
   m.def("finalize_mpi_if_owned", &zccl::transport::finalize_if_owned,
         "MPI_Finalize, only if zccl initialised MPI and it is still running");

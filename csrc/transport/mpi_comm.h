@@ -14,6 +14,7 @@
 
 #include <functional>
 
+#include "mpi_api.h"  // finalize_if_owned, abort_if_owned, open_mpi_group
 #include "transport.h"
 
 namespace zccl::transport {
@@ -38,15 +39,6 @@ void check(int rc, const char* what);
 // Returns the provided thread level. If MPI was already initialised by someone else (mpi4py,
 // the user), it is used as is. Thread-safe.
 int ensure_initialized();
-
-// Finalises MPI only if ensure_initialized() initialised it and it is not finalised yet.
-void finalize_if_owned();
-
-// MPI_Abort(MPI_COMM_WORLD, code) -- the launcher then ends every rank of the job -- only if
-// ensure_initialized() initialised MPI, it is still running and the job has more than one rank;
-// returns false (doing nothing) otherwise. For a process dying of an error: MPI_Finalize would
-// wait for ranks that are themselves waiting for this one, until their timeout.
-bool abort_if_owned(int code);
 
 // True when the MPI library provides MPI_THREAD_MULTIPLE; otherwise every MPI call made through
 // this layer is serialised by one process-wide lock.
@@ -85,6 +77,10 @@ class MpiComm final : public Comm {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   int tag_ub() const override { return tag_ub_; }
+  // A CUDA-aware MPI reads and writes device memory: ZCCL_CUDA_AWARE=0/1 if set, else what
+  // MPIX_Query_cuda_support() reports (false when mpi-ext.h has no such query). Asked once per
+  // process.
+  bool device_memory() const override;
   MPI_Comm raw() const { return comm_; }
   std::unique_ptr<Comm> duplicate() const override;
   std::unique_ptr<Comm> subgroup(const std::vector<int>& ranks) const override;
@@ -129,13 +125,5 @@ class MpiComm final : public Comm {
   // communicator is never freed (Open MPI's libnbc would touch the freed communicator).
   mutable bool abandoned_ = false;
 };
-
-// The communicator of a torch process group of `size` ranks in which this process is `rank`:
-// a duplicate of MPI_COMM_WORLD when `global_ranks` is empty or all of it in order, else a
-// communicator of exactly those world ranks (`group_id` names the group; the same on every
-// member). Throws std::invalid_argument when torch's ranks disagree with MPI's.
-std::unique_ptr<MpiComm> open_mpi_group(int rank, int size,
-                                        const std::vector<int64_t>& global_ranks,
-                                        const std::string& group_id);
 
 }  // namespace zccl::transport

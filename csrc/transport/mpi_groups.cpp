@@ -103,9 +103,8 @@ std::unique_ptr<MpiComm> MpiComm::create_group(const std::vector<int>& world_ran
   }
 }
 
-std::unique_ptr<MpiComm> open_mpi_group(int rank, int size,
-                                        const std::vector<int64_t>& global_ranks,
-                                        const std::string& group_id) {
+std::unique_ptr<Comm> open_mpi_group(int rank, int size, const std::vector<int64_t>& global_ranks,
+                                     const std::string& group_id) {
   ensure_initialized();
   int world_rank = 0, world_size = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

@@ -1,9 +1,9 @@
 // The transport interface: what the collectives and the backend need to move bytes and run the
 // exact (uncompressed) collectives between the ranks of one group. Knows nothing of compression
-// and nothing of MPI: MpiComm (mpi_comm.h) is today's implementation.
+// and nothing of MPI. Two implementations: MpiComm (mpi_comm.h; opened through mpi_api.h, which
+// a build without Open MPI provides too) and TcpComm (tcp/tcp_comm.h).
 //
-// A second transport (e.g. TCP sockets rendezvoused through torch's store, for launches without
-// mpirun) implements Comm's pure virtual members:
+// A transport implements Comm's pure virtual members:
 //   * rank(), size(), tag_ub(), duplicate(), subgroup();
 //   * post_send / post_recv (non-blocking byte messages of any size, matched by (peer, tag) in
 //     order; a receive may be larger than the message, a larger message fails with
@@ -108,6 +108,11 @@ class Comm {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual int tag_ub() const = 0;  // largest valid tag (at least 32767)
+
+  // Whether isend/irecv and the exact collectives accept CUDA device pointers. False unless the
+  // transport says otherwise (a CUDA-aware MPI; never the TCP transport, whose sockets read
+  // host memory only): the GPU paths then stage their bytes through pinned host memory.
+  virtual bool device_memory() const { return false; }
 
   // A second communicator over the same ranks, in the same order (the backend keeps one for
   // point-to-point); collective over the group.

@@ -266,7 +266,7 @@ int main(int argc, char** argv) {
     cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
     {
       gpucoll::GpuWorkspace ws;
-      if (comm->rank() == 0) std::printf("CUDA-aware MPI: %s\n", ws.cuda_aware() ? "yes" : "no");
+      if (comm->rank() == 0) std::printf("CUDA-aware MPI: %s\n", comm->device_memory() ? "yes" : "no");
       try {
         check_allreduce<float>(*comm, ws, stream);
         check_allreduce<double>(*comm, ws, stream);
