@@ -340,15 +340,21 @@ stage_codec_checks() {
   wait
 }
 
-# The backend's checks on CUDA tensors at 2, 3 and 4 ranks (each within $1 seconds, default 240),
+# The backend's checks on CUDA tensors at 2, 3 and 4 ranks over Open MPI and 3 over TCP (each
+# within $1 seconds, default 240),
 # after whatever the caller started in the background.
 stage_backend() {
   local limit=${1:-240}
   step backend_checks_p2 "$limit" "${MPIRUN[@]}" -np 2 python3 tests/mpi/gpu_backend_checks.py &
   step backend_checks_p3 "$limit" "${MPIRUN[@]}" -np 3 python3 tests/mpi/gpu_backend_checks.py &
   wait
+  # 3 ranks over the TCP transport (torchrun's; Comm::device_memory() false: always staged)
+  # beside the 4 over Open MPI.
+  step backend_checks_tcp_p3 "$limit" "${MPIRUN[@]}" -x ZCCL_TRANSPORT=tcp -np 3 \
+    python3 tests/mpi/gpu_backend_checks.py &
   step backend_checks_p4 "$limit" "${MPIRUN[@]}" -np 4 python3 tests/mpi/gpu_backend_checks.py
-  for f in "$RES"/backend_checks_p*.log; do
+  wait
+  for f in "$RES"/backend_checks_*.log; do
     log "$(basename "$f"): $(grep -c ' PASS ' "$f") PASS lines, $(grep -c ' FAIL ' "$f") FAIL lines"
   done
 }
