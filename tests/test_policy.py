@@ -60,6 +60,20 @@ def test_end_to_end_divides_by_hop_factor(alg: str, p: int, op: str) -> None:
     assert ebound(t, EndToEnd(0.5), world_size=p, collective="broadcast") == 0.5
 
 
+def test_premul_sum_counts_as_a_sum() -> None:
+    """ReduceOp.PREMUL_SUM(f) is summed like SUM: EndToEnd divides by the SUM's growth (as
+    "other" it took 1, and the output could miss its target by p times)."""
+    import torch.distributed as dist
+
+    for op in (dist.ReduceOp.PREMUL_SUM(0.5), dist._make_nccl_premul_sum(torch.tensor([2.0]))):
+        assert policy.op_name(op) == "sum"
+        t = torch.randn(100)
+        got = ebound(t, EndToEnd(0.5, algorithm="ring"), world_size=4, op=op)
+        want = ebound(t, EndToEnd(0.5, algorithm="ring"), world_size=4, op="sum")
+        assert got == want < 0.5
+    assert policy.op_name(dist.ReduceOp.PRODUCT) == "other"
+
+
 @pytest.mark.parametrize(
     ("make", "field"),
     [

@@ -90,6 +90,8 @@ _ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather
 
 _OP_NAMES = {
     dist.ReduceOp.SUM: "sum",
+    # A sum of premultiplied inputs: the SUM's error growth (EndToEnd divides by it).
+    dist.ReduceOp.PREMUL_SUM: "sum",
     dist.ReduceOp.AVG: "avg",
     dist.ReduceOp.MIN: "min",
     dist.ReduceOp.MAX: "max",
@@ -109,7 +111,8 @@ def _check_bound(value: Any, what: str, *, positive: bool = False) -> float:
 
 
 def op_name(op: Any) -> str:
-    """``"sum"``/``"avg"``/``"min"``/``"max"`` for those ReduceOps (or strings), else "other"."""
+    """``"sum"``/``"avg"``/``"min"``/``"max"`` for those ReduceOps (PREMUL_SUM counts as
+    ``"sum"``) or strings, else "other"."""
     if isinstance(op, str):
         return op.lower() if op.lower() in ("sum", "avg", "min", "max") else "other"
     for key, name in _OP_NAMES.items():

@@ -210,6 +210,7 @@ Agreement ZcclBackend::agree(Device& dev, const char* what, const CallDescriptio
 
 void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op,
                                 const CallConfig& cfg) {
+  premultiplied(t, op, /*in_place=*/true);  // PREMUL_SUM: then a SUM
   const uint64_t n = static_cast<uint64_t>(t.numel());
   auto [cop, s, eb, model_threads] =
       stage_reduction(dev, OpKind::AllReduce, "all_reduce", t, op, -1, cfg);
@@ -281,14 +282,16 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
   s.write_back();
 }
 
-void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op, int root,
+void ZcclBackend::run_reduce(Device& dev, at::Tensor& tensor, const c10d::ReduceOp& op, int root,
                              const CallConfig& cfg) {
+  const bool at_root = comm_->rank() == root;
+  // PREMUL_SUM: then a SUM; the root's tensor takes the result, the others' stay as they were.
+  at::Tensor t = premultiplied(tensor, op, /*in_place=*/at_root);
   const uint64_t n = static_cast<uint64_t>(t.numel());
   auto [cop, s, eb, model_threads] =
       stage_reduction(dev, OpKind::Reduce, "reduce", t, op, root, cfg);
   const bool compress = cop.has_value();
   if (n == 0) return;
-  const bool at_root = comm_->rank() == root;
   const at::ScalarType type = s.buffer.scalar_type();
   const std::vector<HostArg> io = {{&s.buffer, true, at_root}};
   if (compress) {
@@ -347,7 +350,7 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
   const auto cop = reduction_path(op, out.scalar_type(), n, cfg);
   const bool compress = cop.has_value();
   const bool widen = compress || is_half(out.scalar_type());
-  Staged src(flat_in, widen);
+  Staged src(premultiplied(flat_in, op, /*in_place=*/false), widen);  // PREMUL_SUM: then a SUM
   Staged dst(out, widen);
   const Agreement agreed =
       agree(dev, "reduce_scatter",

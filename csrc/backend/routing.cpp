@@ -110,6 +110,14 @@ void validate_reduce(const c10d::ReduceOp& op, at::ScalarType t, const char* wha
     case c10d::ReduceOp::BXOR:
       if (is_floating(t)) throw std::invalid_argument(where + "bitwise ops need an integer or bool dtype");
       return;
+    case c10d::ReduceOp::PREMUL_SUM:
+      // Integers would take the factor rounded to their type (NCCL does so): refused instead.
+      if (!is_floating(t)) throw std::invalid_argument(where + "PREMUL_SUM needs a floating-point dtype");
+      if (!op.supplement_) {
+        throw std::invalid_argument(where + "PREMUL_SUM without its factor (make it with "
+                                    "ReduceOp.PREMUL_SUM(factor) or dist._make_nccl_premul_sum(factor))");
+      }
+      return;
     default:
       throw std::invalid_argument(where + "this reduce op is not supported by the zccl backend");
   }
@@ -119,7 +127,8 @@ transport::ReduceKind reduce_kind(const c10d::ReduceOp& op, at::ScalarType t) {
   const bool boolean = t == at::kBool;
   switch (op.op_) {
     case c10d::ReduceOp::SUM:
-    case c10d::ReduceOp::AVG: return boolean ? transport::ReduceKind::LOr : transport::ReduceKind::Sum;
+    case c10d::ReduceOp::AVG:
+    case c10d::ReduceOp::PREMUL_SUM: return boolean ? transport::ReduceKind::LOr : transport::ReduceKind::Sum;
     case c10d::ReduceOp::PRODUCT: return boolean ? transport::ReduceKind::LAnd : transport::ReduceKind::Prod;
     case c10d::ReduceOp::MIN: return boolean ? transport::ReduceKind::LAnd : transport::ReduceKind::Min;
     case c10d::ReduceOp::MAX: return boolean ? transport::ReduceKind::LOr : transport::ReduceKind::Max;
@@ -132,12 +141,26 @@ transport::ReduceKind reduce_kind(const c10d::ReduceOp& op, at::ScalarType t) {
 
 std::optional<coll::ReduceOp> compressed_op(const c10d::ReduceOp& op) {
   switch (op.op_) {
-    case c10d::ReduceOp::SUM: return coll::ReduceOp::Sum;
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::PREMUL_SUM: return coll::ReduceOp::Sum;
     case c10d::ReduceOp::AVG: return coll::ReduceOp::Avg;
     case c10d::ReduceOp::MIN: return coll::ReduceOp::Min;
     case c10d::ReduceOp::MAX: return coll::ReduceOp::Max;
     default: return std::nullopt;
   }
+}
+
+at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
+  // Only PREMUL_SUM carries a supplement, and torch's makePreMulSum makes it a
+  // PreMulSumSupplement (validate_reduce checked it is there).
+  const auto* factor = static_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+  if (factor->tensor_factor.defined()) {
+    // A one-element tensor, possibly on another device: as a 0-dim tensor of t's dtype on t's.
+    const at::Tensor f = factor->tensor_factor.to(t.device(), t.scalar_type()).reshape({});
+    return in_place ? t.mul_(f) : t.mul(f);
+  }
+  return in_place ? t.mul_(factor->double_factor) : t.mul(factor->double_factor);
 }
 
 }  // namespace zccl::backend

@@ -28,11 +28,18 @@ transport::ElemType elem_type(at::ScalarType t);
 // even copy them) and any dtype not listed. (Quantized tensors never get here: torch's
 // dispatcher has no c10d kernels for them.)
 transport::ElemType moved_as(at::ScalarType t);
-// Transport reduction for the exact path (AVG maps to SUM; the caller divides). Throws for
-// unsupported combinations with a message naming the op and dtype.
+// Transport reduction for the exact path (AVG and PREMUL_SUM map to SUM; the caller divides, or
+// premultiplied). Throws for unsupported combinations with a message naming the op and dtype.
 transport::ReduceKind reduce_kind(const c10d::ReduceOp& op, at::ScalarType t);
-// The compressed-path reduction, if this op has one (SUM/AVG/MIN/MAX).
+// The compressed-path reduction, if this op has one (SUM/AVG/MIN/MAX; PREMUL_SUM as SUM).
 std::optional<coll::ReduceOp> compressed_op(const c10d::ReduceOp& op);
+// PREMUL_SUM (torch's ReduceOp.PREMUL_SUM(factor) / _make_nccl_premul_sum, NCCL's
+// ncclRedOpCreatePreMulSum): the SUM of every rank's input multiplied by that rank's own factor
+// (a number or a one-element tensor; ranks may pass different ones). For any other op: `t`
+// itself. For PREMUL_SUM: `t` scaled by the factor, in `t`'s dtype, in place when `in_place`
+// (the caller's result overwrites `t` anyway), else into a new tensor (an input that must stay
+// as it was).
+at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place);
 // Throws std::invalid_argument unless (op, dtype) is supported at all.
 void validate_reduce(const c10d::ReduceOp& op, at::ScalarType t, const char* what);
 const char* op_name(const c10d::ReduceOp& op);

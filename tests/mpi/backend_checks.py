@@ -601,6 +601,101 @@ def reduce_scatter_variants() -> None:
     assert_equal("reduce_scatter int64", out, sum(ints)[rank() * 5 : (rank() + 1) * 5])
 
 
+def premul_factor(r: int) -> float:
+    """Rank r's PREMUL_SUM factor: different on every rank (NCCL allows that)."""
+    return 0.5 + 0.25 * r
+
+
+@check
+def premul_sum() -> None:
+    """ReduceOp.PREMUL_SUM(factor) (NCCL's premultiplied sum; Gloo refuses it): all_reduce,
+    reduce at every root and both reduce_scatters give the SUM of every rank's input times its
+    own factor (a number or a one-element tensor), within the SUM's bound; reduce leaves the
+    non-roots' tensors and reduce_scatter its inputs as they were; integer dtypes and ranks that
+    disagree on the op raise on every rank, and the group stays usable."""
+    p, me = world(), rank()
+    f = premul_factor(me)
+    ops = {
+        "number": lambda: dist.ReduceOp.PREMUL_SUM(f),
+        "tensor": lambda: dist._make_nccl_premul_sum(torch.tensor([f], dtype=torch.float64)),
+    }
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        for kind, make in ops.items():
+            for algo in ("auto", "ring", "mpi"):
+                for n in (0, 1, p + 1, 1009, 20011):
+                    inputs = [data(r, n, dtype) for r in range(p)]
+                    scaled = [inputs[r] * premul_factor(r) for r in range(p)]  # in dtype
+                    ref = torch.stack([x.double() for x in scaled]).sum(0) if n else None
+                    t = inputs[me].clone()
+                    with zccl_torch.config(algorithm=algo):
+                        dist.all_reduce(t, op=make())
+                    if n == 0:
+                        continue
+                    stats = zccl_torch.last_stats()
+                    ran = stats["algorithm"]
+                    compressed = stats["bytes_compressed"] > 0
+                    assert p == 1 or compressed == (ran != "mpi"), stats
+                    assert algo != "ring" or p == 1 or compressed, stats
+                    bound = zccl_torch._C.output_error_bound(ran, "sum", p, EB, True)
+                    wide = torch.float64 if dtype == torch.float64 else torch.float32
+                    rounding = float_rounding(scaled, wide)
+                    if dtype == torch.bfloat16:  # one rounding per hop (half_precision_allreduce)
+                        magnitude = sum(x.double().abs() for x in scaled) + p * EB
+                        rounding = rounding + (p + 1) * torch.finfo(dtype).eps / 2 * magnitude
+                    name = f"all_reduce PREMUL_SUM({kind}) {dtype} {algo}({ran}) n={n}"
+                    assert_within(name, t, ref, (bound if compressed else 0.0) + rounding)
+                    identical_across_ranks(name, t)
+    for root in range(p):
+        n = 1009
+        inputs = [data(r, n) for r in range(p)]
+        t = inputs[me].clone()
+        dist.reduce(t, dst=root, op=ops["number"]())
+        if me == root:
+            scaled = [(x * premul_factor(r)).double() for r, x in enumerate(inputs)]
+            ref = torch.stack(scaled).sum(0)
+            ran = zccl_torch.last_stats()["algorithm"]
+            bound = zccl_torch._C.output_error_bound(ran, "sum", p, EB, True)
+            tol = bound + float_rounding([x * 2 for x in inputs], torch.float32)
+            assert_within(f"reduce PREMUL_SUM root {root}", t, ref, tol)
+        else:
+            assert_equal(f"reduce PREMUL_SUM root {root}: non-root tensor", t, inputs[me])
+    n = 1009
+    inputs = [data(r, p * n) for r in range(p)]
+    ref = torch.stack([(x * premul_factor(r)).double() for r, x in enumerate(inputs)]).sum(0)
+    ref = ref[me * n : (me + 1) * n]
+    mine = inputs[me].clone()
+    out = torch.empty(n)
+    dist.reduce_scatter_tensor(out, mine, op=ops["tensor"]())
+    assert_equal("reduce_scatter_tensor PREMUL_SUM: input", mine, inputs[me])
+    ran = zccl_torch.last_stats()["algorithm"]
+    bound = zccl_torch._C.output_error_bound(ran, "sum", p, EB, False)
+    tol = bound + float_rounding([x[me * n : (me + 1) * n] * 2 for x in inputs], torch.float32)
+    assert_within("reduce_scatter_tensor PREMUL_SUM", out, ref, tol)
+    chunks = [c.clone() for c in inputs[me].chunk(p)]
+    out2 = torch.empty(n)
+    dist.reduce_scatter(out2, chunks, op=ops["number"]())
+    assert all(torch.equal(c, o) for c, o in zip(chunks, inputs[me].chunk(p), strict=True))
+    assert_within("reduce_scatter PREMUL_SUM", out2, ref, tol)
+    # Integers: refused on every rank, before anything moves.
+    try:
+        dist.all_reduce(torch.ones(4, dtype=torch.int64), op=ops["number"]())
+    except ValueError as exc:
+        assert "PREMUL_SUM needs a floating-point dtype" in str(exc), exc
+    else:
+        raise AssertionError("PREMUL_SUM on int64 did not raise")
+    if p > 1:  # rank 0 premultiplies, the others sum: every rank raises, naming the op
+        op = ops["number"]() if me == 0 else dist.ReduceOp.SUM
+        try:
+            dist.all_reduce(data(me, 100), op=op)
+        except (ValueError, RuntimeError) as exc:
+            assert "PREMUL_SUM" in str(exc), exc
+        else:
+            raise AssertionError("ranks that disagree on PREMUL_SUM did not raise")
+    t = torch.full((10,), float(me))
+    dist.all_reduce(t)
+    assert_within("all_reduce after the errors", t, torch.full((10,), p * (p - 1) / 2.0), p * EB)
+
+
 @check
 def gather_scatter_reduce_every_root() -> None:
     p = world()

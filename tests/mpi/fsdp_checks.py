@@ -146,6 +146,55 @@ def fsdp1_trains_like_gloo() -> None:
     trains_like_gloo("FSDP1", fsdp1)
 
 
+def local_grads(model: torch.nn.Module) -> torch.Tensor:
+    """This rank's gradient shards, flattened (FSDP2's grads are DTensors)."""
+    return torch.cat([p.grad.to_local().reshape(-1) for p in model.parameters()])
+
+
+def set_divide_factor(model: torch.nn.Module, factor: float) -> None:
+    """set_gradient_divide_factor on every fully_shard-ed module (each has its own gradients)."""
+    for module in model.modules():
+        if hasattr(module, "set_gradient_divide_factor"):
+            module.set_gradient_divide_factor(factor)
+
+
+def divided_grads(group: Any, factor: float | None, algorithm: str = "auto") -> torch.Tensor:
+    """One backward of fsdp2() on the first batch, with the gradient divide factor set (None:
+    FSDP2's default, the average over the ranks); this rank's gradient shards."""
+    model = fsdp2(group)
+    if factor is not None:
+        set_divide_factor(model, factor)
+    x, y = batches()[0]
+    with zccl_torch.config(algorithm=algorithm):
+        torch.nn.functional.mse_loss(model(x), y).backward()
+    return local_grads(model)
+
+
+@check
+def fsdp2_gradient_divide_factor() -> None:
+    """fully_shard with set_gradient_divide_factor(f), f not the world size: FSDP2 then
+    reduce-scatters with ReduceOp.PREMUL_SUM(1/f), which Gloo refuses (checked, so that this
+    stays a check of PREMUL_SUM). The gradients must equal the default run's (AVG over p ranks)
+    times p/f: within float rounding on the exact path, within the compressed reduction's error
+    (relative to the largest gradient) on the default one."""
+    p = world()
+    factor = 2.0 * p
+    if p > 1:  # FSDP2 runs no reduce-scatter on one rank
+        try:
+            divided_grads(gloo(), factor)
+        except RuntimeError as exc:
+            assert "PREMUL_SUM" in str(exc), exc
+        else:
+            raise AssertionError("Gloo ran FSDP2's divided reduce-scatter: no PREMUL_SUM there")
+    for algorithm, tol in (("mpi", 1e-5), ("auto", 2e-2)):
+        default = divided_grads(dist.group.WORLD, None, algorithm)
+        divided = divided_grads(dist.group.WORLD, factor, algorithm)
+        want = default * (p / factor)
+        err = float((divided - want).abs().max())
+        scale = float(want.abs().max())
+        assert err <= tol * scale, f"{algorithm}: gradients off by {err} (max {scale})"
+
+
 def main(argv: list[str]) -> int:
     # Every payload compresses (the default threshold would leave the smaller shards exact).
     options = zccl_torch.Options(min_compress_bytes=0)

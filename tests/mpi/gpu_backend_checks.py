@@ -498,6 +498,48 @@ def reduce_scatter_matches_cpu() -> None:
 
 
 @check
+def premul_sum_on_cuda() -> None:
+    """ReduceOp.PREMUL_SUM (every rank's input times its own factor, then summed), the factor a
+    number or a one-element tensor on the device: all_reduce (the GPU's algorithms) within the
+    SUM's bound of the premultiplied sum, every replica the same bits; reduce_scatter (staged
+    through the host) the CPU's bits, its input left as it was."""
+    p = world()
+    factor = 0.5 + 0.25 * rank()
+    makers = {
+        "number": lambda: dist.ReduceOp.PREMUL_SUM(factor),
+        "tensor": lambda: dist._make_nccl_premul_sum(torch.tensor([factor], device=dev())),
+    }
+    for alg in ALGS:
+        for kind, make in makers.items():
+            for n in counts():
+                terms = [data(r, n) * (0.5 + 0.25 * r) for r in range(p)]  # float32, as the op
+                t = data(rank(), n).to(dev(), copy=True)
+                with zccl_torch.config(algorithm=alg):
+                    dist.all_reduce(t, op=make())
+                if n == 0:
+                    continue
+                label = f"all_reduce {alg} PREMUL_SUM({kind}) n={n}"
+                bound = _C.output_error_bound(alg, "sum", p, EB, True)
+                ref = torch.stack([x.double() for x in terms]).sum(0)
+                assert_within(label, t, ref, bound + rounding(terms, bound))
+                assert_identical_replicas(label, t)
+    for n in counts():
+
+        def call(place, n=n):
+            flat = place(torch.cat([data(rank(), n, salt=q) for q in range(p)]))
+            out = place(torch.zeros(n))
+            dist.reduce_scatter_tensor(out, flat, op=makers["tensor"]())
+            return [out, flat]
+
+        cuda_and_cpu(call, f"reduce_scatter_tensor PREMUL_SUM n={n}")
+        flat = torch.cat([data(rank(), n, salt=q) for q in range(p)])
+        out = torch.zeros(n, device=dev())
+        kept = flat.to(dev(), copy=True)
+        dist.reduce_scatter_tensor(out, kept, op=makers["number"]())
+        assert torch.equal(kept.cpu(), flat), "reduce_scatter_tensor PREMUL_SUM changed its input"
+
+
+@check
 def gather_every_root_matches_cpu() -> None:
     p = world()
     for root in range(p):
