@@ -31,8 +31,9 @@ loss spike in one run and not another made it up to 13 %); the ``rel`` column of
 shows that spread next to zccl's. Writes ``ddp_train_loss.png`` (the three loss
 curves) and ``ddp_train.json`` to ``--out``.
 
-Run under MPI, e.g. ``mpirun -np 2 python examples/ddp_train.py``; started without ``mpirun``
-it launches itself on ``--np`` ranks (default 2).
+Run under a launcher, ``mpirun -np 2 python examples/ddp_train.py`` or ``torchrun
+--nproc-per-node 2 examples/ddp_train.py``; started without one it launches itself under
+``mpirun`` on ``--np`` ranks (default 2).
 """
 
 from __future__ import annotations
@@ -407,7 +408,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def launch_self(args: argparse.Namespace) -> int:
-    """Re-runs this script under ``mpirun`` on ``args.np`` ranks (when started without MPI)."""
+    """Re-runs this script under ``mpirun`` on ``args.np`` ranks (when started without a
+    launcher)."""
     if shutil.which("mpirun") is None:
         print("mpirun not found: run scripts/setup.sh (installs openmpi-bin)", file=sys.stderr)
         return 2
@@ -429,7 +431,9 @@ def launch_self(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Runs the three trainings, prints the summary, writes the figure; 1 if the check fails."""
     args = parse_args(argv)
-    if "OMPI_COMM_WORLD_SIZE" not in os.environ:
+    # Started by a launcher: mpirun sets OMPI_COMM_WORLD_SIZE, torchrun RANK and WORLD_SIZE.
+    # (Relaunching under torchrun started one mpirun per worker, all sharing torchrun's store.)
+    if "OMPI_COMM_WORLD_SIZE" not in os.environ and "WORLD_SIZE" not in os.environ:
         return launch_self(args)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dist.init_process_group("zccl")

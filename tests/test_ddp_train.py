@@ -1,4 +1,5 @@
-"""examples/ddp_train.py at --quick size on 2 ranks: three runs, summary lines, figure, check."""
+"""examples/ddp_train.py at --quick size on 2 ranks, under mpirun and under torchrun: three
+runs, summary lines, figure, check."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import math
 import re
 from pathlib import Path
 
-from tests.mpi_launch import mpirun, python_argv
+import pytest
+
+from tests.mpi_launch import ROOT, mpirun, python_argv, torchrun
 
 RESULT = re.compile(
     r"^RESULT\s+(?P<name>\S+) final_loss=(?P<loss>\S+) rel=\S+ test_acc=(?P<acc>\S+) "
@@ -16,9 +19,13 @@ RESULT = re.compile(
 )
 
 
-def test_ddp_train_quick(tmp_path: Path) -> None:
-    argv = python_argv("examples/ddp_train.py", "--quick", "--no-progress", "--out", str(tmp_path))
-    done = mpirun(2, argv, timeout=170)
+@pytest.mark.parametrize("launcher", ["mpirun", "torchrun"])
+def test_ddp_train_quick(launcher: str, tmp_path: Path) -> None:
+    args = ["--quick", "--no-progress", "--out", str(tmp_path)]
+    if launcher == "mpirun":
+        done = mpirun(2, python_argv("examples/ddp_train.py", *args), timeout=170)
+    else:  # it must not launch itself again (it once started an mpirun per torchrun worker)
+        done = torchrun(2, [str(ROOT / "examples" / "ddp_train.py"), *args], timeout=170)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
 

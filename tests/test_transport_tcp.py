@@ -70,6 +70,21 @@ def test_torchrun_matches_mpirun_bit_for_bit() -> None:
     assert tcp == mpi
 
 
+@pytest.mark.parametrize("launch", ["torchrun", "mpirun-mpi", "mpirun-tcp"])
+def test_groups_recreated_in_one_process(launch: str) -> None:
+    """init_process_group / new_group / destroy_process_group three times in one process, a
+    rank arriving late each time: under torchrun the store outlives the groups, and the third
+    creation hung (the second found the first's keys: arrival count, verdict, TCP addresses)."""
+    script = "tests/mpi/recreate_groups.py"
+    if launch == "torchrun":
+        done = torchrun(3, [script], 180)
+    else:
+        done = mpirun(3, python_argv(script), 180, {"ZCCL_TRANSPORT": launch.split("-")[1]})
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-6000:]
+    assert sorted(re.findall(r"recreate ok rank (\d) of 3", done.stdout)) == ["0", "1", "2"]
+
+
 def test_exit_without_destroy_process_group() -> None:
     """A torchrun script that returns without destroy_process_group exits with 0, every time.
     The backend's threads used to drop their references to the last op's tensors after

@@ -20,6 +20,7 @@ import secrets
 import socket
 import struct
 import sys
+import threading
 import time
 from types import TracebackType
 from typing import Any
@@ -62,6 +63,28 @@ def _set_launch_defaults(environ: dict[str, str] | None = None) -> None:
         env.setdefault("MASTER_PORT", str(_PORT_BASE + int(digits) % _PORT_SPAN))
 
 
+_incarnations: dict[str, int] = {}
+_incarnations_lock = threading.Lock()
+
+
+def _group_store(store: Any, group_id: str) -> Any:
+    """The store this creation of group ``group_id`` rendezvouses in (membership, TCP addresses).
+
+    torch gives a group re-created in the same process (``destroy_process_group`` then
+    ``init_process_group`` again, or the same ``new_group`` sequence after it) the same store
+    prefix, and under torchrun that store outlives the group: the first group's keys (its
+    arrival count, its verdict, its TCP addresses and session) would answer the second's
+    questions, and the second re-creation hung. Every rank creates its groups in the same order,
+    so the k-th creation of a group name in this process is the k-th on every rank: the first
+    uses the store as it is (the keys builds before this one used too), each later one a prefix
+    of its own.
+    """
+    with _incarnations_lock:
+        k = _incarnations.get(group_id, 0)
+        _incarnations[group_id] = k + 1
+    return store if k == 0 else dist.PrefixStore(f"zccl-incarnation-{k}/", store)
+
+
 def _create(dist_opts: Any, pg_options: Any) -> Any:
     """Creator torch calls for each zccl process group (extended API)."""
     if pg_options is None:
@@ -85,15 +108,16 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     # of different builds or transports would fail later on one rank only, or hang
     # (membership.py). In a build without Open MPI, `mpi` then fails on every rank that chose it,
     # naming what to do (csrc/transport/without_mpi/no_mpi.cpp).
+    store = _group_store(dist_opts.store, str(dist_opts.group_id))
     membership.join_group(
-        dist_opts.store,
+        store,
         int(dist_opts.group_rank),
         int(dist_opts.group_size),
         seconds,
         transport=chosen,
     )
     if use_tcp:
-        return _create_over_tcp(dist_opts, seconds, options)
+        return _create_over_tcp(dist_opts, store, seconds, options)
     backend = _C.create_backend(
         dist_opts.group_rank,
         dist_opts.group_size,
@@ -169,12 +193,13 @@ def _finalize_mpi() -> None:
     _C.finalize_mpi_if_owned()
 
 
-def _create_over_tcp(dist_opts: Any, seconds: float, options: Options) -> Any:
+def _create_over_tcp(dist_opts: Any, group_store: Any, seconds: float, options: Options) -> Any:
     """The group over the TCP transport: each rank opens a listener, publishes its address (and
-    rank 0 a fresh session number that refuses stray connections) in the group's own store,
-    then every pair of ranks connects (csrc/transport/tcp/)."""
+    rank 0 a fresh session number that refuses stray connections) in the group's own store
+    (``group_store``: :func:`_group_store`), then every pair of ranks connects
+    (csrc/transport/tcp/)."""
     rank, size = int(dist_opts.group_rank), int(dist_opts.group_size)
-    store = dist.PrefixStore("zccl-tcp/", dist_opts.store)
+    store = dist.PrefixStore("zccl-tcp/", group_store)
     listener = _C.TcpListener(_listen_address())
     store.set(f"address/{rank}", listener.address)
     if rank == 0:
