@@ -111,6 +111,42 @@ def test_every_differing_field_is_named_with_its_ranks() -> None:
     assert "wire: none on rank 0, x on rank 1" in message
 
 
+def join_in_order(ranks: list[int], size: int) -> list[BaseException | None]:
+    """Processes (threads sharing a store) joining as ``ranks``, started in that order a little
+    apart; what each raised (None: it joined)."""
+    store = dist.HashStore()
+    outcomes: list[BaseException | None] = [None] * len(ranks)
+
+    def join(i: int) -> None:
+        try:
+            membership.join_group(store, ranks[i], size, 20.0, identity=identity())
+        except BaseException as exc:
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=join, args=(i,)) for i in range(len(ranks))]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join(timeout=60)
+        assert not t.is_alive(), "a process hung joining the group"
+    return outcomes
+
+
+def test_a_rank_joined_twice_raises_naming_it() -> None:
+    """Two processes with the same RANK (examples/ddp_train.py under torchrun relaunched itself
+    with mpirun once per worker, all in torchrun's store): the error said a rank "runs a zccl
+    build older than this check", as the duplicate had completed the count in its place."""
+    message = "a rank was joined more than once (rank 1 by 2 processes)"
+    # The duplicate comes after the group formed: it raises, the group stands.
+    outcomes = join_in_order([0, 1, 2, 1], 3)
+    assert outcomes[:3] == [None, None, None], outcomes
+    assert isinstance(outcomes[3], RuntimeError) and message in str(outcomes[3]), outcomes[3]
+    # The duplicate comes before the count completes: every process raises, naming it.
+    outcomes = join_in_order([1, 1, 0, 2], 3)
+    assert all(isinstance(o, RuntimeError) and message in str(o) for o in outcomes), outcomes
+
+
 def test_ranks_that_chose_different_transports_raise_on_every_rank() -> None:
     """ZCCL_TRANSPORT set on some ranks only: without the check the MPI ranks waited in
     MPI_Comm_dup and the TCP ranks for connections, until the group's timeout."""

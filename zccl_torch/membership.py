@@ -28,6 +28,7 @@ _VERDICT_KEY = "zccl-members/all"
 _IDENTITY_KEY = "zccl-members/build/{rank}"
 _READ_KEY = "zccl-members/read"
 _ALL_READ_KEY = "zccl-members/all-read"
+_CLAIM_KEY = "zccl-members/claim/{rank}"  # how many processes joined as that rank
 _READ_WAIT_SECONDS = 60.0
 # What the last rank to arrive wrote before this check existed (builds that publish nothing).
 _LEGACY_VERDICT = "1"
@@ -81,6 +82,12 @@ def join_group(
     mine = dict(build_identity() if identity is None else identity)
     if transport is not None:
         mine[_TRANSPORT_FIELD] = transport
+    # A second process with the same rank (a script that launches itself under another
+    # launcher, or two jobs sharing one store) raises here, before it counts as an arrival; one
+    # that the verdict's writer sees makes every rank raise (_verdict).
+    claims = int(store.add(_CLAIM_KEY.format(rank=rank), 1))
+    if claims > 1:
+        raise RuntimeError(_duplicate_message({rank: claims}, size))
     # Published before arriving: the rank that completes the count then reads every identity.
     store.set(_IDENTITY_KEY.format(rank=rank), json.dumps(mine, sort_keys=True))
     arrived = int(store.add(_ARRIVED_KEY, 1))
@@ -130,7 +137,22 @@ def _verdict(store: Any, size: int) -> dict[str, Any]:
         key = _IDENTITY_KEY.format(rank=r)
         identities.append(json.loads(store.get(key).decode()) if store.check([key]) else None)
     publishers = sum(ident is not None for ident in identities)
+    claims = {r: int(store.add(_CLAIM_KEY.format(rank=r), 0)) for r in range(size)}
+    duplicates = {r: n for r, n in claims.items() if n > 1}
+    if duplicates:
+        return {"error": _duplicate_message(duplicates, size), "publishers": publishers}
     return {"error": describe_mismatch(identities), "publishers": publishers}
+
+
+def _duplicate_message(claims: dict[int, int], size: int) -> str:
+    """The error for ranks that several processes joined as (``claims``: rank -> processes)."""
+    which = ", ".join(f"rank {r} by {n} processes" for r, n in sorted(claims.items()))
+    return (
+        f"zccl: creating a process group of {size} ranks: a rank was joined more than once "
+        f"({which}): several processes were started with the same RANK, e.g. a script that "
+        "launches itself (mpirun) under another launcher (torchrun), or two jobs sharing one "
+        "MASTER_ADDR:MASTER_PORT store. Every process of a job needs a rank of its own."
+    )
 
 
 def describe_mismatch(identities: list[dict[str, Any] | None]) -> str:
