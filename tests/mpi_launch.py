@@ -45,7 +45,9 @@ def torchrun_env() -> dict[str, str]:
     return env
 
 
-def torchrun(nprocs: int, argv: list[str], timeout: float) -> subprocess.CompletedProcess[str]:
+def torchrun(
+    nprocs: int, argv: list[str], timeout: float, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``torchrun --standalone --nproc-per-node nprocs`` of a script (argv[0]) and its args."""
     cmd = [
         sys.executable,
@@ -56,7 +58,7 @@ def torchrun(nprocs: int, argv: list[str], timeout: float) -> subprocess.Complet
         str(nprocs),
         *argv,
     ]
-    return run_bounded(cmd, torchrun_env(), timeout)
+    return run_bounded(cmd, {**torchrun_env(), **(extra_env or {})}, timeout)
 
 
 def run_bounded(

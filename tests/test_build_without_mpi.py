@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mpi_launch import ROOT, mpirun, run_bounded, torchrun_env
+from tests.mpi_launch import ROOT, mpirun, torchrun
 
 SMOKE = r"""
 import os, sys
@@ -143,11 +143,10 @@ def run_smoke(
     """``script`` on ``nprocs`` ranks launched by ``launch`` with the package built without MPI."""
     path = tmp_path / "script.py"
     path.write_text(script)
+    env = {"PYTHONPATH": str(package), **env}
     if launch == "mpirun":
-        return mpirun(nprocs, [sys.executable, str(path)], 300, {"PYTHONPATH": str(package), **env})
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += ["--nproc-per-node", str(nprocs), str(path)]
-    return run_bounded(cmd, {**torchrun_env(), "PYTHONPATH": str(package), **env}, 300)
+        return mpirun(nprocs, [sys.executable, str(path)], 300, env)
+    return torchrun(nprocs, [str(path)], 300, env)
 
 
 @pytest.mark.parametrize(("launch", "nprocs"), [("torchrun", 3), ("mpirun", 2), ("mpirun", 5)])

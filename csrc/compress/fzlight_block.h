@@ -703,7 +703,6 @@ ZCCL_AVX512_INLINE int write_planes16(uint32_t sign, __m512i mlo, __m512i mhi, u
   return len;
 }
 
-// pack() on codes in registers: lanes 0-15 in lo, 16-31 in hi.
 // Codes of lanes 0-15 (lo) and 16-31 (hi) to their Lorenzo deltas, in place: each lane's
 // previous code is the codes shifted up by one lane across the 32, prev in lane 0.
 ZCCL_AVX512_INLINE void lorenzo_deltas16(int32_t prev, __m512i& lo, __m512i& hi) {
@@ -712,6 +711,7 @@ ZCCL_AVX512_INLINE void lorenzo_deltas16(int32_t prev, __m512i& lo, __m512i& hi)
   lo = _mm512_sub_epi32(lo, before_lo);
 }
 
+// pack() on codes in registers: lanes 0-15 in lo, 16-31 in hi.
 template <bool kLorenzo = true>
 ZCCL_AVX512_INLINE int pack16x2(__m512i lo, __m512i hi, int32_t prev, uint8_t* words) {
   __m512i dlo = lo, dhi = hi;
