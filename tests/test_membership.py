@@ -36,10 +36,12 @@ def join_all(
     seconds: float = 20.0,
     legacy_last: bool = False,
     transports: list[str] | None = None,
+    unavailable: list[str] | None = None,
 ) -> list[BaseException | None]:
     """Every rank joins from its own thread; ``None`` identities run the protocol of builds older
     than the check (count the arrival, the last one writes "1", wait for it). ``transports``: the
-    one each rank chose. Returns what each rank raised (None: it joined)."""
+    one each rank chose; ``unavailable``: why each cannot open it. Returns what each rank raised
+    (None: it joined)."""
     size = len(identities)
     store = dist.HashStore()
     outcomes: list[BaseException | None] = [None] * size
@@ -47,7 +49,16 @@ def join_all(
     def new_rank(r: int) -> None:
         try:
             chosen = transports[r] if transports else None
-            membership.join_group(store, r, size, seconds, identity=identities[r], transport=chosen)
+            why = unavailable[r] if unavailable else ""
+            membership.join_group(
+                store,
+                r,
+                size,
+                seconds,
+                identity=identities[r],
+                transport=chosen,
+                transport_unavailable=why,
+            )
         except BaseException as exc:
             outcomes[r] = exc
 
@@ -161,6 +172,21 @@ def test_ranks_that_chose_different_transports_raise_on_every_rank() -> None:
     ids = [identity(), identity(format_version=2)]
     message = the_same_error(join_all(ids, transports=["tcp", "mpi"]), [0, 1])
     assert "different zccl builds" in message and "transports" not in message
+
+
+def test_a_transport_some_ranks_cannot_open_raises_on_every_rank() -> None:
+    """ZCCL_TRANSPORT=mpi in builds without Open MPI on some ranks: every rank raises the reason,
+    naming the ranks, and stays until all have read it (the store lives in rank 0's process: when
+    rank 0 raised on its own, the others could lose the store mid-read, "Failed to recv")."""
+    why = "zccl: this zccl build has no Open MPI transport"
+    outcomes = join_all([identity()] * 4, transports=["mpi"] * 4, unavailable=["", why, why, ""])
+    message = the_same_error(outcomes, [0, 1, 2, 3])
+    assert message.startswith(why) and "(ranks 1, 2 of 4 cannot open it;" in message, message
+    # Transports that differ are the cause to name first: fixing them may remove this one.
+    outcomes = join_all([identity()] * 2, transports=["mpi", "tcp"], unavailable=[why, ""])
+    assert "chose different transports" in the_same_error(outcomes, [0, 1])
+    # A reason is not part of the build: ranks that can open it agree with each other.
+    assert join_all([identity()] * 3, transports=["tcp"] * 3, unavailable=[""] * 3) == [None] * 3
 
 
 @pytest.mark.parametrize("legacy_last", [False, True])

@@ -106,8 +106,8 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     # the transport connects: MPI creates the group's communicator collectively and without a
     # deadline (one member that never comes would leave the others waiting forever), and ranks
     # of different builds or transports would fail later on one rank only, or hang
-    # (membership.py). In a build without Open MPI, `mpi` then fails on every rank that chose it,
-    # naming what to do (csrc/transport/without_mpi/no_mpi.cpp).
+    # (membership.py). In a build without Open MPI, `mpi` fails there on every rank, naming what
+    # to do (no_mpi.cpp's open_mpi_group would throw too, but on each rank alone).
     store = _group_store(dist_opts.store, str(dist_opts.group_id))
     membership.join_group(
         store,
@@ -115,6 +115,7 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
         int(dist_opts.group_size),
         seconds,
         transport=chosen,
+        transport_unavailable=_unavailable(chosen),
     )
     if use_tcp:
         return _create_over_tcp(dist_opts, store, seconds, options)
@@ -252,6 +253,18 @@ def mpi_transport_built() -> bool:
     """Whether this build of zccl has the Open MPI transport (setup.py leaves it out when built
     with ``ZCCL_WITH_MPI=0`` or where no ``mpicc`` was found)."""
     return bool(_C.MPI_TRANSPORT)
+
+
+def _unavailable(chosen: str) -> str:
+    """Why this process cannot open the ``chosen`` transport, or ``""`` when it can."""
+    if chosen != "mpi" or mpi_transport_built():
+        return ""
+    return (
+        "zccl: this zccl build has no Open MPI transport (it was built without Open MPI), but "
+        "ZCCL_TRANSPORT=mpi asks for it: use the TCP transport (ZCCL_TRANSPORT=tcp, the default "
+        "under torchrun and, in this build, under mpirun too), or install Open MPI (Debian: "
+        "apt-get install libopenmpi-dev openmpi-bin) and rebuild"
+    )
 
 
 def transport(environ: dict[str, str] | None = None, mpi_built: bool | None = None) -> str:

@@ -43,6 +43,11 @@ _FIELD_NAMES = {
 # Not part of the build: the transport a rank chose for the group being created
 # (zccl_torch.backend.transport()); ranks that chose differently would never reach each other.
 _TRANSPORT_FIELD = "transport"
+# Not compared either: why this rank cannot open the transport it chose (a build without Open MPI
+# asked for ``mpi``). The verdict turns it into every rank's error, so that the rank hosting the
+# store waits for the others to read it (_stay_until_read) instead of raising on its own and
+# taking the store down while they still read the verdict (they got "Failed to recv").
+_UNAVAILABLE_FIELD = "transport_unavailable"
 
 
 def build_identity() -> dict[str, Any]:
@@ -70,18 +75,22 @@ def join_group(
     seconds: float,
     identity: dict[str, Any] | None = None,
     transport: str | None = None,
+    transport_unavailable: str = "",
 ) -> None:
     """Returns once all ``size`` members of the group being created reached this point and all run
-    the same build and, when ``transport`` is given, chose the same transport.
+    the same build and, when ``transport`` is given, chose the same transport, which all can open.
 
     Raises ``RuntimeError`` on every rank, naming each differing field of :func:`build_identity`
     (or the transports) and which ranks hold which value, or naming the ranks too old to publish
-    one; raises ``RuntimeError`` naming how many ranks arrived after ``seconds``. ``identity``
-    replaces this rank's own (tests).
+    one; raises ``RuntimeError`` naming how many ranks arrived after ``seconds``. A non-empty
+    ``transport_unavailable`` (why this rank cannot open ``transport``) makes every rank raise it,
+    naming the ranks that gave it. ``identity`` replaces this rank's own (tests).
     """
     mine = dict(build_identity() if identity is None else identity)
     if transport is not None:
         mine[_TRANSPORT_FIELD] = transport
+    if transport_unavailable:
+        mine[_UNAVAILABLE_FIELD] = transport_unavailable
     # A second process with the same rank (a script that launches itself under another
     # launcher, or two jobs sharing one store) raises here, before it counts as an arrival; one
     # that the verdict's writer sees makes every rank raise (_verdict).
@@ -141,7 +150,25 @@ def _verdict(store: Any, size: int) -> dict[str, Any]:
     duplicates = {r: n for r, n in claims.items() if n > 1}
     if duplicates:
         return {"error": _duplicate_message(duplicates, size), "publishers": publishers}
-    return {"error": describe_mismatch(identities), "publishers": publishers}
+    error = describe_mismatch(identities) or _unavailable_message(identities)
+    return {"error": error, "publishers": publishers}
+
+
+def _unavailable_message(identities: list[dict[str, Any] | None]) -> str:
+    """The first rank's reason its transport cannot open, naming every rank that gave one, or
+    ``""`` when all can open it."""
+    reasons = [
+        (r, ident[_UNAVAILABLE_FIELD])
+        for r, ident in enumerate(identities)
+        if ident is not None and ident.get(_UNAVAILABLE_FIELD)
+    ]
+    if not reasons:
+        return ""
+    ranks = _ranks_phrase([r for r, _ in reasons])
+    return (
+        f"{reasons[0][1]} ({ranks} of {len(identities)} cannot open it; every rank raised this "
+        "error; no data was moved)"
+    )
 
 
 def _duplicate_message(claims: dict[int, int], size: int) -> str:
@@ -167,7 +194,7 @@ def describe_mismatch(identities: list[dict[str, Any] | None]) -> str:
         )
     known = [(r, ident) for r, ident in enumerate(identities) if ident is not None]
     fields = list(_FIELD_NAMES) + sorted(
-        {k for _, ident in known for k in ident} - set(_FIELD_NAMES)
+        {k for _, ident in known for k in ident} - set(_FIELD_NAMES) - {_UNAVAILABLE_FIELD}
     )
     transport = ""
     for field in fields:

@@ -163,6 +163,11 @@ def wrong_backend() -> None:
             assert "zccl" in str(exc), exc
         else:
             raise AssertionError("non-zccl group accepted")
+    # Gloo connects its full mesh in new_group; a rank that finished connecting and destroyed the
+    # group could close a socket a slower rank was still handshaking on ("connectFullMesh failed:
+    # Connection closed by peer", seen once at 5 ranks in CI). The barrier holds every rank until
+    # all have connected.
+    dist.barrier(group=gloo)
     dist.destroy_process_group(gloo)
 
 
