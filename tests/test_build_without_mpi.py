@@ -170,7 +170,9 @@ def test_asking_for_mpi_fails_on_every_rank(package: Path, tmp_path: Path) -> No
     # The same verdict on every rank, from group creation: rank 0 (the store's host) waited for
     # the others to read it instead of raising alone and taking the store down under them.
     assert len({text for _, text in raised}) == 1, raised
-    assert "of 3 cannot open it" in raised[0][1], raised
+    assert "process group of 3 ranks: ranks 0-2 cannot open the mpi transport" in raised[0][1], (
+        raised
+    )
 
 
 def setup_choice(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:

@@ -175,15 +175,33 @@ def test_ranks_that_chose_different_transports_raise_on_every_rank() -> None:
 
 
 def test_a_transport_some_ranks_cannot_open_raises_on_every_rank() -> None:
-    """ZCCL_TRANSPORT=mpi in builds without Open MPI on some ranks: every rank raises the reason,
-    naming the ranks, and stays until all have read it (the store lives in rank 0's process: when
-    rank 0 raised on its own, the others could lose the store mid-read, "Failed to recv")."""
-    why = "zccl: this zccl build has no Open MPI transport"
-    outcomes = join_all([identity()] * 4, transports=["mpi"] * 4, unavailable=["", why, why, ""])
+    """ZCCL_TRANSPORT=mpi in builds without Open MPI, or a TCP listener that cannot open, on some
+    ranks: every rank raises, naming those ranks and their reasons, and stays until all have read
+    it (the store lives in rank 0's process: when rank 0 raised on its own, the others could lose
+    the store mid-read, "Failed to recv"; ranks that could open waited for the others' addresses
+    until the group's timeout)."""
+    no_mpi = "this zccl build has no Open MPI transport"
+    outcomes = join_all(
+        [identity()] * 4, transports=["mpi"] * 4, unavailable=["", no_mpi, no_mpi, ""]
+    )
     message = the_same_error(outcomes, [0, 1, 2, 3])
-    assert message.startswith(why) and "(ranks 1, 2 of 4 cannot open it;" in message, message
+    assert message == (
+        "zccl: creating a process group of 4 ranks: ranks 1, 2 cannot open the mpi transport "
+        f"(ranks 1, 2: {no_mpi}). Every rank raised this error; no data was moved."
+    ), message
+    # Reasons that differ are each named, with their ranks.
+    bad_if = "cannot listen for TCP connections: ZCCL_SOCKET_IFNAME='eth9': no IPv4 address"
+    in_use = "cannot listen for TCP connections: bind: Address already in use"
+    why = [bad_if, "", bad_if, in_use, bad_if]
+    message = the_same_error(
+        join_all([identity()] * 5, transports=["tcp"] * 5, unavailable=why), [0, 1, 2, 3, 4]
+    )
+    assert (
+        f"ranks 0, 2-4 cannot open the tcp transport (ranks 0, 2, 4: {bad_if}; rank 3: {in_use})"
+        in message
+    ), message
     # Transports that differ are the cause to name first: fixing them may remove this one.
-    outcomes = join_all([identity()] * 2, transports=["mpi", "tcp"], unavailable=[why, ""])
+    outcomes = join_all([identity()] * 2, transports=["mpi", "tcp"], unavailable=[no_mpi, ""])
     assert "chose different transports" in the_same_error(outcomes, [0, 1])
     # A reason is not part of the build: ranks that can open it agree with each other.
     assert join_all([identity()] * 3, transports=["tcp"] * 3, unavailable=[""] * 3) == [None] * 3

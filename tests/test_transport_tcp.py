@@ -52,6 +52,16 @@ def test_lifecycle_over_tcp(check: str, nprocs: int, marker: str) -> None:
     assert marker in done.stdout, (done.stdout + done.stderr)[-6000:]
 
 
+def test_a_rank_that_cannot_listen_fails_every_rank_at_once() -> None:
+    """One rank's ZCCL_SOCKET_IFNAME names no interface: all 3 raise the same error naming it,
+    within seconds (before, the other two waited for its address until the group's timeout)."""
+    done = mpirun(3, python_argv("tests/mpi/lifecycle_checks.py", "listener_unavailable"), 120, TCP)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-6000:]
+    raised = re.findall(r"LISTENER UNAVAILABLE RAISED ([0-9a-f]{16})", done.stdout)
+    assert len(raised) == 3 and len(set(raised)) == 1, report[-6000:]
+
+
 def test_torchrun_matches_mpirun_bit_for_bit() -> None:
     """3 ranks on one host: torchrun (no MPI variables, nothing extra set) picks the TCP
     transport, mpirun Open MPI; every bound holds under both and every output is identical."""

@@ -108,6 +108,16 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     # of different builds or transports would fail later on one rank only, or hang
     # (membership.py). In a build without Open MPI, `mpi` fails there on every rank, naming what
     # to do (no_mpi.cpp's open_mpi_group would throw too, but on each rank alone).
+    # A rank that cannot open its transport (the listener's interface or port, or a build
+    # without Open MPI) says so in the verdict: every rank then raises, naming it, where the
+    # others used to wait for its address until the group's timeout.
+    unavailable = _unavailable(chosen)
+    listener = None
+    if use_tcp:
+        try:
+            listener = _C.TcpListener(_listen_address())
+        except (ValueError, RuntimeError, OSError) as exc:
+            unavailable = f"cannot listen for TCP connections: {exc}"
     store = _group_store(dist_opts.store, str(dist_opts.group_id))
     membership.join_group(
         store,
@@ -115,10 +125,10 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
         int(dist_opts.group_size),
         seconds,
         transport=chosen,
-        transport_unavailable=_unavailable(chosen),
+        transport_unavailable=unavailable,
     )
-    if use_tcp:
-        return _create_over_tcp(dist_opts, store, seconds, options)
+    if listener is not None:
+        return _create_over_tcp(dist_opts, store, seconds, options, listener)
     backend = _C.create_backend(
         dist_opts.group_rank,
         dist_opts.group_size,
@@ -194,14 +204,15 @@ def _finalize_mpi() -> None:
     _C.finalize_mpi_if_owned()
 
 
-def _create_over_tcp(dist_opts: Any, group_store: Any, seconds: float, options: Options) -> Any:
-    """The group over the TCP transport: each rank opens a listener, publishes its address (and
-    rank 0 a fresh session number that refuses stray connections) in the group's own store
+def _create_over_tcp(
+    dist_opts: Any, group_store: Any, seconds: float, options: Options, listener: Any
+) -> Any:
+    """The group over the TCP transport: each rank publishes the address of its ``listener``
+    (and rank 0 a fresh session number that refuses stray connections) in the group's own store
     (``group_store``: :func:`_group_store`), then every pair of ranks connects
     (csrc/transport/tcp/)."""
     rank, size = int(dist_opts.group_rank), int(dist_opts.group_size)
     store = dist.PrefixStore("zccl-tcp/", group_store)
-    listener = _C.TcpListener(_listen_address())
     store.set(f"address/{rank}", listener.address)
     if rank == 0:
         store.set("session", str(secrets.randbits(63)))
@@ -260,7 +271,7 @@ def _unavailable(chosen: str) -> str:
     if chosen != "mpi" or mpi_transport_built():
         return ""
     return (
-        "zccl: this zccl build has no Open MPI transport (it was built without Open MPI), but "
+        "this zccl build has no Open MPI transport (it was built without Open MPI), but "
         "ZCCL_TRANSPORT=mpi asks for it: use the TCP transport (ZCCL_TRANSPORT=tcp, the default "
         "under torchrun and, in this build, under mpirun too), or install Open MPI (Debian: "
         "apt-get install libopenmpi-dev openmpi-bin) and rebuild"

@@ -155,19 +155,22 @@ def _verdict(store: Any, size: int) -> dict[str, Any]:
 
 
 def _unavailable_message(identities: list[dict[str, Any] | None]) -> str:
-    """The first rank's reason its transport cannot open, naming every rank that gave one, or
-    ``""`` when all can open it."""
-    reasons = [
-        (r, ident[_UNAVAILABLE_FIELD])
-        for r, ident in enumerate(identities)
-        if ident is not None and ident.get(_UNAVAILABLE_FIELD)
-    ]
+    """Every rank raises this when some cannot open the transport they chose: the ranks and
+    each reason they gave (``""`` when all can open it)."""
+    reasons: dict[str, list[int]] = {}
+    chosen = ""
+    for r, ident in enumerate(identities):
+        if ident is not None and ident.get(_UNAVAILABLE_FIELD):
+            reasons.setdefault(str(ident[_UNAVAILABLE_FIELD]), []).append(r)
+            chosen = str(ident.get(_TRANSPORT_FIELD) or "")
     if not reasons:
         return ""
-    ranks = _ranks_phrase([r for r, _ in reasons])
+    ranks = sorted(r for held in reasons.values() for r in held)
+    which = "; ".join(f"{_ranks_phrase(held)}: {why}" for why, held in reasons.items())
     return (
-        f"{reasons[0][1]} ({ranks} of {len(identities)} cannot open it; every rank raised this "
-        "error; no data was moved)"
+        f"zccl: creating a process group of {len(identities)} ranks: {_ranks_phrase(ranks)} "
+        f"cannot open the {chosen or 'chosen'} transport ({which}). Every rank raised this "
+        "error; no data was moved."
     )
 
 

@@ -9,6 +9,10 @@
 * ``mixed_build``: the last rank pretends to run another build (stream format 2, another source
   digest): creating the world group raises on every rank, with the same message naming both,
   before MPI or a socket is touched; prints ``MIXED BUILD RAISED <hash of the message>``.
+* ``listener_unavailable`` (TCP transport): the last rank's ``ZCCL_SOCKET_IFNAME`` names no
+  interface: every rank raises the same error naming that rank and the interface, at once (the
+  others used to wait for its address until the group's timeout); prints
+  ``LISTENER UNAVAILABLE RAISED <hash of the message>``.
 * ``no_init_on_import``: importing zccl_torch leaves MPI uninitialised; the first group
   initialises it, destroy_process_group shuts the worker down, and a new group works again.
 * ``oversubscribed_threads``: one compressed all_reduce with ``threads`` = max(2, cores) on
@@ -159,6 +163,26 @@ def mixed_build() -> None:
     print(f"MIXED BUILD RAISED {digest}", flush=True)
 
 
+def listener_unavailable() -> None:
+    p = int(os.environ["WORLD_SIZE"])
+    r = int(os.environ["RANK"])
+    if r == p - 1:
+        os.environ["ZCCL_SOCKET_IFNAME"] = "zccl-none0"
+    start = time.monotonic()
+    try:
+        dist.init_process_group("zccl", timeout=datetime.timedelta(seconds=120))
+    except RuntimeError as exc:
+        message = str(exc)
+    else:
+        raise AssertionError("a rank without a listener joined a TCP group")
+    took = time.monotonic() - start
+    assert took < 60, f"raised after {took:.0f} s: the group's timeout, not the verdict"
+    assert f"rank {p - 1} cannot open the tcp transport" in message, message
+    assert "ZCCL_SOCKET_IFNAME='zccl-none0': no IPv4 address on that interface" in message, message
+    digest = hashlib.sha256(message.encode()).hexdigest()[:16]
+    print(f"LISTENER UNAVAILABLE RAISED {digest}", flush=True)
+
+
 def monitored_barrier_names_missing_ranks() -> None:
     """Like Gloo's: rank 0 names the ranks that never arrived (the first one, or all of them with
     wait_all_ranks=True); the ranks that did arrive raise too, naming the same ranks. Run with
@@ -271,6 +295,7 @@ if __name__ == "__main__":
         "monitored_barrier": monitored_barrier_names_missing_ranks,
         "group_member_missing": group_member_missing,
         "mixed_build": mixed_build,
+        "listener_unavailable": listener_unavailable,
         "no_init_on_import": no_init_on_import,
         "oversubscribed_threads": oversubscribed_threads,
         "uncaught_exception": uncaught_exception,
