@@ -167,12 +167,9 @@ def test_asking_for_mpi_fails_on_every_rank(package: Path, tmp_path: Path) -> No
     assert len(raised) == 3, report[-6000:]
     assert all("has no Open MPI transport" in text for _, text in raised), raised
     assert all("ZCCL_TRANSPORT=tcp" in text for _, text in raised), raised
-    # The same verdict on every rank, from group creation: rank 0 (the store's host) waited for
-    # the others to read it instead of raising alone and taking the store down under them.
-    assert len({text for _, text in raised}) == 1, raised
-    assert "process group of 3 ranks: ranks 0-2 cannot open the mpi transport" in raised[0][1], (
-        raised
-    )
+    # Each rank raised its own error once all had read the verdict: rank 0, the store's host, no
+    # longer raised alone and took the store down under the others ("Failed to recv").
+    assert all(kind == "RuntimeError" for kind, _ in raised), raised
 
 
 def setup_choice(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:

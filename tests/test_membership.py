@@ -35,12 +35,12 @@ def join_all(
     identities: list[dict[str, Any] | None],
     seconds: float = 20.0,
     legacy_last: bool = False,
-    transports: list[str] | None = None,
-    unavailable: list[str] | None = None,
+    transports: list[str | None] | None = None,
+    cannot_create: list[str] | None = None,
 ) -> list[BaseException | None]:
     """Every rank joins from its own thread; ``None`` identities run the protocol of builds older
     than the check (count the arrival, the last one writes "1", wait for it). ``transports``: the
-    one each rank chose; ``unavailable``: why each cannot open it. Returns what each rank raised
+    one each rank chose; ``cannot_create``: why each cannot take part. Returns what each rank raised
     (None: it joined)."""
     size = len(identities)
     store = dist.HashStore()
@@ -49,7 +49,7 @@ def join_all(
     def new_rank(r: int) -> None:
         try:
             chosen = transports[r] if transports else None
-            why = unavailable[r] if unavailable else ""
+            why = cannot_create[r] if cannot_create else ""
             membership.join_group(
                 store,
                 r,
@@ -57,7 +57,7 @@ def join_all(
                 seconds,
                 identity=identities[r],
                 transport=chosen,
-                transport_unavailable=why,
+                cannot_create=why,
             )
         except BaseException as exc:
             outcomes[r] = exc
@@ -174,37 +174,30 @@ def test_ranks_that_chose_different_transports_raise_on_every_rank() -> None:
     assert "different zccl builds" in message and "transports" not in message
 
 
-def test_a_transport_some_ranks_cannot_open_raises_on_every_rank() -> None:
-    """ZCCL_TRANSPORT=mpi in builds without Open MPI, or a TCP listener that cannot open, on some
-    ranks: every rank raises, naming those ranks and their reasons, and stays until all have read
-    it (the store lives in rank 0's process: when rank 0 raised on its own, the others could lose
-    the store mid-read, "Failed to recv"; ranks that could open waited for the others' addresses
-    until the group's timeout)."""
-    no_mpi = "this zccl build has no Open MPI transport"
-    outcomes = join_all(
-        [identity()] * 4, transports=["mpi"] * 4, unavailable=["", no_mpi, no_mpi, ""]
-    )
-    message = the_same_error(outcomes, [0, 1, 2, 3])
+def test_ranks_that_cannot_take_part_are_named_on_every_rank() -> None:
+    """Ranks that cannot take part (a setting invalid on their host, a transport they cannot open)
+    publish why: every rank raises, naming those ranks and their reasons, and stays until all
+    have read it. Before, the others waited for them until the group's timeout, and when rank 0,
+    which hosts the store, raised alone, a rank still reading lost the store ("Failed to recv")."""
+    bad_if = "ValueError: ZCCL_SOCKET_IFNAME='eth9': no IPv4 address on that interface"
+    no_mpi = "RuntimeError: zccl: this zccl build has no Open MPI transport"
+    why = [bad_if, "", bad_if, no_mpi, bad_if]
+    chosen = ["tcp", "tcp", "tcp", "mpi", "tcp"]
+    outcomes = join_all([identity()] * 5, transports=chosen, cannot_create=why)
+    message = the_same_error(outcomes, [0, 1, 2, 3, 4])
     assert message == (
-        "zccl: creating a process group of 4 ranks: ranks 1, 2 cannot open the mpi transport "
-        f"(ranks 1, 2: {no_mpi}). Every rank raised this error; no data was moved."
+        "zccl: creating a process group of 5 ranks failed on ranks 0, 2-4 (ranks 0, 2, 4: "
+        f"{bad_if}; rank 3: {no_mpi}). Every rank raised an error; no data was moved."
     ), message
-    # Reasons that differ are each named, with their ranks.
-    bad_if = "cannot listen for TCP connections: ZCCL_SOCKET_IFNAME='eth9': no IPv4 address"
-    in_use = "cannot listen for TCP connections: bind: Address already in use"
-    why = [bad_if, "", bad_if, in_use, bad_if]
-    message = the_same_error(
-        join_all([identity()] * 5, transports=["tcp"] * 5, unavailable=why), [0, 1, 2, 3, 4]
-    )
-    assert (
-        f"ranks 0, 2-4 cannot open the tcp transport (ranks 0, 2, 4: {bad_if}; rank 3: {in_use})"
-        in message
-    ), message
-    # Transports that differ are the cause to name first: fixing them may remove this one.
-    outcomes = join_all([identity()] * 2, transports=["mpi", "tcp"], unavailable=[no_mpi, ""])
-    assert "chose different transports" in the_same_error(outcomes, [0, 1])
-    # A reason is not part of the build: ranks that can open it agree with each other.
-    assert join_all([identity()] * 3, transports=["tcp"] * 3, unavailable=[""] * 3) == [None] * 3
+    # A rank that cannot take part publishes no transport: the others' choice is no mismatch.
+    outcomes = join_all([identity()] * 2, transports=["tcp", None], cannot_create=["", bad_if])
+    assert "failed on rank 1 (rank 1: " in the_same_error(outcomes, [0, 1])
+    # A build difference is still the cause to name first (its advice differs).
+    ids = [identity(), identity(format_version=2)]
+    outcomes = join_all(ids, cannot_create=["", bad_if])
+    assert "different zccl builds" in the_same_error(outcomes, [0, 1])
+    # A reason is not part of the build: ranks with none agree with each other.
+    assert join_all([identity()] * 3, transports=["tcp"] * 3, cannot_create=[""] * 3) == [None] * 3
 
 
 @pytest.mark.parametrize("legacy_last", [False, True])

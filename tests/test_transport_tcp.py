@@ -52,14 +52,33 @@ def test_lifecycle_over_tcp(check: str, nprocs: int, marker: str) -> None:
     assert marker in done.stdout, (done.stdout + done.stderr)[-6000:]
 
 
-def test_a_rank_that_cannot_listen_fails_every_rank_at_once() -> None:
-    """One rank's ZCCL_SOCKET_IFNAME names no interface: all 3 raise the same error naming it,
-    within seconds (before, the other two waited for its address until the group's timeout)."""
-    done = mpirun(3, python_argv("tests/mpi/lifecycle_checks.py", "listener_unavailable"), 120, TCP)
+@pytest.mark.parametrize(
+    ("transport", "variable", "value", "expected"),
+    [
+        (
+            "tcp",
+            "ZCCL_SOCKET_IFNAME",
+            "zccl-none0",
+            "ValueError: ZCCL_SOCKET_IFNAME='zccl-none0': no",
+        ),
+        ("tcp", "ZCCL_ERROR_BOUND", "-1", "ValueError: "),
+        ("mpi", "ZCCL_TRANSPORT", "gloo", "ValueError: ZCCL_TRANSPORT must be one of"),
+        ("mpi", "ZCCL_ABORT_ON_EXCEPTION", "maybe", "ValueError: ZCCL_ABORT_ON_EXCEPTION='maybe'"),
+    ],
+)
+def test_a_rank_that_cannot_take_part_fails_every_rank_at_once(
+    transport: str, variable: str, value: str, expected: str
+) -> None:
+    """One rank cannot take part in a new group (its listener's interface does not exist, a
+    setting is invalid on that host): it raises its own error and the other two, within seconds,
+    the same error naming it; before, they waited for it until the group's timeout."""
+    argv = python_argv("tests/mpi/lifecycle_checks.py", "one_rank_cannot_create", variable, value)
+    done = mpirun(3, [*argv, expected], 120, {"ZCCL_TRANSPORT": transport})
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-6000:]
-    raised = re.findall(r"LISTENER UNAVAILABLE RAISED ([0-9a-f]{16})", done.stdout)
-    assert len(raised) == 3 and len(set(raised)) == 1, report[-6000:]
+    assert done.stdout.count("OWN ERROR RAISED ValueError") == 1, report[-6000:]
+    raised = re.findall(r"VERDICT RAISED ([0-9a-f]{16})", done.stdout)
+    assert len(raised) == 2 and len(set(raised)) == 1, report[-6000:]
 
 
 def test_torchrun_matches_mpirun_bit_for_bit() -> None:

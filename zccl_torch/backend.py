@@ -13,6 +13,7 @@ created, never at import.
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import datetime
 import fcntl
 import os
@@ -87,6 +88,58 @@ def _group_store(store: Any, group_id: str) -> Any:
 
 def _create(dist_opts: Any, pg_options: Any) -> Any:
     """Creator torch calls for each zccl process group (extended API)."""
+    timeout = dist_opts.timeout
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
+    rank, size = int(dist_opts.group_rank), int(dist_opts.group_size)
+    # Every member must be there, running the same build and choosing the same transport, before
+    # the transport connects: MPI creates the group's communicator collectively and without a
+    # deadline (one member that never comes would leave the others waiting forever), and ranks
+    # of different builds or transports would fail later on one rank only, or hang
+    # (membership.py).
+    store = _group_store(dist_opts.store, str(dist_opts.group_id))
+    try:
+        group = _prepare(dist_opts, pg_options)
+    except (TypeError, ValueError, RuntimeError, OSError) as exc:
+        # This rank cannot take part (its settings, its transport): the others learn why from
+        # the verdict and raise at once, naming it, instead of waiting for it until the group's
+        # timeout; it raises its own error once they have read the verdict (the store may live
+        # in this process).
+        reason = f"{type(exc).__name__}: {exc}"
+        try:
+            membership.join_group(store, rank, size, seconds, cannot_create=reason)
+        except Exception:  # the verdict, or a timeout: this rank's own error says more here
+            pass
+        raise
+    membership.join_group(store, rank, size, seconds, transport=group.transport)
+    register_group_options(str(dist_opts.group_id), group.options)
+    if group.listener is not None:
+        return _create_over_tcp(dist_opts, store, seconds, group.options, group.listener)
+    backend = _C.create_backend(
+        dist_opts.group_rank,
+        dist_opts.group_size,
+        [int(r) for r in dist_opts.global_ranks_in_group],
+        str(dist_opts.group_id),
+        seconds,
+        group.options.to_native(),
+    )
+    if group.abort_on_exception:
+        _install_abort_on_exception()
+    return backend
+
+
+@dataclasses.dataclass(frozen=True)
+class _Prepared:
+    """What one rank decided, before the members meet, about the group it creates."""
+
+    options: Options
+    transport: str
+    abort_on_exception: bool
+    listener: Any  # the TCP transport's listener, opened before its address is published
+
+
+def _prepare(dist_opts: Any, pg_options: Any) -> _Prepared:
+    """This rank's options, transport and TCP listener for the group being created; raises when
+    they are invalid or the transport cannot open here."""
     if pg_options is None:
         options = Options.from_env()
     elif isinstance(pg_options, Options):
@@ -96,50 +149,22 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
             f"pg_options for the zccl backend must be a zccl_torch.Options, got "
             f"{type(pg_options).__name__}"
         )
-    register_group_options(str(dist_opts.group_id), options)
-    timeout = dist_opts.timeout
-    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else float(timeout)
     chosen = transport()
+    if chosen == "mpi" and not mpi_transport_built():
+        # no_mpi.cpp's open_mpi_group would throw too, but after the members met.
+        raise RuntimeError(
+            "zccl: this zccl build has no Open MPI transport (it was built without Open MPI), "
+            "but ZCCL_TRANSPORT=mpi asks for it: use the TCP transport (ZCCL_TRANSPORT=tcp, the "
+            "default under torchrun and, in this build, under mpirun too), or install Open MPI "
+            "(Debian: apt-get install libopenmpi-dev openmpi-bin) and rebuild"
+        )
     use_tcp = chosen == "tcp"
-    abort_on_exception = False if use_tcp else _abort_on_exception_enabled()
-    # Every member must be there, running the same build and choosing the same transport, before
-    # the transport connects: MPI creates the group's communicator collectively and without a
-    # deadline (one member that never comes would leave the others waiting forever), and ranks
-    # of different builds or transports would fail later on one rank only, or hang
-    # (membership.py). In a build without Open MPI, `mpi` fails there on every rank, naming what
-    # to do (no_mpi.cpp's open_mpi_group would throw too, but on each rank alone).
-    # A rank that cannot open its transport (the listener's interface or port, or a build
-    # without Open MPI) says so in the verdict: every rank then raises, naming it, where the
-    # others used to wait for its address until the group's timeout.
-    unavailable = _unavailable(chosen)
-    listener = None
-    if use_tcp:
-        try:
-            listener = _C.TcpListener(_listen_address())
-        except (ValueError, RuntimeError, OSError) as exc:
-            unavailable = f"cannot listen for TCP connections: {exc}"
-    store = _group_store(dist_opts.store, str(dist_opts.group_id))
-    membership.join_group(
-        store,
-        int(dist_opts.group_rank),
-        int(dist_opts.group_size),
-        seconds,
+    return _Prepared(
+        options=options,
         transport=chosen,
-        transport_unavailable=unavailable,
+        abort_on_exception=False if use_tcp else _abort_on_exception_enabled(),
+        listener=_C.TcpListener(_listen_address()) if use_tcp else None,
     )
-    if listener is not None:
-        return _create_over_tcp(dist_opts, store, seconds, options, listener)
-    backend = _C.create_backend(
-        dist_opts.group_rank,
-        dist_opts.group_size,
-        [int(r) for r in dist_opts.global_ranks_in_group],
-        str(dist_opts.group_id),
-        seconds,
-        options.to_native(),
-    )
-    if abort_on_exception:
-        _install_abort_on_exception()
-    return backend
 
 
 _ABORT_ENV = "ZCCL_ABORT_ON_EXCEPTION"
@@ -264,18 +289,6 @@ def mpi_transport_built() -> bool:
     """Whether this build of zccl has the Open MPI transport (setup.py leaves it out when built
     with ``ZCCL_WITH_MPI=0`` or where no ``mpicc`` was found)."""
     return bool(_C.MPI_TRANSPORT)
-
-
-def _unavailable(chosen: str) -> str:
-    """Why this process cannot open the ``chosen`` transport, or ``""`` when it can."""
-    if chosen != "mpi" or mpi_transport_built():
-        return ""
-    return (
-        "this zccl build has no Open MPI transport (it was built without Open MPI), but "
-        "ZCCL_TRANSPORT=mpi asks for it: use the TCP transport (ZCCL_TRANSPORT=tcp, the default "
-        "under torchrun and, in this build, under mpirun too), or install Open MPI (Debian: "
-        "apt-get install libopenmpi-dev openmpi-bin) and rebuild"
-    )
 
 
 def transport(environ: dict[str, str] | None = None, mpi_built: bool | None = None) -> str:

@@ -43,11 +43,11 @@ _FIELD_NAMES = {
 # Not part of the build: the transport a rank chose for the group being created
 # (zccl_torch.backend.transport()); ranks that chose differently would never reach each other.
 _TRANSPORT_FIELD = "transport"
-# Not compared either: why this rank cannot open the transport it chose (a build without Open MPI
-# asked for ``mpi``). The verdict turns it into every rank's error, so that the rank hosting the
-# store waits for the others to read it (_stay_until_read) instead of raising on its own and
-# taking the store down while they still read the verdict (they got "Failed to recv").
-_UNAVAILABLE_FIELD = "transport_unavailable"
+# Not compared either: why this rank cannot take part (invalid settings, a transport it cannot
+# open). The verdict names it to every rank, so the others raise at once instead of waiting for
+# it until the group's timeout, and the rank hosting the store stays until they have read it
+# (_stay_until_read) instead of taking the store down under them ("Failed to recv").
+_CANNOT_CREATE_FIELD = "cannot_create"
 
 
 def build_identity() -> dict[str, Any]:
@@ -75,7 +75,7 @@ def join_group(
     seconds: float,
     identity: dict[str, Any] | None = None,
     transport: str | None = None,
-    transport_unavailable: str = "",
+    cannot_create: str = "",
 ) -> None:
     """Returns once all ``size`` members of the group being created reached this point and all run
     the same build and, when ``transport`` is given, chose the same transport, which all can open.
@@ -83,14 +83,14 @@ def join_group(
     Raises ``RuntimeError`` on every rank, naming each differing field of :func:`build_identity`
     (or the transports) and which ranks hold which value, or naming the ranks too old to publish
     one; raises ``RuntimeError`` naming how many ranks arrived after ``seconds``. A non-empty
-    ``transport_unavailable`` (why this rank cannot open ``transport``) makes every rank raise it,
-    naming the ranks that gave it. ``identity`` replaces this rank's own (tests).
+    ``cannot_create`` (why this rank cannot take part) makes every rank raise, naming each such
+    rank and its reason. ``identity`` replaces this rank's own (tests).
     """
     mine = dict(build_identity() if identity is None else identity)
     if transport is not None:
         mine[_TRANSPORT_FIELD] = transport
-    if transport_unavailable:
-        mine[_UNAVAILABLE_FIELD] = transport_unavailable
+    if cannot_create:
+        mine[_CANNOT_CREATE_FIELD] = cannot_create
     # A second process with the same rank (a script that launches itself under another
     # launcher, or two jobs sharing one store) raises here, before it counts as an arrival; one
     # that the verdict's writer sees makes every rank raise (_verdict).
@@ -150,27 +150,22 @@ def _verdict(store: Any, size: int) -> dict[str, Any]:
     duplicates = {r: n for r, n in claims.items() if n > 1}
     if duplicates:
         return {"error": _duplicate_message(duplicates, size), "publishers": publishers}
-    error = describe_mismatch(identities) or _unavailable_message(identities)
-    return {"error": error, "publishers": publishers}
+    return {"error": describe_mismatch(identities), "publishers": publishers}
 
 
-def _unavailable_message(identities: list[dict[str, Any] | None]) -> str:
-    """Every rank raises this when some cannot open the transport they chose: the ranks and
-    each reason they gave (``""`` when all can open it)."""
+def _cannot_create_message(identities: list[dict[str, Any] | None]) -> str:
+    """The ranks that cannot take part and each one's reason, or ``""`` when there are none."""
     reasons: dict[str, list[int]] = {}
-    chosen = ""
     for r, ident in enumerate(identities):
-        if ident is not None and ident.get(_UNAVAILABLE_FIELD):
-            reasons.setdefault(str(ident[_UNAVAILABLE_FIELD]), []).append(r)
-            chosen = str(ident.get(_TRANSPORT_FIELD) or "")
+        if ident is not None and ident.get(_CANNOT_CREATE_FIELD):
+            reasons.setdefault(str(ident[_CANNOT_CREATE_FIELD]), []).append(r)
     if not reasons:
         return ""
     ranks = sorted(r for held in reasons.values() for r in held)
     which = "; ".join(f"{_ranks_phrase(held)}: {why}" for why, held in reasons.items())
     return (
-        f"zccl: creating a process group of {len(identities)} ranks: {_ranks_phrase(ranks)} "
-        f"cannot open the {chosen or 'chosen'} transport ({which}). Every rank raised this "
-        "error; no data was moved."
+        f"zccl: creating a process group of {len(identities)} ranks failed on "
+        f"{_ranks_phrase(ranks)} ({which}). Every rank raised an error; no data was moved."
     )
 
 
@@ -197,7 +192,7 @@ def describe_mismatch(identities: list[dict[str, Any] | None]) -> str:
         )
     known = [(r, ident) for r, ident in enumerate(identities) if ident is not None]
     fields = list(_FIELD_NAMES) + sorted(
-        {k for _, ident in known for k in ident} - set(_FIELD_NAMES) - {_UNAVAILABLE_FIELD}
+        {k for _, ident in known for k in ident} - set(_FIELD_NAMES) - {_CANNOT_CREATE_FIELD}
     )
     transport = ""
     for field in fields:
@@ -220,6 +215,10 @@ def describe_mismatch(identities: list[dict[str, Any] | None]) -> str:
             "collectives cannot talk to each other; " + "; ".join(parts) + ". Install the same "
             "zccl-torch build on every node (every rank raised this error; no data was moved)."
         )
+    # A rank that could not take part chose no transport: its reason is the cause to name.
+    cannot_create = _cannot_create_message(identities)
+    if cannot_create:
+        return cannot_create
     if transport:
         return (
             "zccl: creating a process group: its ranks chose different transports, which cannot "

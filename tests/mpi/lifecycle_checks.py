@@ -9,10 +9,10 @@
 * ``mixed_build``: the last rank pretends to run another build (stream format 2, another source
   digest): creating the world group raises on every rank, with the same message naming both,
   before MPI or a socket is touched; prints ``MIXED BUILD RAISED <hash of the message>``.
-* ``listener_unavailable`` (TCP transport): the last rank's ``ZCCL_SOCKET_IFNAME`` names no
-  interface: every rank raises the same error naming that rank and the interface, at once (the
-  others used to wait for its address until the group's timeout); prints
-  ``LISTENER UNAVAILABLE RAISED <hash of the message>``.
+* ``one_rank_cannot_create VARIABLE VALUE EXPECTED``: the last rank alone sets the variable
+  (a ``ZCCL_SOCKET_IFNAME`` naming no interface, an invalid setting): it raises its own error,
+  the others the same error naming it (they used to wait for it until the group's timeout);
+  prints ``OWN ERROR RAISED <type>`` and ``VERDICT RAISED <hash of the message>``.
 * ``no_init_on_import``: importing zccl_torch leaves MPI uninitialised; the first group
   initialises it, destroy_process_group shuts the worker down, and a new group works again.
 * ``oversubscribed_threads``: one compressed all_reduce with ``threads`` = max(2, cores) on
@@ -163,24 +163,35 @@ def mixed_build() -> None:
     print(f"MIXED BUILD RAISED {digest}", flush=True)
 
 
-def listener_unavailable() -> None:
+def one_rank_cannot_create(variable: str, value: str, expected: str) -> None:
+    """The last rank sets ``variable=value`` before creating the world group, and raises its own
+    error containing ``expected``; every other rank raises the verdict naming that rank and its
+    error, within seconds of each other (not after the group's timeout)."""
     p = int(os.environ["WORLD_SIZE"])
     r = int(os.environ["RANK"])
     if r == p - 1:
-        os.environ["ZCCL_SOCKET_IFNAME"] = "zccl-none0"
+        os.environ[variable] = value
     start = time.monotonic()
     try:
         dist.init_process_group("zccl", timeout=datetime.timedelta(seconds=120))
-    except RuntimeError as exc:
-        message = str(exc)
+    except (RuntimeError, ValueError) as exc:
+        error = exc
     else:
-        raise AssertionError("a rank without a listener joined a TCP group")
+        raise AssertionError(f"a group formed with {variable}={value!r} on rank {p - 1}")
     took = time.monotonic() - start
     assert took < 60, f"raised after {took:.0f} s: the group's timeout, not the verdict"
-    assert f"rank {p - 1} cannot open the tcp transport" in message, message
-    assert "ZCCL_SOCKET_IFNAME='zccl-none0': no IPv4 address on that interface" in message, message
+    if r == p - 1:
+        assert expected in f"{type(error).__name__}: {error}", repr(error)
+        print(f"OWN ERROR RAISED {type(error).__name__}", flush=True)
+        return
+    message = str(error)
+    assert isinstance(error, RuntimeError), repr(error)
+    assert message.startswith(
+        f"zccl: creating a process group of {p} ranks failed on rank {p - 1} (rank {p - 1}: "
+    ), message
+    assert expected in message, message
     digest = hashlib.sha256(message.encode()).hexdigest()[:16]
-    print(f"LISTENER UNAVAILABLE RAISED {digest}", flush=True)
+    print(f"VERDICT RAISED {digest}", flush=True)
 
 
 def monitored_barrier_names_missing_ranks() -> None:
@@ -295,10 +306,12 @@ if __name__ == "__main__":
         "monitored_barrier": monitored_barrier_names_missing_ranks,
         "group_member_missing": group_member_missing,
         "mixed_build": mixed_build,
-        "listener_unavailable": listener_unavailable,
         "no_init_on_import": no_init_on_import,
         "oversubscribed_threads": oversubscribed_threads,
         "uncaught_exception": uncaught_exception,
         "transport_error": transport_error,
     }
-    checks[sys.argv[1]]()
+    if sys.argv[1] == "one_rank_cannot_create":
+        one_rank_cannot_create(*sys.argv[2:5])
+    else:
+        checks[sys.argv[1]]()
