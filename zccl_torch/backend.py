@@ -98,7 +98,7 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
     # (membership.py).
     store = _group_store(dist_opts.store, str(dist_opts.group_id))
     try:
-        group = _prepare(dist_opts, pg_options)
+        group = _prepare(pg_options)
     except (TypeError, ValueError, RuntimeError, OSError) as exc:
         # This rank cannot take part (its settings, its transport): the others learn why from
         # the verdict and raise at once, naming it, instead of waiting for it until the group's
@@ -137,7 +137,7 @@ class _Prepared:
     listener: Any  # the TCP transport's listener, opened before its address is published
 
 
-def _prepare(dist_opts: Any, pg_options: Any) -> _Prepared:
+def _prepare(pg_options: Any) -> _Prepared:
     """This rank's options, transport and TCP listener for the group being created; raises when
     they are invalid or the transport cannot open here."""
     if pg_options is None:
