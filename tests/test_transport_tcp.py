@@ -53,27 +53,43 @@ def test_lifecycle_over_tcp(check: str, nprocs: int, marker: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("transport", "variable", "value", "expected"),
+    ("launch", "variable", "value", "expected"),
     [
         (
-            "tcp",
+            "mpirun-tcp",
             "ZCCL_SOCKET_IFNAME",
             "zccl-none0",
             "ValueError: ZCCL_SOCKET_IFNAME='zccl-none0': no",
         ),
-        ("tcp", "ZCCL_ERROR_BOUND", "-1", "ValueError: "),
-        ("mpi", "ZCCL_TRANSPORT", "gloo", "ValueError: ZCCL_TRANSPORT must be one of"),
-        ("mpi", "ZCCL_ABORT_ON_EXCEPTION", "maybe", "ValueError: ZCCL_ABORT_ON_EXCEPTION='maybe'"),
+        ("mpirun-tcp", "ZCCL_ERROR_BOUND", "-1", "ValueError: "),
+        ("mpirun-mpi", "ZCCL_TRANSPORT", "gloo", "ValueError: ZCCL_TRANSPORT must be one of"),
+        (
+            "mpirun-mpi",
+            "ZCCL_ABORT_ON_EXCEPTION",
+            "maybe",
+            "ValueError: ZCCL_ABORT_ON_EXCEPTION='maybe'",
+        ),
+        (
+            "torchrun",
+            "ZCCL_SOCKET_IFNAME",
+            "zccl-none0",
+            "ValueError: ZCCL_SOCKET_IFNAME='zccl-none0': no",
+        ),
     ],
 )
 def test_a_rank_that_cannot_take_part_fails_every_rank_at_once(
-    transport: str, variable: str, value: str, expected: str
+    launch: str, variable: str, value: str, expected: str
 ) -> None:
     """One rank cannot take part in a new group (its listener's interface does not exist, a
     setting is invalid on that host): it raises its own error and the other two, within seconds,
-    the same error naming it; before, they waited for it until the group's timeout."""
-    argv = python_argv("tests/mpi/lifecycle_checks.py", "one_rank_cannot_create", variable, value)
-    done = mpirun(3, [*argv, expected], 120, {"ZCCL_TRANSPORT": transport})
+    the same error naming it; before, they waited for it until the group's timeout. Under
+    mpirun the store lives in rank 0's process, under torchrun in the agent's."""
+    args = ["one_rank_cannot_create", variable, value, expected]
+    if launch == "torchrun":
+        done = torchrun(3, ["tests/mpi/lifecycle_checks.py", *args], 120)
+    else:
+        argv = python_argv("tests/mpi/lifecycle_checks.py", *args)
+        done = mpirun(3, argv, 120, {"ZCCL_TRANSPORT": launch.split("-")[1]})
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-6000:]
     assert done.stdout.count("OWN ERROR RAISED ValueError") == 1, report[-6000:]
