@@ -6,7 +6,9 @@ first sign of it used to be an error on one receiving rank only ("unsupported fo
 or, worse, a hang. So each rank publishes what it is in the group's own store when it creates the
 group, the last one to arrive compares them all, and every rank raises the same error naming the
 difference and the ranks on each side before any data moves. NCCL refuses mismatched versions at
-init the same way.
+init the same way. In the same step a rank that cannot take part (invalid settings on its host, a
+transport it cannot open) publishes why, and every other rank raises naming it, where they used
+to wait for it until the group's timeout.
 
 The exchange goes through the store torch gives every backend, not through the transport: it is
 the one channel that works whatever the builds, and a rank whose build predates the check (it
