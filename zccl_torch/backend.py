@@ -152,12 +152,7 @@ def _prepare(pg_options: Any) -> _Prepared:
     chosen = transport()
     if chosen == "mpi" and not mpi_transport_built():
         # no_mpi.cpp's open_mpi_group would throw too, but after the members met.
-        raise RuntimeError(
-            "zccl: this zccl build has no Open MPI transport (it was built without Open MPI), "
-            "but ZCCL_TRANSPORT=mpi asks for it: use the TCP transport (ZCCL_TRANSPORT=tcp, the "
-            "default under torchrun and, in this build, under mpirun too), or install Open MPI "
-            "(Debian: apt-get install libopenmpi-dev openmpi-bin) and rebuild"
-        )
+        raise RuntimeError(_C.NO_MPI_TRANSPORT_MESSAGE)
     use_tcp = chosen == "tcp"
     return _Prepared(
         options=options,

@@ -420,6 +420,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
      "(min, max, any_finite) over the finite values of a float tensor");
   m.def("default_threads", &fz::default_threads, "OpenMP threads used when threads=None");
   m.attr("MPI_TRANSPORT") = zccl::transport::mpi_transport_built();
+  m.attr("NO_MPI_TRANSPORT_MESSAGE") = zccl::transport::kNoMpiTransportMessage;
   m.def("mpi_library_version", &zccl::transport::mpi_library_version,
         "Version string of the linked MPI library (does not initialise MPI; \"\" in a build "
         "without Open MPI)");

@@ -16,6 +16,13 @@ namespace zccl::transport {
 // Whether this build has the Open MPI transport (false: built without Open MPI).
 bool mpi_transport_built();
 
+// What asking for an MPI group in a build without the MPI transport raises (open_mpi_group here,
+// and the Python backend before a group's members meet).
+inline constexpr const char* kNoMpiTransportMessage =
+    "zccl: this zccl build has no Open MPI transport (it was built without Open MPI): use the TCP "
+    "transport (ZCCL_TRANSPORT=tcp, the default under torchrun and, in this build, under mpirun "
+    "too), or install Open MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) and rebuild";
+
 // MPI_Get_library_version, e.g. "Open MPI v4.1.4, ..." ("" without the MPI transport). Does not
 // initialise MPI.
 std::string mpi_library_version();

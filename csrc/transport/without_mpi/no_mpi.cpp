@@ -17,10 +17,7 @@ void finalize_if_owned() {}
 bool abort_if_owned(int) { return false; }
 
 std::unique_ptr<Comm> open_mpi_group(int, int, const std::vector<int64_t>&, const std::string&) {
-  throw TransportError(
-      "zccl: this zccl build has no Open MPI transport (it was built without Open MPI): use the TCP "
-      "transport (ZCCL_TRANSPORT=tcp, the default under torchrun and, in this build, under mpirun "
-      "too), or install Open MPI (Debian: apt-get install libopenmpi-dev openmpi-bin) and rebuild");
+  throw TransportError(kNoMpiTransportMessage);
 }
 
 }  // namespace zccl::transport
