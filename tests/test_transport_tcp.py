@@ -9,6 +9,7 @@ same, only the carrier of the bytes differs (tests/mpi/launch_checks.py prints d
 from __future__ import annotations
 
 import re
+import subprocess
 
 import pytest
 
@@ -52,6 +53,17 @@ def test_lifecycle_over_tcp(check: str, nprocs: int, marker: str) -> None:
     assert marker in done.stdout, (done.stdout + done.stderr)[-6000:]
 
 
+def launch_3(
+    launch: str, script: str, args: list[str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``script args`` on 3 ranks: ``torchrun``, or ``mpirun-mpi`` / ``mpirun-tcp`` (mpirun with
+    that ZCCL_TRANSPORT)."""
+    if launch == "torchrun":
+        return torchrun(3, [script, *args], timeout)
+    transport = launch.removeprefix("mpirun-")
+    return mpirun(3, python_argv(script, *args), timeout, {"ZCCL_TRANSPORT": transport})
+
+
 @pytest.mark.parametrize(
     ("launch", "variable", "value", "expected"),
     [
@@ -85,11 +97,7 @@ def test_a_rank_that_cannot_take_part_fails_every_rank_at_once(
     the same error naming it; before, they waited for it until the group's timeout. Under
     mpirun the store lives in rank 0's process, under torchrun in the agent's."""
     args = ["one_rank_cannot_create", variable, value, expected]
-    if launch == "torchrun":
-        done = torchrun(3, ["tests/mpi/lifecycle_checks.py", *args], 120)
-    else:
-        argv = python_argv("tests/mpi/lifecycle_checks.py", *args)
-        done = mpirun(3, argv, 120, {"ZCCL_TRANSPORT": launch.split("-")[1]})
+    done = launch_3(launch, "tests/mpi/lifecycle_checks.py", args, 120)
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-6000:]
     assert done.stdout.count("OWN ERROR RAISED ValueError") == 1, report[-6000:]
@@ -120,11 +128,7 @@ def test_groups_recreated_in_one_process(launch: str) -> None:
     """init_process_group / new_group / destroy_process_group three times in one process, a
     rank arriving late each time: under torchrun the store outlives the groups, and the third
     creation hung (the second found the first's keys: arrival count, verdict, TCP addresses)."""
-    script = "tests/mpi/recreate_groups.py"
-    if launch == "torchrun":
-        done = torchrun(3, [script], 180)
-    else:
-        done = mpirun(3, python_argv(script), 180, {"ZCCL_TRANSPORT": launch.split("-")[1]})
+    done = launch_3(launch, "tests/mpi/recreate_groups.py", [], 180)
     report = done.stdout + done.stderr
     assert done.returncode == 0, report[-6000:]
     assert sorted(re.findall(r"recreate ok rank (\d) of 3", done.stdout)) == ["0", "1", "2"]

@@ -310,8 +310,6 @@ if __name__ == "__main__":
         "oversubscribed_threads": oversubscribed_threads,
         "uncaught_exception": uncaught_exception,
         "transport_error": transport_error,
+        "one_rank_cannot_create": one_rank_cannot_create,  # takes VARIABLE VALUE EXPECTED
     }
-    if sys.argv[1] == "one_rank_cannot_create":
-        one_rank_cannot_create(*sys.argv[2:5])
-    else:
-        checks[sys.argv[1]]()
+    checks[sys.argv[1]](*sys.argv[2:])
