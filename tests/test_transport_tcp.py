@@ -163,6 +163,31 @@ def test_transport_choice() -> None:
     assert backend.mpi_transport_built()  # this checkout's build has it
 
 
+def test_derived_master_ports_of_concurrent_jobs_spread_over_the_whole_range() -> None:
+    """Jobs run side by side on one host meet in one store when their derived ports collide (the
+    second then fails). Open MPI 4's job ids are ``family << 16 | 1`` (a 16-bit family per
+    mpirun); taken modulo the range they gave only 375 distinct ports. Every family, and Open MPI
+    5's namespaces for consecutive mpirun pids, must reach nearly all 12000."""
+
+    def port(job: str, variable: str = "OMPI_MCA_ess_base_jobid") -> int:
+        env = {
+            "OMPI_COMM_WORLD_RANK": "0",
+            "OMPI_COMM_WORLD_SIZE": "2",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            variable: job,
+        }
+        backend._set_launch_defaults(env)
+        return int(env["MASTER_PORT"])
+
+    ompi4 = {port(str(family << 16 | 1)) for family in range(1 << 16)}
+    ompi5 = {port(f"prterun-node7-{pid}@1", "PMIX_NAMESPACE") for pid in range(4000, 40000)}
+    for ports in (ompi4, ompi5):
+        assert min(ports) == backend._PORT_BASE
+        assert max(ports) == backend._PORT_BASE + backend._PORT_SPAN - 1
+        # 65536 and 36000 names thrown into 12000 ports leave 0.4 % and 5 % of them empty.
+        assert len(ports) > 0.9 * backend._PORT_SPAN, len(ports)
+
+
 def test_derived_master_port_is_below_the_ephemeral_range() -> None:
     """Under mpirun on one host MASTER_PORT is derived from the job id. It must stay below the
     kernel's ephemeral ports: the TCP transport's listeners and every outgoing connection take

@@ -16,6 +16,7 @@ import atexit
 import dataclasses
 import datetime
 import fcntl
+import hashlib
 import os
 import secrets
 import socket
@@ -58,10 +59,24 @@ def _set_launch_defaults(environ: dict[str, str] | None = None) -> None:
     single_host = env.get("OMPI_COMM_WORLD_LOCAL_SIZE") == env["OMPI_COMM_WORLD_SIZE"]
     if single_host:
         env.setdefault("MASTER_ADDR", "127.0.0.1")
-        # Same on every rank of the job, different between concurrent jobs.
-        job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or "0"
-        digits = "".join(ch for ch in job if ch.isdigit()) or "0"
-        env.setdefault("MASTER_PORT", str(_PORT_BASE + int(digits) % _PORT_SPAN))
+        env.setdefault("MASTER_PORT", str(_derived_master_port(env)))
+
+
+def _derived_master_port(env: dict[str, str] | os._Environ[str]) -> int:
+    """The store's port under mpirun on one host: the same on every rank of the job, and spread
+    over the whole range between concurrent jobs.
+
+    The job is named by Open MPI 4's job id (``family << 16 | n``, the family a 16-bit hash of
+    mpirun's host and pid) or Open MPI 5's PMIx namespace (``prterun-HOST-PID@1``). The job id
+    taken modulo the range, as before, put every Open MPI 4 job on one of only 375 ports
+    (65536 = 5536 mod 12000, and 5536 and 12000 share the factor 32): two jobs run side by side
+    on one host then met in one store about once in 375. A hash of the name reaches all
+    12000 ports. Colliding jobs still fail clearly (the second one's store cannot bind the port,
+    and its other ranks find the first job's ranks in the store: membership.py), never mix.
+    """
+    job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or "0"
+    digest = hashlib.blake2b(job.encode(), digest_size=8).digest()
+    return _PORT_BASE + int.from_bytes(digest, "little") % _PORT_SPAN
 
 
 _incarnations: dict[str, int] = {}
