@@ -70,9 +70,14 @@ SOURCE_DIRS = [
 ]
 
 
+def mpicc_name() -> str:
+    """The Open MPI compiler wrapper asked for: ``MPICC``, default ``mpicc``."""
+    return os.environ.get("MPICC", "mpicc")
+
+
 def find_mpicc() -> str | None:
-    """The Open MPI compiler wrapper (``MPICC``, default ``mpicc``), or None when it is absent."""
-    mpicc = os.environ.get("MPICC", "mpicc")
+    """The Open MPI compiler wrapper (:func:`mpicc_name`), or None when it is absent."""
+    mpicc = mpicc_name()
     return mpicc if shutil.which(mpicc) else None
 
 
@@ -84,7 +89,7 @@ def with_mpi(mpicc: str | None) -> bool:
         raise SystemExit(f"zccl-torch: ZCCL_WITH_MPI must be auto, 0 or 1, got {choice!r}")
     if choice == "1" and mpicc is None:
         raise SystemExit(
-            f"zccl-torch: ZCCL_WITH_MPI=1 but {os.environ.get('MPICC', 'mpicc')} was not found: "
+            f"zccl-torch: ZCCL_WITH_MPI=1 but {mpicc_name()} was not found: "
             "install Open MPI (Debian: apt-get install libopenmpi-dev openmpi-bin), point MPICC at "
             "your MPI compiler wrapper, or build without it (ZCCL_WITH_MPI=0)"
         )
