@@ -344,15 +344,18 @@ def _enable_monitored_barrier() -> None:
     if getattr(original, "_zccl_wrapper", False):
         return
 
-    def monitored_barrier(group: Any = None, timeout: Any = None, wait_all_ranks: bool = False):
-        pg = c10d._get_default_group() if group in (None, c10d.GroupMember.WORLD) else group
+    def monitored_barrier(
+        group: Any = None, timeout: Any = None, wait_all_ranks: bool = False
+    ) -> None:
+        pg: Any = c10d._get_default_group() if group in (None, c10d.GroupMember.WORLD) else group
         if c10d._rank_not_in_group(pg) or dist.get_backend(pg) != BACKEND_NAME:
-            return original(group, timeout, wait_all_ranks)
+            original(group, timeout, wait_all_ranks)
+            return
         if timeout is None:
-            timeout = c10d._get_default_timeout(BACKEND_NAME)
+            timeout = c10d._get_default_timeout(dist.Backend(BACKEND_NAME))
         elif isinstance(timeout, (int, float)):
             timeout = datetime.timedelta(seconds=timeout)
-        return pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
+        pg.monitored_barrier(timeout, wait_all_ranks=wait_all_ranks)
 
     monitored_barrier.__doc__ = original.__doc__
     monitored_barrier._zccl_wrapper = True  # type: ignore[attr-defined]

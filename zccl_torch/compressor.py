@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, overload
 
 import torch
 
@@ -236,6 +237,38 @@ def _check_stream_out(out: torch.Tensor, need: int, src: torch.Tensor) -> None:
         raise ValueError("out overlaps the tensor being compressed (or the input stream)")
 
 
+# What quantize returns follows `residual`: x' alone, or (x', tensor - x') when a residual is asked
+# for (True, or a tensor to write it into); the overloads tell type checkers which.
+@overload
+def quantize(
+    tensor: torch.Tensor,
+    error_bound: float | None = None,
+    mode: str = "abs",
+    *,
+    threads: int | None = None,
+    residual: Literal[False] = False,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor: ...
+@overload
+def quantize(
+    tensor: torch.Tensor,
+    error_bound: float | None = None,
+    mode: str = "abs",
+    *,
+    threads: int | None = None,
+    residual: Literal[True] | torch.Tensor,
+    out: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+@overload
+def quantize(
+    tensor: torch.Tensor,
+    error_bound: float | None = None,
+    mode: str = "abs",
+    *,
+    threads: int | None = None,
+    residual: bool | torch.Tensor = False,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]: ...
 def quantize(
     tensor: torch.Tensor,
     error_bound: float | None = None,

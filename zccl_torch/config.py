@@ -2,9 +2,10 @@
 
 Each setting (name, type, default, allowed values, environment variable, one line of
 documentation) is defined once, in the C++ table ``csrc/backend/settings.cpp``. This module
-builds ``Options`` from it (``_C.settings()``): its fields and defaults, the parsing of the
-``ZCCL_*`` variables and its docstring; the table's own validator checks every value. The list
-is in ``help(zccl_torch.Options)`` and README's configuration table (``markdown_table()``).
+reads it (``_C.settings()``) for the parsing of the ``ZCCL_*`` variables and ``Options``'
+docstring, and the table's own validator checks every value. ``Options`` writes its fields out
+for type checkers, and the import fails if they differ from the table. The list is in
+``help(zccl_torch.Options)`` and README's configuration table (``markdown_table()``).
 
 Precedence: an ``Options`` passed as ``pg_options`` to ``init_process_group``/``new_group`` is
 used as given; otherwise the group's options come from the ``ZCCL_*`` environment variables over
@@ -99,11 +100,27 @@ def markdown_table() -> str:
 
 
 def _with_settings(cls: type) -> type:
-    """Gives ``cls`` one annotated, defaulted attribute per setting, in the table's order, for
-    ``@dataclass`` to make fields of, and a docstring listing them."""
-    cls.__annotations__ = {s.name: s.annotation for s in SETTINGS}
+    """Checks that ``cls`` declares exactly the table's settings, in its order, with its types
+    and defaults, and gives it a docstring listing them.
+
+    The fields are written out in ``Options`` so that type checkers and editors know them; the
+    C++ table stays the one definition, and a field that differs from it (a setting added,
+    renamed or given another default in C++ only) fails the import, naming it.
+    """
+    declared = [(name, str(kind)) for name, kind in cls.__annotations__.items()]
+    wanted = [(s.name, _annotation_text(s)) for s in SETTINGS]
+    differences = [f"{d} != {w}" for d, w in zip(declared, wanted, strict=False) if d != w]
+    differences += [f"only in Options: {d}" for d in declared[len(wanted) :]]
+    differences += [f"only in the table: {w}" for w in wanted[len(declared) :]]
     for s in SETTINGS:
-        setattr(cls, s.name, s.default)
+        default = getattr(cls, s.name, None)
+        if default != s.default or type(default) is not type(s.default):
+            differences.append(f"{s.name} defaults to {default!r}, the table to {s.default!r}")
+    if differences:
+        raise RuntimeError(
+            "zccl: Options' fields differ from the settings table (csrc/backend/settings.cpp): "
+            + "; ".join(differences)
+        )
     listing = "\n".join(
         f"    {s.name} ({s.type}; {s.env}; default {_literal(s.default)}): {s.doc}"
         for s in SETTINGS
@@ -112,10 +129,30 @@ def _with_settings(cls: type) -> type:
     return cls
 
 
+def _annotation_text(setting: Setting) -> str:
+    """The field's annotation as ``Options`` writes it (this module's annotations are text)."""
+    kind = setting.annotation
+    return kind.__name__ if isinstance(kind, type) else str(kind)
+
+
 @dataclass(frozen=True)
 @_with_settings
 class Options:
     """Configuration of a zccl process group (pass as ``pg_options``) or of a ``config()`` block."""
+
+    error_bound: float = 1e-4
+    mode: str = "rel"
+    threads: int = 0
+    chunk_size: int = 5120
+    min_compress_bytes: int = 65536
+    algorithm: str = "auto"
+    baseline: str | None = None
+    check_agreement: bool = True
+    owner_exact: bool = False
+    integer_ring: bool = False
+    wait: str = "auto"
+    link_gbps: float = 1.0
+    link_latency_us: float = 25.0
 
     def __post_init__(self) -> None:
         self.validate()

@@ -250,7 +250,7 @@ class ZcclHookState:
             self.residuals[key] = residual.narrow(0, offset, n)
             offset += n
 
-    def _slices(self, bucket: dist.GradBucket, policy: Policy) -> list:
+    def _slices(self, bucket: dist.GradBucket, policy: Policy) -> list[tuple[Policy, list[_Slice]]]:
         """[(leaf policy, [slices])] in first-appearance order."""
         buf = bucket.buffer()
         params = list(bucket.parameters())
@@ -322,8 +322,19 @@ def _scatter(dst: torch.Tensor, src: torch.Tensor, slices: list[_Slice]) -> None
 
 def _exact_allreduce(buf: torch.Tensor, group: Any) -> torch.futures.Future[torch.Tensor]:
     with config(algorithm="mpi", baseline=None):
-        fut = dist.all_reduce(buf, group=group, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0])
+        return _async_allreduce(buf, group)
+
+
+def _async_allreduce(payload: torch.Tensor, group: Any) -> torch.futures.Future[torch.Tensor]:
+    """Issues a SUM all_reduce of ``payload`` on ``group``; the future of the payload."""
+    fut: torch.futures.Future[list[torch.Tensor]] = dist.all_reduce(
+        payload, group=group, async_op=True
+    ).get_future()
+    return fut.then(_first_tensor)
+
+
+def _first_tensor(done: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+    return done.value()[0]
 
 
 def compressed_allreduce_hook(
@@ -369,7 +380,9 @@ def compressed_allreduce_hook(
 
     # Agree on every payload's statistics in one exact all_reduce (MAX).
     payloads = [_gather(x, slices, payload_buffer(k)) for k, (_, slices) in enumerate(groups)]
-    ctxs, stats, counts = [], [], []
+    ctxs: list[CallContext] = []
+    stats: list[float] = []
+    counts: list[int] = []
     for (leaf, _), payload in zip(groups, payloads, strict=True):
         ctx = CallContext(
             collective="all_reduce",
@@ -446,8 +459,9 @@ def compressed_allreduce_hook(
     return torch.futures.collect_all(futures).then(write_back)
 
 
-def _issue(payload: torch.Tensor, d: Decision, base: Options, group: Any) -> torch.futures.Future:
+def _issue(
+    payload: torch.Tensor, d: Decision, base: Options, group: Any
+) -> torch.futures.Future[torch.Tensor]:
     """Async SUM all_reduce of ``payload`` under decision ``d``; future of the payload."""
     with config(**d.changes()):
-        fut = dist.all_reduce(payload, group=group, async_op=True).get_future()
-    return fut.then(lambda f: f.value()[0])
+        return _async_allreduce(payload, group)

@@ -446,7 +446,8 @@ def get_policy(group: Any = None) -> Policy | None:
 def _policy_stack() -> list[Policy]:
     if not hasattr(_local, "stack"):
         _local.stack = []
-    return _local.stack
+    stack: list[Policy] = _local.stack
+    return stack
 
 
 @contextlib.contextmanager

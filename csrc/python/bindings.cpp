@@ -392,9 +392,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("out") = py::none());
   m.attr("FORMAT_VERSION") = zccl::fz::format::kVersion;
   m.attr("SOURCE_DIGEST") = zccl::python::source_digest();
-  m.def("lossless_codec_available", [](uint32_t codec) {
-    return fz::lossless_codec_available(static_cast<fz::LosslessCodec>(codec));
-  });
+  m.def(
+      "lossless_codec_available",
+      [](uint32_t codec) { return fz::lossless_codec_available(static_cast<fz::LosslessCodec>(codec)); },
+      py::arg("codec"));
   m.def("decompress", &decompress, py::arg("stream"), py::arg("threads"), py::arg("progress"),
         py::arg("out") = py::none(), py::arg("add") = py::none());
   m.def("recompress_add", &recompress_add, py::arg("stream"), py::arg("add"),
@@ -406,9 +407,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   zccl::python::bind_codes(m);
   m.def("decompress_chunk", &decompress_chunk, py::arg("stream"), py::arg("index"));
   m.def("stream_info", &stream_info, py::arg("stream"));
-  m.def("max_compressed_size", [](int code, uint64_t n, uint32_t chunk_len, size_t ndim) {
-    return fz::max_compressed_size(dtype_from_code(code), n, chunk_len, ndim);
-  });
+  m.def(
+      "max_compressed_size",
+      [](int code, uint64_t n, uint32_t chunk_len, size_t ndim) {
+        return fz::max_compressed_size(dtype_from_code(code), n, chunk_len, ndim);
+      },
+      py::arg("dtype_code"), py::arg("n"), py::arg("chunk_len"), py::arg("ndim"));
   m.def("finite_range", [](const torch::Tensor& src, int threads) {
     TORCH_CHECK(src.is_contiguous() && src.device().is_cpu(), "zccl: need a contiguous CPU tensor");
     const std::optional<fz::DType> dt = stream_dtype(src.scalar_type());
@@ -471,7 +475,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "The settings table: name, env, type, default, choices, requirement, doc of each");
   m.def(
       "check_settings",
-      [](const py::dict& values) { call_override_from(values); },
+      [](const py::dict& values) { call_override_from(values); }, py::arg("values"),
       "Raises TypeError/ValueError naming the first setting (in table order) not allowed");
   m.def(
       "set_call_override",
@@ -482,6 +486,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           zb::set_thread_override(call_override_from(config.cast<py::dict>()));
         }
       },
+      py::arg("config"),
       "Settings (a subset) laid over each group's options for collectives issued from this thread; None clears");
   m.def(
       "call_override",
@@ -554,7 +559,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("min_compress_bytes") = 0,
       "(compressed, algorithm) that a CPU collective of `bytes` on `p` ranks takes (threads: the "
       "group's smallest compression thread count)");
-  m.def("last_stats", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> py::object {
+  m.def("last_stats", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> py::dict {
     const zb::LastStats s = as_zccl(backend).last_stats();
     py::dict d;
     d["op"] = s.op;
@@ -568,10 +573,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["decompress_seconds"] = s.stats.decompress_seconds;
     d["total_seconds"] = s.stats.total_seconds;
     return d;
-  });
+  }, py::arg("backend"));
   m.def(
       "total_stats",
-      [](const c10::intrusive_ptr<c10d::Backend>& backend, bool reset) -> py::object {
+      [](const c10::intrusive_ptr<c10d::Backend>& backend, bool reset) -> py::dict {
         py::dict by_op;
         for (const auto& [op, t] : as_zccl(backend).total_stats(reset)) {
           py::dict d;
