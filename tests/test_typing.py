@@ -10,16 +10,23 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
 from zccl_torch import _C
-from zccl_torch.config import SETTINGS, _annotation_text, _with_settings
+from zccl_torch.config import (
+    SETTINGS,
+    OptionChanges,
+    Options,
+    _annotation_text,
+    _check_changes_match,
+    _with_settings,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 STUB = ROOT / "zccl_torch" / "_C.pyi"
-MISUSE = ROOT / "tests" / "typing" / "misuse.py"
+MISUSE = ROOT / "tests" / "typecheck" / "misuse.py"
 
 
 def run_mypy(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -66,7 +73,7 @@ def test_stub_names_what_the_module_has() -> None:
     """mypy's stubtest: every name of the built module is in the stub and the reverse. It cannot
     read pybind11's signatures (the next test does) and reports pybind11's own metaclass for
     each class (allowed by name)."""
-    allow = ROOT / "tests" / "typing" / "stubtest_allowlist.txt"
+    allow = ROOT / "tests" / "typecheck" / "stubtest_allowlist.txt"
     done = subprocess.run(
         [sys.executable, "-m", "mypy.stubtest", "zccl_torch._C", "--allowlist", str(allow)],
         cwd=ROOT,
@@ -209,3 +216,21 @@ def test_options_fields_must_match_the_settings_table() -> None:
     ):
         with pytest.raises(RuntimeError, match=re.escape(named)):
             _with_settings(declare(**changes))
+
+
+def test_config_changes_must_match_options() -> None:
+    """config()'s keyword arguments are typed by OptionChanges, written out too: the import
+    fails if they differ from Options' fields, naming each difference."""
+    _check_changes_match(OptionChanges, Options)
+
+    class Fewer(TypedDict, total=False):
+        error_bound: float
+
+    with pytest.raises(RuntimeError, match=r"Fewer' fields differ .*threads: missing != <class"):
+        _check_changes_match(Fewer, Options)
+
+    class Retyped(OptionChanges, total=False):
+        spare: int
+
+    with pytest.raises(RuntimeError, match=r"spare: <class 'int'> != missing"):
+        _check_changes_match(Retyped, Options)

@@ -24,7 +24,10 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, get_type_hints
+
+if TYPE_CHECKING:  # typing.Unpack is Python 3.11's; torch brings typing_extensions
+    from typing_extensions import Unpack
 
 from zccl_torch._native import _C
 
@@ -186,6 +189,42 @@ class Options:
         return cls(**values)
 
 
+class OptionChanges(TypedDict, total=False):
+    """The fields a ``config()`` block may change: any of ``Options``', with their types."""
+
+    error_bound: float
+    mode: str
+    threads: int
+    chunk_size: int
+    min_compress_bytes: int
+    algorithm: str
+    baseline: str | None
+    check_agreement: bool
+    owner_exact: bool
+    integer_ring: bool
+    wait: str
+    link_gbps: float
+    link_latency_us: float
+
+
+def _check_changes_match(changes: type, options: type) -> None:
+    """Raises RuntimeError naming each field ``changes`` (a TypedDict) has other than
+    ``options``' (a setting added to Options but not to OptionChanges, or another type)."""
+    have, want = get_type_hints(changes), get_type_hints(options)
+    differences = [
+        f"{name}: {have.get(name, 'missing')} != {want.get(name, 'missing')}"
+        for name in dict.fromkeys([*want, *have])
+        if have.get(name) != want.get(name)
+    ]
+    if differences:
+        raise RuntimeError(
+            f"zccl: {changes.__name__}' fields differ from {options.__name__}': "
+            + "; ".join(differences)
+        )
+
+
+_check_changes_match(OptionChanges, Options)
+
 _group_options: dict[str, Options] = {}  # group name -> the Options it was created with
 _group_lock = threading.Lock()
 
@@ -219,7 +258,7 @@ def current_options(group: Any = None) -> Options:
 
 
 @contextlib.contextmanager
-def config(options: Options | None = None, **changes: Any) -> Iterator[Options]:
+def config(options: Options | None = None, **changes: Unpack[OptionChanges]) -> Iterator[Options]:
     """Changes the configuration of zccl collectives issued from this thread inside the block.
 
     ``with zccl_torch.config(error_bound=1e-3, mode="abs"): dist.all_reduce(t)``: the given fields

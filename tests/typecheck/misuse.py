@@ -20,3 +20,7 @@ zccl_torch.quantize(x, 1e-3, residual=True).abs()  # E: attr-defined
 zccl_torch.stream_info(zccl_torch.compress(x, 1e-3)).numel + "values"  # E: operator
 ZcclHookState(policy=NormRelative("rms"))  # E: arg-type
 zccl_torch.total_stats(reset="yes")  # E: arg-type
+with zccl_torch.config(eror_bound=1e-3):  # E: call-arg
+    pass
+with zccl_torch.config(threads="2"):  # E: arg-type
+    pass

@@ -1,6 +1,6 @@
 """Code written as a user of zccl-torch writes it: `mypy` (strict, see pyproject.toml) must accept
 it against the package's own types (py.typed, zccl_torch/_C.pyi). Never run, only type-checked:
-tests/test_typing.py runs mypy on it, and on tests/typing/misuse.py, which it must reject."""
+tests/test_typing.py runs mypy on it, and on tests/typecheck/misuse.py, which it must reject."""
 
 from __future__ import annotations
 
