@@ -22,6 +22,7 @@ from check_common import assert_within, exact_gather, gloo, rank, rounding, run_
 import zccl_torch
 
 EB = 1e-3
+OPTIONS = zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0)  # every group's
 CHECKS: dict[str, Callable[[], None]] = {}
 
 
@@ -646,9 +647,68 @@ def _ddp_replicas() -> None:
         same_bits(f"DDP after 3 steps rank {r}", other, flat)
 
 
+# ---------------------------------------------------------------------------------------------
+# Several groups at once
+
+
+@check
+def groups_driven_from_several_threads_at_once() -> None:
+    """Three groups over every rank (and, for p >= 3, one without rank 0), each driven by a
+    Python thread of its own at the same time, as a data-loading or evaluation thread beside
+    the training loop does: each compressed all_reduce (its own size per group and step, with
+    a config() of its own thread) is within its bound of that group's exact sum, an integer
+    all_reduce is exact and a broadcast is within the bound: the groups' workers and
+    communicators never mix up their messages."""
+    import threading
+
+    p = world()
+    members = [list(range(p))] * 3 + ([list(range(1, p))] if p >= 3 else [])
+    # The default group's settings (main()); a group without pg_options would take the
+    # environment's (REL 1e-4).
+    groups = [dist.group.WORLD] + [dist.new_group(m, pg_options=OPTIONS) for m in members[1:]]
+    failures: list[str] = []
+
+    def drive(k: int) -> None:
+        ranks, group = members[k], groups[k]
+        try:
+            for step in range(8):
+                n = 20_000 + 997 * k + step
+                terms = [data(r, n, salt=100 * k + step) for r in ranks]
+                t = terms[ranks.index(rank())].clone()
+                counts = torch.full((7 + k,), rank() + step, dtype=torch.int64)
+                root = ranks[step % len(ranks)]
+                b = data(root, n, salt=50 + k) if rank() == root else torch.zeros(n)
+                with zccl_torch.config(threads=1 + k % 2):
+                    dist.all_reduce(t, group=group)
+                    ran = zccl_torch.last_stats(group)["algorithm"]
+                    dist.all_reduce(counts, group=group)
+                    dist.broadcast(b, src=root, group=group)
+                name = f"group {k} step {step}"
+                bound = zccl_torch._C.output_error_bound(ran, "sum", len(ranks), EB, True)
+                exact = sum(x.double() for x in terms)
+                assert_within(name, t, exact, bound + rounding(terms, EB, torch.float32))
+                want = sum(r + step for r in ranks)
+                assert bool((counts == want).all()), f"{name}: integer sum {counts} != {want}"
+                assert_within(f"{name} broadcast", b, data(root, n, salt=50 + k), EB)
+        except Exception as exc:  # reported below, on the main thread
+            failures.append(f"thread of group {k}: {type(exc).__name__}: {exc}")
+
+    threads = [
+        threading.Thread(target=drive, args=(k,))
+        for k in range(len(groups))
+        if rank() in members[k]
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures
+    for group in groups[1:]:
+        dist.destroy_process_group(group)
+
+
 def main(argv: list[str]) -> int:
-    options = zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0)
-    return run_checks(CHECKS, argv, options, timeout_s=60, scoped=False)
+    return run_checks(CHECKS, argv, OPTIONS, timeout_s=60, scoped=False)
 
 
 if __name__ == "__main__":
