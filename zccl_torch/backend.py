@@ -32,7 +32,7 @@ import torch.distributed as dist
 
 from zccl_torch import membership, state_transfer
 from zccl_torch._native import _C
-from zccl_torch.config import Options, register_group_options
+from zccl_torch.config import Options, group_options, register_group_options
 
 BACKEND_NAME = "zccl"
 # MASTER_PORT derived under mpirun on one host: 20000-31999, below Linux's default ephemeral range
@@ -156,7 +156,13 @@ def _prepare(pg_options: Any) -> _Prepared:
     """This rank's options, transport and TCP listener for the group being created; raises when
     they are invalid or the transport cannot open here."""
     if pg_options is None:
-        options = Options.from_env()
+        # The default group's options (its pg_options, else the environment's), so that the
+        # bound set once in init_process_group holds on every group made from it, also those
+        # made where no pg_options can be passed (DeviceMesh, new_subgroups, FSDP's hybrid
+        # sharding). torch's split_group inherits its parent's options the same way; its
+        # new_group starts from the backend's defaults, which for NCCL only tune speed, but
+        # here set the accuracy. While the default group itself is created: the environment.
+        options = group_options()
     elif isinstance(pg_options, Options):
         options = pg_options
     else:

@@ -707,6 +707,33 @@ def groups_driven_from_several_threads_at_once() -> None:
         dist.destroy_process_group(group)
 
 
+@check
+def groups_made_without_options_take_the_default_groups() -> None:
+    """The bound given once to init_process_group (OPTIONS: ABS 1e-3; the environment would give
+    REL 1e-4) holds on the groups made without pg_options: new_group, new_subgroups and
+    init_device_mesh's dimensions; pg_options given to new_group win."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    p = world()
+    made: dict[str, Any] = {"new_group": dist.new_group(list(range(p)))}
+    made["new_subgroups"], _ = dist.new_subgroups(group_size=1 if p % 2 else 2)
+    shape = (2, p // 2) if p % 2 == 0 else (p,)
+    mesh = init_device_mesh("cpu", shape)
+    for dim in range(len(shape)):
+        made[f"mesh dim {dim}"] = mesh.get_group(dim)
+    own = zccl_torch.Options(error_bound=2 * EB, mode="abs", min_compress_bytes=0)
+    made["new_group(pg_options)"] = dist.new_group(list(range(p)), pg_options=own)
+    for name, group in made.items():
+        want = own if name == "new_group(pg_options)" else OPTIONS
+        got = zccl_torch.current_options(group)  # outside config(): the group's own
+        assert got == want, f"{name}: {got} != {want}"
+        t = data(rank(), 50_000)
+        dist.all_reduce(t, group=group)
+        if dist.get_world_size(group) > 1:
+            stats = zccl_torch.last_stats(group)
+            assert stats["error_bound"] == want.error_bound, (name, stats)
+
+
 def main(argv: list[str]) -> int:
     return run_checks(CHECKS, argv, OPTIONS, timeout_s=60, scoped=False)
 
