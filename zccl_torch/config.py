@@ -10,8 +10,9 @@ for type checkers, and the import fails if they differ from the table. The list 
 Precedence: an ``Options`` passed as ``pg_options`` to ``init_process_group``/``new_group`` is
 used as given; a group created without one takes the default group's options (so the bound set
 once holds on every group, also those DeviceMesh creates), and the default group, created
-without one, the ``ZCCL_*`` environment variables over the defaults. Inside ``with zccl_torch.config(...)``, collectives issued from that thread use
-their group's options with the block's fields replaced.
+without one, the ``ZCCL_*`` environment variables over the defaults. Inside
+``with zccl_torch.config(...)``, collectives issued from that thread use their group's options
+with the block's fields replaced.
 
 ``check_agreement``, ``owner_exact``, ``integer_ring``, ``algorithm``, ``mode``, ``error_bound``,
 ``chunk_size`` and ``min_compress_bytes`` must be the same on every rank for each collective: with
