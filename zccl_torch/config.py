@@ -271,6 +271,11 @@ def config(options: Options | None = None, **changes: Unpack[OptionChanges]) -> 
 
     The changes in effect are held by the C++ backend only (its per-thread override, which it
     reads for each collective without the GIL); each block restores the one it found.
+
+    Per thread means: a block around ``loss.backward()`` reaches DDP's gradient all-reduces on
+    CPU (autograd runs CPU work on the calling thread) but not on CUDA, where autograd runs
+    them on a device thread of its own. Configure DDP through the group's ``Options``, or its
+    hook's policy (``ZcclHookState(policy=...)``, ``policy.set_policy(p, group)``).
     """
     outer = _C.call_override()
     merged: dict[str, Any] = dict(outer) if outer else {}

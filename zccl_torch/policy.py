@@ -452,7 +452,12 @@ def _policy_stack() -> list[Policy]:
 
 @contextlib.contextmanager
 def use_policy(policy: Policy) -> Iterator[Policy]:
-    """Policy for wrapped calls issued from this thread inside the block (nestable)."""
+    """Policy for wrapped calls issued from this thread inside the block (nestable).
+
+    The DDP hook reads it too, when its state names no policy, but only where the hook runs on
+    this thread: around ``loss.backward()`` on CPU, not on CUDA (autograd's device thread runs
+    the hook there); use ``ZcclHookState(policy=...)`` or :func:`set_policy` for DDP.
+    """
     _check_policy(policy)
     if policy is None:
         raise ValueError("use_policy needs a Policy, got None")

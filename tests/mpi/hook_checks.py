@@ -270,6 +270,34 @@ def hook_contract() -> None:
                 )
 
 
+@check
+def blocks_around_backward_reach_the_hook_on_cpu() -> None:
+    """On CPU autograd runs DDP's hook on the thread that calls backward, so a use_policy block
+    (or config()) around it applies there, as README says; a policy named in the hook's state
+    wins over the block. (On CUDA autograd's device thread runs the hook: there it does not.)"""
+    block, named = Absolute(3e-4), Absolute(7e-4)
+    for state_policy, want in ((None, block.eb), (named, named.eb)):
+        ddp = DistributedDataParallel(make_model())
+        state = ZcclHookState(policy=state_policy, start_iter=0, error_feedback=False)
+        records: list[dict[str, Any]] = []
+        ddp.register_comm_hook(state, recorder(records))
+        for step in range(2):
+            ddp.zero_grad()
+            x, y = batch(step)
+            with policy.use_policy(block), zccl_torch.config(min_compress_bytes=1 << 40):
+                torch.nn.functional.mse_loss(ddp(x), y).backward()
+        decided = {eb for r in records if r["decisions"] for eb, _ in r["decisions"]}
+        # min_compress_bytes from config(): every payload below it, so every decision exact
+        assert decided == {0.0}, (state_policy, decided)
+        records.clear()
+        ddp.zero_grad()
+        x, y = batch(2)
+        with policy.use_policy(block):
+            torch.nn.functional.mse_loss(ddp(x), y).backward()
+        decided = {eb for r in records if r["decisions"] for eb, _ in r["decisions"]}
+        assert decided == {want}, (state_policy, decided, want)
+
+
 class Const(torch.nn.Module):
     """Gradient c * scale: values spread over [c, 1.1 c]. Not one constant: a chunk whose values
     all have the same bits is stored exactly (a constant chunk), which would hide the bias."""
