@@ -275,7 +275,8 @@ def config(options: Options | None = None, **changes: Unpack[OptionChanges]) -> 
     Per thread means: a block around ``loss.backward()`` reaches DDP's gradient all-reduces on
     CPU (autograd runs CPU work on the calling thread) but not on CUDA, where autograd runs
     them on a device thread of its own. Configure DDP through the group's ``Options``, or its
-    hook's policy (``ZcclHookState(policy=...)``, ``policy.set_policy(p, group)``).
+    hook's policy (``ZcclHookState(policy=...)``, ``policy.set_policy(p, group)``), or run
+    that backward on the calling thread (``torch.autograd.set_multithreading_enabled(False)``).
     """
     outer = _C.call_override()
     merged: dict[str, Any] = dict(outer) if outer else {}
