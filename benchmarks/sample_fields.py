@@ -331,7 +331,7 @@ def smooth_random_field(
         freq2 = freq2.unsqueeze(-1) + freq**2
     # Fourier transform of exp(-x^2 / (2 s^2)) is proportional to exp(-2 pi^2 s^2 f^2).
     kernel = torch.exp(-2.0 * math.pi**2 * correlation_length**2 * freq2)
-    field = torch.fft.irfftn(torch.fft.rfftn(noise) * kernel, s=shape)
+    field: torch.Tensor = torch.fft.irfftn(torch.fft.rfftn(noise) * kernel, s=shape)
     field -= field.mean()
     std = float(field.std()) if field.numel() > 1 else 0.0
     return (field / std if std > 0 else field).to(dtype)
@@ -366,12 +366,14 @@ def _sample_dir() -> Path:
 
 def _load_dem(path: Path) -> np.ndarray:
     with np.load(path) as data:
-        return data["elevation"]
+        elevation: np.ndarray = data["elevation"]
+        return elevation
 
 
 def _load_topobathy(path: Path) -> np.ndarray:
     with np.load(path) as data:
-        return data["topo"]
+        topo: np.ndarray = data["topo"]
+        return topo
 
 
 def _load_mri(path: Path) -> np.ndarray:
@@ -383,7 +385,8 @@ def _load_mri(path: Path) -> np.ndarray:
 def _load_photo(path: Path) -> np.ndarray:
     import matplotlib.image
 
-    return matplotlib.image.imread(path).astype(np.float32).mean(axis=-1)
+    gray: np.ndarray = matplotlib.image.imread(path).astype(np.float32).mean(axis=-1)
+    return gray
 
 
 def _load_membrane(path: Path) -> np.ndarray:

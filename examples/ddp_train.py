@@ -142,7 +142,8 @@ class GlyphNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Class logits for a batch of ``[N, 1, 16, 16]`` images."""
-        return self.head(self.features(x))
+        logits: torch.Tensor = self.head(self.features(x))
+        return logits
 
 
 # --------------------------------------------------------------------------------------------

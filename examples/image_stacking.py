@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -177,7 +178,7 @@ class Survey:
 
 def timed_allreduce(
     partial: torch.Tensor, reps: int, options: zccl_torch.Options
-) -> tuple[float, torch.Tensor, dict]:
+) -> tuple[float, torch.Tensor, dict[str, Any]]:
     """Median over ``reps`` (after a warm-up) of the slowest rank's all_reduce SUM time, the
     result, and the backend's stats of the (last) timed all_reduce.
 
@@ -223,13 +224,13 @@ def timed_mpi_allreduce(partial: torch.Tensor, reps: int) -> float | None:
         comm.Barrier()
         start = time.perf_counter()
         comm.Allreduce(send, recv, op=MPI.SUM)
-        elapsed = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
+        elapsed: float = comm.allreduce(time.perf_counter() - start, op=MPI.MAX)
         if rep:
             times.append(elapsed)
     return statistics.median(times)
 
 
-def exact_sum(t: torch.Tensor, op: dist.ReduceOp = dist.ReduceOp.SUM) -> torch.Tensor:
+def exact_sum(t: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> torch.Tensor:
     """Uncompressed all_reduce of a copy of ``t`` (MPI itself)."""
     out = t.clone()
     with zccl_torch.config(algorithm="mpi"):
