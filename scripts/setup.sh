@@ -37,7 +37,7 @@ stamp_file=.zccl_build_stamp
 stamp=$( { cat setup.py pyproject.toml; find csrc -type f \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print0 | sort -z | xargs -0 cat; echo "$torch_version"; } | sha256sum | cut -d' ' -f1)
 installed_at=$(cd / && "$PYTHON" -c "import zccl_torch, os; print(os.path.dirname(os.path.dirname(os.path.realpath(zccl_torch.__file__))))" 2>/dev/null || true)
 if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ] || ! compgen -G "zccl_torch/_C*.so" >/dev/null ||
-  [ "$installed_at" != "$(pwd -P)" ]; then
+  [ ! -f zccl_torch/_build_target.py ] || [ "$installed_at" != "$(pwd -P)" ]; then
   echo "[setup] building the zccl_torch extension (a couple of minutes on 2 cores)"
   MAX_JOBS=${MAX_JOBS:-$(nproc)} "$PYTHON" -m pip install -q --no-build-isolation -e . 2>&1 |
     grep -v -e "^WARNING: Running pip as the 'root'" -e "^WARNING: Location" || true

@@ -83,6 +83,7 @@ def check_types_of_installed_wheel(wheel: Path, python: Path, tmp_path: Path) ->
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert {"zccl_torch/py.typed", "zccl_torch/_C.pyi"} <= names, sorted(names)
+    assert "zccl_torch/_build_target.py" in names, sorted(names)  # the CPU check's record
     typing_dir = ROOT / "tests" / "typecheck"
     for name in ("user_code.py", "misuse.py"):
         shutil.copy(typing_dir / name, tmp_path / name)
