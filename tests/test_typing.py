@@ -73,9 +73,18 @@ def test_stub_names_what_the_module_has() -> None:
     """mypy's stubtest: every name of the built module is in the stub and the reverse. It cannot
     read pybind11's signatures (the next test does) and reports pybind11's own metaclass for
     each class (allowed by name)."""
-    allow = ROOT / "tests" / "typecheck" / "stubtest_allowlist.txt"
+    here = ROOT / "tests" / "typecheck"
     done = subprocess.run(
-        [sys.executable, "-m", "mypy.stubtest", "zccl_torch._C", "--allowlist", str(allow)],
+        [
+            sys.executable,
+            "-m",
+            "mypy.stubtest",
+            "zccl_torch._C",
+            "--allowlist",
+            str(here / "stubtest_allowlist.txt"),
+            "--mypy-config-file",
+            str(here / "stubtest.ini"),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
