@@ -106,7 +106,9 @@ std::string format_value(int field, double v) {
     case kOp: return op_kind_name(static_cast<OpKind>(static_cast<int>(v)));
     case kReduceOp:
       if (v < 0) return "none";
-      return op_name(c10d::ReduceOp(static_cast<c10d::ReduceOp::RedOpType>(static_cast<int>(v))));
+      // By the code alone: a ReduceOp built from PREMUL_SUM's code fails torch's internal
+      // assert (that op needs its factor), which replaced this message with torch's.
+      return op_name(static_cast<c10d::ReduceOp::RedOpType>(static_cast<int>(v)));
     case kRoot: return v < 0 ? "none" : std::to_string(static_cast<int64_t>(v));
     case kDtype:
       if (v < 0) return "none";

@@ -210,10 +210,12 @@ Agreement ZcclBackend::agree(Device& dev, const char* what, const CallDescriptio
 
 void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op,
                                 const CallConfig& cfg) {
-  premultiplied(t, op, /*in_place=*/true);  // PREMUL_SUM: then a SUM
+  // PREMUL_SUM: a SUM of the scaled input. Scaled into a copy, not in place, so that a call
+  // the agreement refuses (ranks that disagree) leaves the caller's tensor as it was.
+  at::Tensor scaled = premultiplied(t, op);
   const uint64_t n = static_cast<uint64_t>(t.numel());
   auto [cop, s, eb, model_threads] =
-      stage_reduction(dev, OpKind::AllReduce, "all_reduce", t, op, -1, cfg);
+      stage_reduction(dev, OpKind::AllReduce, "all_reduce", scaled, op, -1, cfg);
   const bool chosen = cop.has_value();
   if (n == 0) return;
   const at::ScalarType type = s.buffer.scalar_type();
@@ -244,6 +246,7 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
     }
   }
   s.write_back();
+  if (!scaled.is_same(t)) t.copy_(scaled);
 }
 
 void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const CallConfig& cfg) {
@@ -286,7 +289,8 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& tensor, const c10d::Reduce
                              const CallConfig& cfg) {
   const bool at_root = comm_->rank() == root;
   // PREMUL_SUM: then a SUM; the root's tensor takes the result, the others' stay as they were.
-  at::Tensor t = premultiplied(tensor, op, /*in_place=*/at_root);
+  // Scaled into a copy (as in run_allreduce), so that a refused call leaves the root's as it was.
+  at::Tensor t = premultiplied(tensor, op);
   const uint64_t n = static_cast<uint64_t>(t.numel());
   auto [cop, s, eb, model_threads] =
       stage_reduction(dev, OpKind::Reduce, "reduce", t, op, root, cfg);
@@ -310,7 +314,10 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& tensor, const c10d::Reduce
     if (at_root && op.op_ == c10d::ReduceOp::AVG) s.buffer.div_(comm_->size());
     record_exact("reduce", n * t.element_size());
   }
-  if (at_root) s.write_back();
+  if (at_root) {
+    s.write_back();
+    if (!t.is_same(tensor)) tensor.copy_(t);
+  }
 }
 
 void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& flat_out,
@@ -350,7 +357,7 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
   const auto cop = reduction_path(op, out.scalar_type(), n, cfg);
   const bool compress = cop.has_value();
   const bool widen = compress || is_half(out.scalar_type());
-  Staged src(premultiplied(flat_in, op, /*in_place=*/false), widen);  // PREMUL_SUM: then a SUM
+  Staged src(premultiplied(flat_in, op), widen);  // PREMUL_SUM: then a SUM
   Staged dst(out, widen);
   const Agreement agreed =
       agree(dev, "reduce_scatter",

@@ -74,8 +74,8 @@ transport::ElemType moved_as(at::ScalarType t) {
   }
 }
 
-const char* op_name(const c10d::ReduceOp& op) {
-  switch (op.op_) {
+const char* op_name(c10d::ReduceOp::RedOpType op) {
+  switch (op) {
     case c10d::ReduceOp::SUM: return "SUM";
     case c10d::ReduceOp::AVG: return "AVG";
     case c10d::ReduceOp::PRODUCT: return "PRODUCT";
@@ -90,7 +90,7 @@ const char* op_name(const c10d::ReduceOp& op) {
 }
 
 void validate_reduce(const c10d::ReduceOp& op, at::ScalarType t, const char* what) {
-  const std::string where = std::string("zccl: ") + what + " with ReduceOp." + op_name(op) +
+  const std::string where = std::string("zccl: ") + what + " with ReduceOp." + op_name(op.op_) +
                             " on " + c10::toString(t) + ": ";
   if (!has_arithmetic(t)) {
     throw std::invalid_argument(where + "reductions need an integer, bool or floating dtype "
@@ -135,7 +135,7 @@ transport::ReduceKind reduce_kind(const c10d::ReduceOp& op, at::ScalarType t) {
     case c10d::ReduceOp::BAND: return boolean ? transport::ReduceKind::LAnd : transport::ReduceKind::BAnd;
     case c10d::ReduceOp::BOR: return boolean ? transport::ReduceKind::LOr : transport::ReduceKind::BOr;
     case c10d::ReduceOp::BXOR: return boolean ? transport::ReduceKind::LXor : transport::ReduceKind::BXor;
-    default: throw std::invalid_argument(std::string("zccl: unsupported reduce op ") + op_name(op));
+    default: throw std::invalid_argument(std::string("zccl: unsupported reduce op ") + op_name(op.op_));
   }
 }
 
@@ -150,7 +150,7 @@ std::optional<coll::ReduceOp> compressed_op(const c10d::ReduceOp& op) {
   }
 }
 
-at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place) {
+at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op) {
   if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
   // Only PREMUL_SUM carries a supplement, and torch's makePreMulSum makes it a
   // PreMulSumSupplement (validate_reduce checked it is there).
@@ -158,9 +158,9 @@ at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op, bool in_
   if (factor->tensor_factor.defined()) {
     // A one-element tensor, possibly on another device: as a 0-dim tensor of t's dtype on t's.
     const at::Tensor f = factor->tensor_factor.to(t.device(), t.scalar_type()).reshape({});
-    return in_place ? t.mul_(f) : t.mul(f);
+    return t.mul(f);
   }
-  return in_place ? t.mul_(factor->double_factor) : t.mul(factor->double_factor);
+  return t.mul(factor->double_factor);
 }
 
 }  // namespace zccl::backend

@@ -36,12 +36,12 @@ std::optional<coll::ReduceOp> compressed_op(const c10d::ReduceOp& op);
 // PREMUL_SUM (torch's ReduceOp.PREMUL_SUM(factor) / _make_nccl_premul_sum, NCCL's
 // ncclRedOpCreatePreMulSum): the SUM of every rank's input multiplied by that rank's own factor
 // (a number or a one-element tensor; ranks may pass different ones). For any other op: `t`
-// itself. For PREMUL_SUM: `t` scaled by the factor, in `t`'s dtype, in place when `in_place`
-// (the caller's result overwrites `t` anyway), else into a new tensor (an input that must stay
-// as it was).
-at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op, bool in_place);
+// itself. For PREMUL_SUM: `t` scaled by the factor, in `t`'s dtype, into a new tensor: never
+// in place, because `t` must stay as it was when the call is refused or is an input only.
+at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op);
 // Throws std::invalid_argument unless (op, dtype) is supported at all.
 void validate_reduce(const c10d::ReduceOp& op, at::ScalarType t, const char* what);
-const char* op_name(const c10d::ReduceOp& op);
+// "SUM", "PREMUL_SUM", ...: the op's name as torch's ReduceOp spells it.
+const char* op_name(c10d::ReduceOp::RedOpType op);
 
 }  // namespace zccl::backend

@@ -86,7 +86,7 @@ void check_sparse(const at::Tensor& t, const c10d::ReduceOp& op, const char* wha
   }
   if (op.op_ != c10d::ReduceOp::SUM) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": sparse tensors support ReduceOp.SUM "
-                                "only (as with Gloo), got ReduceOp." + op_name(op));
+                                "only (as with Gloo), got ReduceOp." + op_name(op.op_));
   }
   validate_reduce(op, t.scalar_type(), what);  // a sum: dtypes with arithmetic only
   const at::ScalarType type = t.scalar_type();

@@ -683,14 +683,34 @@ def premul_sum() -> None:
         assert "PREMUL_SUM needs a floating-point dtype" in str(exc), exc
     else:
         raise AssertionError("PREMUL_SUM on int64 did not raise")
-    if p > 1:  # rank 0 premultiplies, the others sum: every rank raises, naming the op
-        op = ops["number"]() if me == 0 else dist.ReduceOp.SUM
-        try:
-            dist.all_reduce(data(me, 100), op=op)
-        except (ValueError, RuntimeError) as exc:
-            assert "PREMUL_SUM" in str(exc), exc
-        else:
-            raise AssertionError("ranks that disagree on PREMUL_SUM did not raise")
+    if p > 1:
+        # Rank 0 premultiplies, the others sum; then every rank premultiplies but rank 0 has
+        # more values. Every rank raises, naming the problem, and its tensor is as it was (the
+        # factor is applied to a copy, after the ranks agreed).
+        others = {2: "rank 1", 3: "ranks 1, 2"}.get(p, f"ranks 1-{p - 1}")
+        refused = {
+            "all_reduce, PREMUL_SUM on rank 0 only": (
+                lambda t: dist.all_reduce(t, op=ops["number"]() if me == 0 else dist.ReduceOp.SUM),
+                100,
+                # Our message, naming each rank's op (torch's own assert on a PREMUL_SUM built
+                # without its factor also says "PREMUL_SUM", and once stood in for it).
+                f"reduce op: SUM on {others}, PREMUL_SUM on rank 0",
+            ),
+            "reduce to rank 0, a count that differs": (
+                lambda t: dist.reduce(t, dst=0, op=ops["tensor"]()),
+                101 if me == 0 else 100,
+                "size mismatch across ranks",
+            ),
+        }
+        for name, (call, n, needle) in refused.items():
+            t = data(me, n)
+            try:
+                call(t)
+            except (ValueError, RuntimeError) as exc:
+                assert needle in str(exc), (name, exc)
+            else:
+                raise AssertionError(f"{name}: did not raise")
+            assert_equal(f"{name}: the refused call's tensor", t, data(me, n))
     t = torch.full((10,), float(me))
     dist.all_reduce(t)
     assert_within("all_reduce after the errors", t, torch.full((10,), p * (p - 1) / 2.0), p * EB)

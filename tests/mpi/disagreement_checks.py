@@ -87,9 +87,9 @@ NEEDLE = {
 
 
 def reduce_ops_for(dtype: torch.dtype) -> list[str]:
-    """The reduce ops fuzz_checks draws for `dtype` (AVG needs a float)."""
+    """The reduce ops fuzz_checks draws for `dtype` (AVG and PREMUL_SUM need a float)."""
     ops = ["sum", "min", "max", "product"]
-    return [*ops, "avg"] if dtype.is_floating_point else ops
+    return [*ops, "avg", "premul_sum"] if dtype.is_floating_point else ops
 
 
 def kinds_for(case: Case) -> list[str]:
@@ -119,7 +119,8 @@ def changed(case: Case, kind: str, rng: random.Random, p: int, odd: set[int]) ->
         else:
             c.count += rng.randint(1, 3)
     elif kind == "dtype":
-        allowed = FLOATS if case.reduce == "avg" else FLOATS + INTS
+        # (an integer dtype with AVG or PREMUL_SUM is refused before the ranks compare calls)
+        allowed = FLOATS if case.reduce in ("avg", "premul_sum") else FLOATS + INTS
         c.dtype = rng.choice([d for d in allowed if d != case.dtype])
     elif kind == "reduce":
         c.reduce = rng.choice([r for r in reduce_ops_for(case.dtype) if r != case.reduce])

@@ -3,9 +3,10 @@ an exact reference computed from every rank's input (moved by a Gloo group over 
 
 ``mpirun -np P python tests/mpi/fuzz_checks.py [--seed S] [--cases N] [--max-count C]``. Every
 rank draws the same case from the same generator (op, a send/recv ring shift and the coalesced
-ops with 1-4 tensors of their own counts included; dtype, count, root, reduce op; the default
-group or a subgroup without rank 1; a strided or 2-D layout, async or not; and the zccl
-settings: algorithm, mode, bound, threads, chunk size, integer hop, owner_exact), fills its
+ops with 1-4 tensors of their own counts included; dtype, count, root, reduce op (PREMUL_SUM
+with a number or tensor factor included); the default group or a subgroup without rank 1; a
+strided or 2-D layout, async or not; and the zccl settings: algorithm, mode, bound, threads,
+chunk size, integer hop, owner_exact), fills its
 input from its own generator (float data of several kinds, NaN and +/-Inf included) and checks
 what the contract promises:
 
@@ -82,6 +83,8 @@ RED = {
     "max": dist.ReduceOp.MAX,
     "product": dist.ReduceOp.PRODUCT,
 }
+# PREMUL_SUM's factor, by case number (exact in every float dtype; the products round).
+PREMUL_FACTORS = (0.75, -1.5, 0.5, 3.0)
 
 
 @dataclass
@@ -112,6 +115,29 @@ class Case:
         )
 
 
+def premul_factor(index: int) -> float:
+    """The PREMUL_SUM factor of case `index`."""
+    return PREMUL_FACTORS[index % len(PREMUL_FACTORS)]
+
+
+def reduce_op(case: Case) -> Any:
+    """The case's ReduceOp; PREMUL_SUM with its factor, as a number or (odd cases) a tensor."""
+    if case.reduce != "premul_sum":
+        return RED[case.reduce]
+    f = premul_factor(case.index)
+    if case.index % 2:
+        return dist._make_nccl_premul_sum(torch.tensor([f], dtype=torch.float64))
+    return dist.ReduceOp.PREMUL_SUM(f)
+
+
+def contributions(case: Case, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+    """What each rank's input adds to the reduction: PREMUL_SUM's input times the factor, in
+    the input's dtype (as the backend scales it), the inputs themselves otherwise."""
+    if case.reduce != "premul_sum":
+        return xs
+    return [x * premul_factor(case.index) for x in xs]
+
+
 def draw_count(rng: random.Random, p: int, max_count: int) -> int:
     count = rng.choice([0, 1, p - 1, p + 1, rng.choice(PRIMES), rng.randint(2, 5000)])
     if rng.random() < 0.25:
@@ -126,7 +152,7 @@ def draw_case(rng: random.Random, index: int, p: int, max_count: int) -> Case:
     reduce = "sum"
     if op in REDUCTIONS:
         if dtype.is_floating_point:
-            reduce = rng.choice(["sum", "sum", "avg", "min", "max", "product"])
+            reduce = rng.choice(["sum", "sum", "avg", "min", "max", "product", "premul_sum"])
         else:
             reduce = rng.choice(["sum", "min", "max", "product"])
     mode = rng.choice(["abs", "abs", "abs", "rel", "rel", "lossless"])
@@ -259,8 +285,8 @@ def abs_bound(case: Case, xs: list[torch.Tensor]) -> float:
     s = case.settings
     if s["mode"] == "lossless":
         return 0.0
-    if s["mode"] == "rel":
-        return s["error_bound"] * value_range(xs)
+    if s["mode"] == "rel":  # PREMUL_SUM: the range of the scaled values, which are compressed
+        return s["error_bound"] * value_range(contributions(case, xs))
     return s["error_bound"]
 
 
@@ -290,7 +316,9 @@ def check_reduced(
     name: str, case: Case, got: torch.Tensor, terms: list[torch.Tensor], eb: float, p: int
 ) -> None:
     """Reductions: within the documented output bound plus rounding of the sums in the dtype."""
-    want = fold(terms, case.reduce, case.dtype)
+    terms = contributions(case, terms)
+    reduce = "sum" if case.reduce == "premul_sum" else case.reduce
+    want = fold(terms, reduce, case.dtype)
     if not case.dtype.is_floating_point:
         same = torch.equal(got.reshape(-1), want.reshape(-1))
         assert same, f"{name}: integer result differs from the exact one"
@@ -306,7 +334,7 @@ def check_reduced(
     else:
         alg = case.settings["algorithm"]
         allreduce = case.op in ("all_reduce", "reduce", "all_reduce_coalesced")
-        factor = _C.output_error_bound(alg, case.reduce, p, 1.0, allreduce) if eb > 0 else 0.0
+        factor = _C.output_error_bound(alg, reduce, p, 1.0, allreduce) if eb > 0 else 0.0
         # p + 1 roundings in the dtype (one per add and the AVG division; half dtypes round
         # to the half type at every hop, as half streams carry the partial sums).
         slack = factor * eb
@@ -364,7 +392,7 @@ def issue(case: Case, where: Where) -> Callable[[], None] | None:
     root = members[case.root % p]  # a global rank, as torch's src/dst are
     n = case.count
     x = make_input(case, r, n)
-    red = RED[case.reduce]
+    red = reduce_op(case)
     op = case.op
 
     def inputs() -> tuple[list[torch.Tensor], float]:
@@ -499,7 +527,7 @@ def issue(case: Case, where: Where) -> Callable[[], None] | None:
 
 def issue_coalesced(case: Case, where: Where) -> Callable[[], None]:
     """issue() for the coalesced ops: one tensor of each count of case.parts."""
-    g, op, red = where.zccl, case.op, RED[case.reduce]
+    g, op, red = where.zccl, case.op, reduce_op(case)
     r = dist.get_rank()
     p, i = len(where.members), where.members.index(r)
     widths = [c * p if op == "reduce_scatter_tensor_coalesced" else c for c in case.parts]
