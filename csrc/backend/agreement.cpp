@@ -52,6 +52,8 @@ enum Field : int {
   kIntegerRing,
   kLinkGbps,
   kLinkLatency,
+  kBatchSize,
+  kBatchDigest,
   kCheckAgreement,
   kNumFields
 };
@@ -61,7 +63,8 @@ const char* field_name(int f) {
       "collective",       "reduce op",          "root",          "dtype",
       "element count",    "algorithm",          "mode",          "error_bound",
       "chunk_size",       "min_compress_bytes", "owner_exact",   "integer_ring",
-      "link_gbps",        "link_latency_us",    "check_agreement"};
+      "link_gbps",        "link_latency_us",    "tensors of the coalesced call",
+      "the coalesced call's dtypes and counts", "check_agreement"};
   return names[f];
 }
 
@@ -74,8 +77,35 @@ constexpr int kLen = kHead + 2 * kNumFields;
 // all_reduce runs the same way whatever they are, so they are left out of its comparison (a
 // config() block around a barrier on some ranks only is not an error).
 bool settings_matter(const CallDescription& call) {
-  if (call.op == OpKind::Barrier || call.op == OpKind::SparseAllReduce || call.dtype < 0) return false;
-  return is_compressible_dtype(static_cast<at::ScalarType>(call.dtype));
+  if (call.op == OpKind::Barrier || call.op == OpKind::SparseAllReduce) return false;
+  auto compressible = [](int dtype) {
+    return dtype >= 0 && is_compressible_dtype(static_cast<at::ScalarType>(dtype));
+  };
+  // A coalesced call: if any of its tensors may compress (an integer first tensor must not hide
+  // a float one whose settings differ until the integer one has moved).
+  if (call.batch != nullptr) {
+    return std::any_of(call.batch->begin(), call.batch->end(),
+                       [&](const BatchItem& item) { return compressible(item.dtype); });
+  }
+  return compressible(call.dtype);
+}
+
+// FNV-1a over every tensor's (dtype, count), kept to 52 bits so that the double that carries it
+// holds it exactly. Ranks with the same list always agree; different lists meet by chance with
+// probability 2^-52 (then the tensors' own agreements still catch the difference, later).
+double batch_digest(const std::vector<BatchItem>& items) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  auto mix = [&h](uint64_t v) {
+    for (int b = 0; b < 8; ++b) {
+      h ^= (v >> (8 * b)) & 0xffU;
+      h *= 0x100000001b3ULL;
+    }
+  };
+  for (const BatchItem& item : items) {
+    mix(static_cast<uint64_t>(static_cast<int64_t>(item.dtype)));
+    mix(item.count);
+  }
+  return static_cast<double>(h >> 12);
 }
 
 std::vector<double> describe(const CallDescription& call, const CallConfig& cfg) {
@@ -96,6 +126,9 @@ std::vector<double> describe(const CallDescription& call, const CallConfig& cfg)
     f[kLinkGbps] = cfg.link_gbps;
     f[kLinkLatency] = cfg.link_latency_us;
   }
+  // -1: not a coalesced call's first exchange (so that one of 1 tensor still differs from it).
+  f[kBatchSize] = call.batch != nullptr ? static_cast<double>(call.batch->size()) : -1.0;
+  f[kBatchDigest] = call.batch != nullptr ? batch_digest(*call.batch) : 0.0;
   f[kCheckAgreement] = cfg.check_agreement ? 1.0 : 0.0;
   return f;
 }
@@ -124,6 +157,7 @@ std::string format_value(int field, double v) {
     case kErrorBound:
     case kLinkGbps:
     case kLinkLatency: std::snprintf(buf, sizeof(buf), "%.17g", v); return buf;
+    case kBatchSize: return v < 0 ? "none (not a coalesced call)" : std::to_string(static_cast<int64_t>(v));
     case kOwnerExact:
     case kIntegerRing:
     case kCheckAgreement: return v != 0.0 ? "True" : "False";
@@ -145,20 +179,24 @@ std::string rank_list(const std::vector<int>& ranks) {
   return s;
 }
 
-// Error path: every rank's description, then one message (the same on every rank but for the
-// "what" prefix) naming each differing field and which ranks hold which value.
-[[noreturn]] void raise_disagreement(const transport::Comm& comm, const char* what,
-                                     const std::vector<double>& mine) {
-  const int p = comm.size();
-  std::vector<double> all(static_cast<size_t>(p) * kNumFields);
-  comm.allgather(mine.data(), all.data(), kNumFields, transport::ElemType::Float64);
-  std::string msg = std::string("zccl: ") + what + ": ranks disagree on the collective they called";
+// Which ranks hold which value of field f, over `all` (p descriptions of kNumFields each).
+std::map<double, std::vector<int>> holders_of(const std::vector<double>& all, int p, int f) {
+  std::map<double, std::vector<int>> holders;
+  for (int q = 0; q < p; ++q) holders[all[static_cast<size_t>(q) * kNumFields + f]].push_back(q);
+  return holders;
+}
+
+// The message for descriptions `all` that differ: "<what>: ranks disagree on <subject>; field:
+// value on ranks ..., value on rank ...; ..." naming every field that differs but the digest (a
+// number that tells a user nothing: raise_for_batch names the tensor instead).
+[[noreturn]] void raise_for(const char* what, const std::string& subject,
+                            const std::vector<double>& all, int p) {
+  std::string msg = std::string("zccl: ") + what + ": ranks disagree on " + subject;
   bool count_differs = false;
   for (int f = 0; f < kNumFields; ++f) {
-    std::map<double, std::vector<int>> holders;
-    for (int q = 0; q < p; ++q) holders[all[static_cast<size_t>(q) * kNumFields + f]].push_back(q);
-    if (holders.size() < 2) continue;
-    count_differs = count_differs || f == kCount;
+    const auto holders = holders_of(all, p, f);
+    if (holders.size() < 2 || f == kBatchDigest) continue;
+    count_differs = count_differs || f == kCount || f == kBatchSize;
     msg += "; ";
     msg += field_name(f);
     msg += ":";
@@ -173,6 +211,55 @@ std::string rank_list(const std::vector<int>& ranks) {
   if (count_differs) msg += " (size mismatch across ranks)";
   msg += ". Every rank raised this error; no data was moved.";
   throw std::invalid_argument(msg);
+}
+
+// Coalesced calls of as many tensors whose lists differ: every rank's list, then the message
+// about the first tensor in which any rank differs, as its own agreement would have put it (with
+// whatever else differs, e.g. the collective).
+[[noreturn]] void raise_for_batch(const transport::Comm& comm, const char* what,
+                                  const std::vector<double>& all,
+                                  const std::vector<BatchItem>& batch) {
+  const int p = comm.size();
+  const size_t n = batch.size();
+  std::vector<double> mine(2 * n), lists(static_cast<size_t>(p) * 2 * n);
+  for (size_t k = 0; k < n; ++k) {
+    mine[2 * k] = batch[k].dtype;
+    mine[2 * k + 1] = static_cast<double>(batch[k].count);
+  }
+  comm.allgather(mine.data(), lists.data(), 2 * n, transport::ElemType::Float64);
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<double> tensor_k = all;
+    bool differs = false;
+    for (int q = 0; q < p; ++q) {
+      double* d = &tensor_k[static_cast<size_t>(q) * kNumFields];
+      d[kDtype] = lists[(static_cast<size_t>(q) * n + k) * 2];
+      d[kCount] = lists[(static_cast<size_t>(q) * n + k) * 2 + 1];
+      d[kBatchDigest] = 0.0;
+      differs = differs || d[kDtype] != tensor_k[kDtype] || d[kCount] != tensor_k[kCount];
+    }
+    if (differs) {
+      raise_for(what, "tensor " + std::to_string(k) + " of the " + std::to_string(n) +
+                          " in the coalesced call", tensor_k, p);
+    }
+  }
+  // Digests that differ for equal lists cannot happen (the digest is a function of the list).
+  raise_for(what, "the collective they called", all, p);
+}
+
+// Error path: every rank's description, then one message (the same on every rank but for the
+// "what" prefix) naming each differing field and which ranks hold which value.
+[[noreturn]] void raise_disagreement(const transport::Comm& comm, const char* what,
+                                     const std::vector<double>& mine,
+                                     const std::vector<BatchItem>* batch) {
+  const int p = comm.size();
+  std::vector<double> all(static_cast<size_t>(p) * kNumFields);
+  comm.allgather(mine.data(), all.data(), kNumFields, transport::ElemType::Float64);
+  // Every rank in a coalesced call's first exchange (no other has this size), lists that differ.
+  if (batch != nullptr && holders_of(all, p, kBatchSize).size() == 1 &&
+      holders_of(all, p, kBatchDigest).size() > 1) {
+    raise_for_batch(comm, what, all, *batch);
+  }
+  raise_for(what, "the collective they called", all, p);
 }
 
 }  // namespace
@@ -205,13 +292,30 @@ Agreement agree(const transport::Comm& comm, const char* what, const CallDescrip
   // Compare when any rank asked for it, so a rank that opted out still fails with the others.
   if (agreed[kHead + 2 * kCheckAgreement] != 0.0) {
     for (int f = 0; f < kNumFields; ++f) {
-      if (agreed[kHead + 2 * f] != -agreed[kHead + 2 * f + 1]) raise_disagreement(comm, what, mine);
+      if (agreed[kHead + 2 * f] != -agreed[kHead + 2 * f + 1]) {
+        raise_disagreement(comm, what, mine, call.batch);
+      }
     }
   }
   out.largest_count = static_cast<uint64_t>(agreed[2]);
   if (cfg.check_agreement) out.model_threads = static_cast<int>(-agreed[3]);
   if (rel) out.error_bound = rel_bound(cfg.error_bound, -agreed[0], agreed[1]);
   return out;
+}
+
+void agree_batch(const transport::Comm& comm, const char* what, OpKind op, int reduce_op,
+                 const std::vector<BatchItem>& items, const CallConfig& cfg) {
+  // Described as its first tensor (a call of one tensor then differs from the single op only
+  // in being coalesced), with every tensor in the digest.
+  CallDescription call;
+  call.op = op;
+  call.reduce_op = reduce_op;
+  if (!items.empty()) {
+    call.dtype = items.front().dtype;
+    call.count = items.front().count;
+  }
+  call.batch = &items;
+  agree(comm, what, call, cfg, std::nullopt, /*rel_needed=*/false);
 }
 
 void agree_splits(const transport::Comm& comm, const char* what,

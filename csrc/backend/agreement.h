@@ -37,6 +37,13 @@ enum class OpKind : int {
 };
 const char* op_kind_name(OpKind op);
 
+// One tensor of a coalesced call: what its own agreement will compare (dtype: an
+// at::ScalarType value; count: elements per rank block).
+struct BatchItem {
+  int dtype = -1;
+  uint64_t count = 0;
+};
+
 // What this rank is about to run. Fields that do not apply stay at their defaults (the same on
 // every rank, so they always agree).
 struct CallDescription {
@@ -46,6 +53,8 @@ struct CallDescription {
   int dtype = -1;             // at::ScalarType, -1 when none
   uint64_t count = 0;         // elements per rank block
   bool count_must_match = true;  // false: all_to_all (per-rank counts differ legitimately)
+  // A coalesced call's first exchange (agree_batch): its tensors, else nullptr.
+  const std::vector<BatchItem>* batch = nullptr;
 };
 
 // A description from its parts (dtype: an at::ScalarType value; -1 for "none").
@@ -71,6 +80,17 @@ struct Agreement {
 Agreement agree(const transport::Comm& comm, const char* what, const CallDescription& call,
                 const CallConfig& cfg, const std::optional<fz::FiniteRange>& range,
                 bool rel_needed, bool largest_needed = false);
+
+// The coalesced calls (all_reduce_coalesced, all_gather_coalesced and the *_tensor_coalesced
+// ones) run one collective per tensor, each with its own agree(). This exchange comes first and
+// describes the whole call: its collective and reduce op, its first tensor's dtype and count
+// and its settings, how many tensors, and a 52-bit digest of every tensor's dtype and count. So a tensor the ranks disagree on raises on every rank
+// before any tensor has moved (with agree() alone, the tensors before it were already reduced or
+// gathered when the error said that no data was moved); the message names the first such tensor
+// and what differs in it (one all-gather of every rank's list, on the error path only). Same
+// message shape and options as agree(): nothing is exchanged with check_agreement off.
+void agree_batch(const transport::Comm& comm, const char* what, OpKind op, int reduce_op,
+                 const std::vector<BatchItem>& items, const CallConfig& cfg);
 
 // all_to_all, after agree() (every rank is then in the same all_to_all, so the extra exchanges
 // below always match): the values each rank sends to each other one must be what that one

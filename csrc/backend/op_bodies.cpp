@@ -206,6 +206,17 @@ Agreement ZcclBackend::agree(Device& dev, const char* what, const CallDescriptio
   return backend::agree(*comm_, what, call, cfg, range, rel_needed);
 }
 
+void ZcclBackend::agree_coalesced(const char* what, OpKind kind, const c10d::ReduceOp* op,
+                                  const std::vector<at::Tensor>& described,
+                                  const CallConfig& cfg) const {
+  std::vector<BatchItem> items;
+  items.reserve(described.size());
+  for (const at::Tensor& t : described) {
+    items.push_back(BatchItem{static_cast<int>(t.scalar_type()), static_cast<uint64_t>(t.numel())});
+  }
+  agree_batch(*comm_, what, kind, op != nullptr ? reduce_code(*op) : -1, items, cfg);
+}
+
 // ------------------------------------------------------------------------------------------
 
 void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op,

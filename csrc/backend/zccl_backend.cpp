@@ -242,6 +242,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allreduce_coalesced(
   const c10d::ReduceOp op = opts.reduceOp;
   return enqueue("all_reduce_coalesced", c10d::OpType::ALLREDUCE_COALESCED, tensors, dev, tensors,
                  [this, ts, op](Device& d, const CallConfig& cfg) mutable {
+                   agree_coalesced("all_reduce_coalesced", OpKind::AllReduce, &op, ts, cfg);
                    for (auto& t : ts) run_allreduce(d, t, op, cfg);
                  });
 }
@@ -380,6 +381,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather_coalesced(
   return enqueue("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, flat_outputs, dev,
                  joined(flat_outputs, ins),
                  [this, ins, outs](Device& d, const CallConfig& cfg) mutable {
+                   agree_coalesced("all_gather_coalesced", OpKind::AllGather, nullptr, ins, cfg);
                    for (size_t i = 0; i < ins.size(); ++i) {
                      at::Tensor flat = at::empty({ins[i].numel() * getSize()}, ins[i].options());
                      run_allgather(d, ins[i], flat, cfg);
@@ -403,7 +405,8 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::allgather_into_tensor_coalesced(
   auto ins = inputs;
   auto outs = outputs;
   return enqueue(name, c10d::OpType::COALESCED, outputs, dev, joined(outputs, ins),
-                 [this, ins, outs](Device& d, const CallConfig& cfg) mutable {
+                 [this, ins, outs, name](Device& d, const CallConfig& cfg) mutable {
+                   agree_coalesced(name, OpKind::AllGather, nullptr, ins, cfg);
                    for (size_t i = 0; i < ins.size(); ++i) run_allgather(d, ins[i], outs[i], cfg);
                  });
 }
@@ -491,7 +494,8 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::reduce_scatter_tensor_coalesced(
   auto outs = outputs;
   const c10d::ReduceOp op = opts.reduceOp;
   return enqueue(name, c10d::OpType::COALESCED, outputs, dev, joined(outputs, ins),
-                 [this, ins, outs, op](Device& d, const CallConfig& cfg) mutable {
+                 [this, ins, outs, op, name](Device& d, const CallConfig& cfg) mutable {
+                   agree_coalesced(name, OpKind::ReduceScatter, &op, outs, cfg);
                    for (size_t i = 0; i < ins.size(); ++i) run_reduce_scatter(d, ins[i], outs[i], op, cfg);
                  });
 }

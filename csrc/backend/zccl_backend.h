@@ -173,6 +173,11 @@ class ZcclBackend : public c10d::Backend {
   // the automatic algorithm choice assumes.
   Agreement agree(Device& dev, const char* what, const CallDescription& call,
                   const at::Tensor* data, const CallConfig& cfg, bool rel_needed) const;
+  // A coalesced call's first exchange (backend::agree_batch): `described` are the tensors whose
+  // dtype and element count the per-tensor agreements will compare (the inputs; reduce_scatter:
+  // the outputs), `op` the reduce op or nullptr.
+  void agree_coalesced(const char* what, OpKind kind, const c10d::ReduceOp* op,
+                       const std::vector<at::Tensor>& described, const CallConfig& cfg) const;
   struct StagedReduction {
     std::optional<coll::ReduceOp> cop;  // the compressed reduction, nullopt: exact path
     Staged staged;

@@ -409,6 +409,142 @@ def disagreements_raise_on_every_rank() -> None:
         assert_within("check_agreement=False", t, ref, 2 * p * EB + 1e-3)
 
 
+@check
+def coalesced_disagreements_raise_before_any_tensor_moves() -> None:
+    """A coalesced call whose ranks disagree on one of its tensors (a count, a dtype) or on how
+    many tensors it has raises on every rank before any tensor has moved, naming the first
+    tensor that differs; every tensor, in and out, is as it was. (Each tensor used to be agreed
+    just before it moved: those before the odd one came back reduced or gathered, under a
+    message saying that no data was moved.) Then a coalesced call whose ranks agree runs."""
+    p = world()
+    if p == 1:
+        return
+    last = p - 1
+    odd = rank() == last
+    large, small = 50_000, 10
+    others = {2: "rank 0", 3: "ranks 0, 1"}.get(p, f"ranks 0-{p - 2}")
+
+    def kept(name: str, tensors: list[torch.Tensor], fn: Callable[[], None], *needles: str) -> None:
+        before = [t.clone() for t in tensors]
+        raises_everywhere(name, fn, *needles)
+        for k, (t, b) in enumerate(zip(tensors, before, strict=True)):
+            same_bits(f"{name}: tensor {k} after the refused call", t, b)
+
+    for n in (large, small):
+        # all_reduce: the second of three tensors is longer on the last rank.
+        ts = [data(rank(), n, salt=k) for k in range(3)]
+        if odd:
+            ts[1] = data(rank(), n + 2, salt=1)
+
+        def all_reduce_three(ts: list[torch.Tensor] = ts) -> None:
+            with dist._coalescing_manager():
+                for t in ts:
+                    dist.all_reduce(t)
+
+        kept(
+            f"all_reduce_coalesced count n={n}",
+            ts,
+            all_reduce_three,
+            "all_reduce_coalesced: ranks disagree on tensor 1 of the 3 in the coalesced call",
+            f"element count: {n} on {others}, {n + 2} on rank {last}",
+            "size mismatch across ranks",
+        )
+        # all_gather_into_tensor: the third input is float64 on the last rank.
+        dtypes = [torch.float32, torch.float32, torch.float64 if odd else torch.float32]
+        ins = [data(rank(), n, dtype, salt=k) for k, dtype in enumerate(dtypes)]
+        outs = [torch.zeros(p * n, dtype=dtype) for dtype in dtypes]
+
+        def all_gather_three(
+            ins: list[torch.Tensor] = ins, outs: list[torch.Tensor] = outs
+        ) -> None:
+            with dist._coalescing_manager():
+                for i, o in zip(ins, outs, strict=True):
+                    dist.all_gather_into_tensor(o, i)
+
+        kept(
+            f"all_gather_into_tensor_coalesced dtype n={n}",
+            ins + outs,
+            all_gather_three,
+            "ranks disagree on tensor 2 of the 3 in the coalesced call",
+            f"dtype: Float on {others}, Double on rank {last}",
+        )
+        # reduce_scatter_tensor: one tensor more on the last rank.
+        count = 3 if odd else 2
+        big = [data(rank(), p * n, salt=k) for k in range(count)]
+        outs = [torch.zeros(n) for _ in range(count)]
+
+        def reduce_scatter_some(
+            big: list[torch.Tensor] = big, outs: list[torch.Tensor] = outs
+        ) -> None:
+            with dist._coalescing_manager():
+                for o, b in zip(outs, big, strict=True):
+                    dist.reduce_scatter_tensor(o, b)
+
+        kept(
+            f"reduce_scatter_tensor_coalesced tensors n={n}",
+            big + outs,
+            reduce_scatter_some,
+            "ranks disagree on the collective they called",
+            f"tensors of the coalesced call: 2 on {others}, 3 on rank {last}",
+            "size mismatch across ranks",
+        )
+        # all_gather_coalesced (lists of lists), the first input longer on the last rank.
+        ins = [data(rank(), n + (1 if odd and k == 0 else 0), salt=k) for k in range(2)]
+        lists = [[torch.zeros_like(x) for x in ins] for _ in range(p)]
+        kept(
+            f"all_gather_coalesced count n={n}",
+            ins + [t for row in lists for t in row],
+            lambda ins=ins, lists=lists: dist.all_gather_coalesced(lists, ins),
+            "all_gather_coalesced: ranks disagree on tensor 0 of the 2 in the coalesced call",
+            "size mismatch across ranks",
+        )
+    # A coalesced call on some ranks and a single all_reduce on the others.
+
+    def coalesced_or_single() -> None:
+        if odd:
+            dist.all_reduce(torch.ones(8))
+        else:
+            with dist._coalescing_manager():
+                dist.all_reduce(torch.ones(8))
+
+    raises_everywhere(
+        "coalesced against a single call",
+        coalesced_or_single,
+        "ranks disagree on the collective they called; tensors of the coalesced call: none (not "
+        f"a coalesced call) on rank {last}, 1 on {others} (size mismatch across ranks). Every",
+    )
+    # A setting that differs, with an integer first tensor (whose own agreement does not compare
+    # settings) and a float one after it: refused before the integer one moved.
+    ts = [torch.full((6,), rank(), dtype=torch.int64), data(rank(), large)]
+
+    def int_then_float(ts: list[torch.Tensor] = ts) -> None:
+        with zccl_torch.config(error_bound=2 * EB if odd else EB), dist._coalescing_manager():
+            for t in ts:
+                dist.all_reduce(t)
+
+    kept(
+        "all_reduce_coalesced int64 then float32, error_bound",
+        ts,
+        int_then_float,
+        f"error_bound: {EB:.17g} on {others}, {2 * EB:.17g} on rank {last}",
+    )
+    # The ranks agree: it runs, each tensor reduced.
+    ts = [data(rank(), n, salt=k) for k, n in enumerate((large, small, 0, 1))]
+    with dist._coalescing_manager():
+        for t in ts:
+            dist.all_reduce(t)
+    # (each tensor's algorithm is chosen on its own: the loosest of their bounds)
+    bound = max(
+        zccl_torch._C.output_error_bound(alg, "sum", p, EB, True)
+        for alg in ("ring", "recursive_doubling", "halving_doubling", "cprp2p")
+    )
+    for k, t in enumerate(ts):
+        terms = [data(r, t.numel(), salt=k) for r in range(p)]
+        ref = torch.stack([x.double() for x in terms]).sum(0)
+        tol = bound + rounding(terms, bound)
+        assert_within(f"coalesced all_reduce tensor {k}", t, ref, tol)
+
+
 # ---------------------------------------------------------------------------------------------
 # Point-to-point and sparse
 

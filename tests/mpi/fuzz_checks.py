@@ -26,13 +26,14 @@ is 1 if any case failed on this rank. Counts cover 0, 1, p-1, p+1, primes and up
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import math
 import random
 import sys
 import traceback
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -238,13 +239,50 @@ def laid_out(case: Case, x: torch.Tensor) -> torch.Tensor:
     return x.clone()
 
 
+def tensors_in(*args: Any) -> list[torch.Tensor]:
+    """The tensors among `args`, lists of tensors (and lists of those) flattened."""
+    found: list[torch.Tensor] = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            found.append(a)
+        elif isinstance(a, (list, tuple)):
+            found += tensors_in(*a)
+    return found
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's values as bytes (NaN payloads and signed zeros included)."""
+    # A fresh stride-1 copy: clone() keeps a one-value strided view's stride 2.
+    return torch.empty(t.numel(), dtype=t.dtype).copy_(t.detach().reshape(-1)).view(torch.uint8)
+
+
+@contextlib.contextmanager
+def unchanged_if_refused(*args: Any) -> Iterator[None]:
+    """A collective that raises must leave every tensor it was given as it was, inputs and
+    outputs: the agreement's message says "no data was moved". Raises AssertionError naming
+    the changed tensor (with the call's own error as its cause) when one changed."""
+    tensors = tensors_in(*args)
+    before = [bits(t) for t in tensors]
+    try:
+        yield
+    except Exception as exc:
+        for k, (t, b) in enumerate(zip(tensors, before, strict=True)):
+            if not torch.equal(bits(t), b):
+                raise AssertionError(
+                    f"a refused call changed tensor {k} of its {len(tensors)} ({exc})"
+                ) from exc
+        raise
+
+
 def call(case: Case, fn: Any, *args: Any, **kwargs: Any) -> None:
-    """Runs the collective, as an async op waited for when the case says so."""
-    if case.async_op:
-        work = fn(*args, async_op=True, **kwargs)
-        work.wait()
-    else:
-        fn(*args, **kwargs)
+    """Runs the collective, as an async op waited for when the case says so; a call that
+    raises must leave its tensors as they were (unchanged_if_refused)."""
+    with unchanged_if_refused(*args):
+        if case.async_op:
+            work = fn(*args, async_op=True, **kwargs)
+            work.wait()
+        else:
+            fn(*args, **kwargs)
 
 
 def everyone(t: torch.Tensor, gloo: Any) -> list[torch.Tensor]:
@@ -448,7 +486,9 @@ def issue(case: Case, where: Where) -> Callable[[], None] | None:
         big = make_input(case, r, n * p, salt=1)
         out = torch.empty(n, dtype=case.dtype)
         if op == "reduce_scatter":
-            dist.reduce_scatter(out, list(big.split(n)) if n else [big] * p, op=red, group=g)
+            chunks = list(big.split(n)) if n else [big] * p
+            with unchanged_if_refused(out, chunks):
+                dist.reduce_scatter(out, chunks, op=red, group=g)
         else:
             call(case, dist.reduce_scatter_tensor, out, laid_out(case, big), op=red, group=g)
 
@@ -479,7 +519,10 @@ def issue(case: Case, where: Where) -> Callable[[], None] | None:
         sends, recvs = splits[i], [splits[q][i] for q in range(p)]
         src = make_input(case, r, sum(sends), salt=3)
         out = torch.empty(sum(recvs), dtype=case.dtype)
-        dist.all_to_all_single(out, src, output_split_sizes=recvs, input_split_sizes=sends, group=g)
+        with unchanged_if_refused(out, src):
+            dist.all_to_all_single(
+                out, src, output_split_sizes=recvs, input_split_sizes=sends, group=g
+            )
 
         def check() -> None:
             srcs = [make_input(case, members[q], sum(splits[q]), salt=3) for q in range(p)]
@@ -538,7 +581,11 @@ def issue_coalesced(case: Case, where: Where) -> Callable[[], None]:
         outs = [torch.cat([lists[q][k] for q in range(p)]) for k in range(len(xs))]
     else:
         outs = [laid_out(case, x) for x in xs] if op == "all_reduce_coalesced" else []
-        with dist._coalescing_manager(group=g, async_ops=case.async_op) as cm:
+        # (the outputs of the gathers and scatters are made inside: only the inputs are kept)
+        with (
+            unchanged_if_refused(xs, outs),
+            dist._coalescing_manager(group=g, async_ops=case.async_op) as cm,
+        ):
             for k, x in enumerate(xs):
                 if op == "all_reduce_coalesced":
                     dist.all_reduce(outs[k], op=red, group=g)
