@@ -409,6 +409,17 @@ def disagreements_raise_on_every_rank() -> None:
         assert_within("check_agreement=False", t, ref, 2 * p * EB + 1e-3)
 
 
+def coalesced(op: Callable[..., Any], *columns: list[torch.Tensor]) -> Callable[[], None]:
+    """A call of op(*row) for every row of `columns`, all inside one _coalescing_manager."""
+
+    def run() -> None:
+        with dist._coalescing_manager():
+            for row in zip(*columns, strict=True):
+                op(*row)
+
+    return run
+
+
 @check
 def coalesced_disagreements_raise_before_any_tensor_moves() -> None:
     """A coalesced call whose ranks disagree on one of its tensors (a count, a dtype) or on how
@@ -436,15 +447,10 @@ def coalesced_disagreements_raise_before_any_tensor_moves() -> None:
         if odd:
             ts[1] = data(rank(), n + 2, salt=1)
 
-        def all_reduce_three(ts: list[torch.Tensor] = ts) -> None:
-            with dist._coalescing_manager():
-                for t in ts:
-                    dist.all_reduce(t)
-
         kept(
             f"all_reduce_coalesced count n={n}",
             ts,
-            all_reduce_three,
+            coalesced(dist.all_reduce, ts),
             "all_reduce_coalesced: ranks disagree on tensor 1 of the 3 in the coalesced call",
             f"element count: {n} on {others}, {n + 2} on rank {last}",
             "size mismatch across ranks",
@@ -454,17 +460,10 @@ def coalesced_disagreements_raise_before_any_tensor_moves() -> None:
         ins = [data(rank(), n, dtype, salt=k) for k, dtype in enumerate(dtypes)]
         outs = [torch.zeros(p * n, dtype=dtype) for dtype in dtypes]
 
-        def all_gather_three(
-            ins: list[torch.Tensor] = ins, outs: list[torch.Tensor] = outs
-        ) -> None:
-            with dist._coalescing_manager():
-                for i, o in zip(ins, outs, strict=True):
-                    dist.all_gather_into_tensor(o, i)
-
         kept(
             f"all_gather_into_tensor_coalesced dtype n={n}",
             ins + outs,
-            all_gather_three,
+            coalesced(dist.all_gather_into_tensor, outs, ins),
             "ranks disagree on tensor 2 of the 3 in the coalesced call",
             f"dtype: Float on {others}, Double on rank {last}",
         )
@@ -473,17 +472,10 @@ def coalesced_disagreements_raise_before_any_tensor_moves() -> None:
         big = [data(rank(), p * n, salt=k) for k in range(count)]
         outs = [torch.zeros(n) for _ in range(count)]
 
-        def reduce_scatter_some(
-            big: list[torch.Tensor] = big, outs: list[torch.Tensor] = outs
-        ) -> None:
-            with dist._coalescing_manager():
-                for o, b in zip(outs, big, strict=True):
-                    dist.reduce_scatter_tensor(o, b)
-
         kept(
             f"reduce_scatter_tensor_coalesced tensors n={n}",
             big + outs,
-            reduce_scatter_some,
+            coalesced(dist.reduce_scatter_tensor, outs, big),
             "ranks disagree on the collective they called",
             f"tensors of the coalesced call: 2 on {others}, 3 on rank {last}",
             "size mismatch across ranks",
