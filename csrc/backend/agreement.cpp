@@ -234,7 +234,6 @@ std::map<double, std::vector<int>> holders_of(const std::vector<double>& all, in
       double* d = &tensor_k[static_cast<size_t>(q) * kNumFields];
       d[kDtype] = lists[(static_cast<size_t>(q) * n + k) * 2];
       d[kCount] = lists[(static_cast<size_t>(q) * n + k) * 2 + 1];
-      d[kBatchDigest] = 0.0;
       differs = differs || d[kDtype] != tensor_k[kDtype] || d[kCount] != tensor_k[kCount];
     }
     if (differs) {

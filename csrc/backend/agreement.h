@@ -84,11 +84,12 @@ Agreement agree(const transport::Comm& comm, const char* what, const CallDescrip
 // The coalesced calls (all_reduce_coalesced, all_gather_coalesced and the *_tensor_coalesced
 // ones) run one collective per tensor, each with its own agree(). This exchange comes first and
 // describes the whole call: its collective and reduce op, its first tensor's dtype and count
-// and its settings, how many tensors, and a 52-bit digest of every tensor's dtype and count. So a tensor the ranks disagree on raises on every rank
-// before any tensor has moved (with agree() alone, the tensors before it were already reduced or
-// gathered when the error said that no data was moved); the message names the first such tensor
-// and what differs in it (one all-gather of every rank's list, on the error path only). Same
-// message shape and options as agree(): nothing is exchanged with check_agreement off.
+// and its settings, how many tensors, and a 52-bit digest of every tensor's dtype and count. So
+// a tensor the ranks disagree on raises on every rank before any tensor has moved (with agree()
+// alone, the tensors before it were already reduced or gathered when the error said that no
+// data was moved); the message names the first such tensor and what differs in it (one
+// all-gather of every rank's list, on the error path only). Same message shape and options as
+// agree(): nothing is exchanged with check_agreement off.
 void agree_batch(const transport::Comm& comm, const char* what, OpKind op, int reduce_op,
                  const std::vector<BatchItem>& items, const CallConfig& cfg);
 

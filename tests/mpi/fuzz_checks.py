@@ -6,9 +6,8 @@ rank draws the same case from the same generator (op, a send/recv ring shift and
 ops with 1-4 tensors of their own counts included; dtype, count, root, reduce op (PREMUL_SUM
 with a number or tensor factor included); the default group or a subgroup without rank 1; a
 strided or 2-D layout, async or not; and the zccl settings: algorithm, mode, bound, threads,
-chunk size, integer hop, owner_exact), fills its
-input from its own generator (float data of several kinds, NaN and +/-Inf included) and checks
-what the contract promises:
+chunk size, integer hop, owner_exact), fills its input from its own generator (float data of
+several kinds, NaN and +/-Inf included) and checks what the contract promises:
 
 * integer and bool dtypes, ``mode="lossless"`` data movement: the exact values, bit for bit;
 * float data movement: every finite value within the bound (REL: ``eb`` times the value range
@@ -401,11 +400,9 @@ def check_reduced(
 
 
 def same_on_every_rank(name: str, t: torch.Tensor, gloo: Any) -> None:
-    # A fresh stride-1 copy: clone() keeps a one-value strided view's stride 2.
-    flat = torch.empty(t.numel(), dtype=t.dtype).copy_(t.reshape(-1))
-    bits = flat.view(torch.uint8) if t.numel() else flat.to(torch.uint8)
-    for r, other in enumerate(everyone(bits, gloo)):
-        assert torch.equal(other, bits), f"{name}: rank {r} holds other bits than this rank"
+    mine = bits(t)
+    for r, other in enumerate(everyone(mine, gloo)):
+        assert torch.equal(other, mine), f"{name}: rank {r} holds other bits than this rank"
 
 
 @dataclass
