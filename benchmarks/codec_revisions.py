@@ -26,6 +26,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import bench_data  # benchmarks/bench_data.py
 import gpu_codec
 import numpy as np
 
@@ -163,6 +164,8 @@ def main(argv: list[str] | None = None) -> None:
                 "march": args.march,
                 "base": base,
                 "threads": 1,
+                # ZCCL_BENCH_EDGE: smoke runs simulate a smaller wavefield (not the benchmark's)
+                "field_edge": bench_data.EDGE,
                 "rows": rows,
             },
             indent=1,

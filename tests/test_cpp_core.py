@@ -37,6 +37,10 @@ from __future__ import annotations
 import functools
 import os
 import re
+import subprocess
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -46,6 +50,7 @@ from cpp_build import (
     CSRC,
     CXX,
     IN_CI,
+    TEST_DEBUG,
     BuildError,
     assert_ok,
     build_or_fail,
@@ -77,7 +82,7 @@ ZSTD_COMPILE, ZSTD_LINK = _zstd_flags()
 COMMON = ["-std=c++17", "-fopenmp", "-Wall", "-Wextra", "-Werror", f"-I{CORE_DIR}", *ZSTD_COMPILE]
 SANITIZE = [
     "-O1",
-    "-g",
+    *TEST_DEBUG,
     "-fno-omit-frame-pointer",
     "-fsanitize=address,undefined,float-cast-overflow",
     "-fno-sanitize-recover=all",
@@ -180,14 +185,50 @@ def test_core_builds_warning_clean(variant):
     assert all(p.exists() for p in progs.values())
 
 
-@pytest.mark.parametrize("variant", ["san", "san-native", "san-avx2", "san-avx512"])
-def test_core_under_sanitizers(variant):
-    progs = _build_or_fail(variant)
+SANITIZER_VARIANTS = ["san", "san-native", "san-avx2", "san-avx512"]
+
+
+# One build at a time (each compiles its sources in parallel already, and the variants share
+# the test programs' objects); the runs overlap with the next build and with each other.
+_BUILD_LOCK = threading.Lock()
+
+
+def _core_test_under_sanitizers(variant: str) -> subprocess.CompletedProcess:
+    """Builds a sanitizer variant and runs its core_test (checked by the test that asks)."""
+    with _BUILD_LOCK:
+        progs = _build_or_fail(variant)
     # The large (~1e6 values) cases once, on the portable build outside CI.
     quick = IN_CI or variant != "san"
     cmd = [str(progs["core_test"])] + (["--quick"] if quick else [])
-    proc = run(cmd, CORE_TEST_TIMEOUT, RUN_ENV)
-    assert_ok(proc, " ".join(cmd))
+    return run(cmd, CORE_TEST_TIMEOUT, RUN_ENV)
+
+
+@pytest.fixture(scope="module")
+def sanitizer_runs(request: pytest.FixtureRequest) -> Iterator[dict[str, Future]]:
+    """The selected test_core_under_sanitizers variants, built and run two at a time.
+
+    core_test under ASan keeps about one core busy for ~30 s per variant; two side by side take
+    the machine's two cores. A skip or failure inside a run reaches its own test through
+    ``Future.result()``.
+    """
+    wanted = [
+        item.callspec.params["variant"]
+        for item in request.session.items
+        if isinstance(item, pytest.Function)
+        and item.originalname == "test_core_under_sanitizers"
+        and item.module is request.module
+    ]
+    pool = ThreadPoolExecutor(max_workers=2)
+    try:
+        yield {v: pool.submit(_core_test_under_sanitizers, v) for v in wanted}
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("variant", SANITIZER_VARIANTS)
+def test_core_under_sanitizers(variant: str, sanitizer_runs: dict[str, Future]) -> None:
+    proc = sanitizer_runs[variant].result()
+    assert_ok(proc, " ".join(proc.args))
     assert "core_test: all passed" in proc.stdout, proc.stdout
     # The lossless-codec cases ran with zstd wherever the build has it.
     zstd = "yes" if ZSTD_COMPILE else "no"

@@ -6,8 +6,10 @@ Builds ``tests/cpp/mpi_compute_test.cpp`` with the transport, the compressor and
 collective into tests/cpp/bin/ (git-ignored; objects are cached by a hash of compiler, flags and
 sources, so a rerun after no change only runs the program):
 
-* ``mpi_compute_test``       ``-O2 -Wall -Wextra -Werror -march=native -ffp-contract=off``
-* ``mpi_compute_test-asan``  the same at -O1 with AddressSanitizer + UBSan (run once, at P=3)
+* ``mpi_compute_test-o2``   ``-O2 -Wall -Wextra -Werror -march=native -ffp-contract=off``
+* ``mpi_compute_test-san``  the same at -O1 with AddressSanitizer + UBSan (run once, at P=3)
+
+(cpp_build.MPI_VARIANTS: the objects it shares with test_cpp_mpi_datamove compile once)
 
 and runs it under ``timeout 180 mpirun --oversubscribe -np P`` for P in {1, 2, 3, 4, 5, 7}; the
 ~1e6-value cases only at P in {2, 4} (the machines this runs on have 2 cores shared by all ranks).
@@ -31,33 +33,13 @@ from cpp_build import (
     CPP_DIR,
     CSRC,
     build_or_fail,
-    compile_objects,
-    link,
-    mpi_flags,
+    mpi_link,
+    mpi_objects,
     mpirun,
     needs_mpi,
-    object_job,
 )
 
 pytestmark = needs_mpi
-
-COMMON = [
-    "-std=c++17",
-    "-g",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-fopenmp",
-    "-march=native",
-    "-ffp-contract=off",
-    "-DOMPI_SKIP_MPICXX=1",
-]
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
-VARIANTS = {
-    # name: (compile flags, link flags)
-    "": (["-O2"], []),
-    "-asan": (["-O1", "-fno-omit-frame-pointer", *SANITIZE], SANITIZE),
-}
 
 RANKS = [1, 2, 3, 4, 5, 7]
 LARGE_RANKS = {2, 4}
@@ -75,19 +57,12 @@ def _sources() -> list[Path]:
 
 @functools.cache
 def build(variant: str) -> Path:
-    """Builds mpi_compute_test{variant}; returns the executable."""
-    flags, link_flags = VARIANTS[variant]
-    compile_flags = [*COMMON, *flags, *mpi_flags("compile")]
-    jobs = [object_job(src, compile_flags, f"mpicompute{variant}") for src in _sources()]
-    compile_objects(jobs)
-    return link(
-        BIN_DIR / f"mpi_compute_test{variant}",
-        [job.out for job in jobs],
-        [*COMMON, *link_flags, *mpi_flags("link")],
-    )
+    """Builds mpi_compute_test-{variant} (cpp_build.MPI_VARIANTS); returns the executable."""
+    objects = mpi_objects(_sources(), variant)
+    return mpi_link(BIN_DIR / f"mpi_compute_test-{variant}", list(objects.values()), variant)
 
 
-def _program(variant: str = "") -> Path:
+def _program(variant: str = "o2") -> Path:
     return build_or_fail(build, variant)
 
 
@@ -124,4 +99,4 @@ def test_compute_allreduce_more_rounds(ranks):
 
 def test_compute_collectives_under_sanitizers():
     """ASan + UBSan over the whole matrix (shorter counts) at 3 ranks (uneven blocks, RD fold)."""
-    _mpirun(_program("-asan"), 3, "--quick")
+    _mpirun(_program("san"), 3, "--quick")

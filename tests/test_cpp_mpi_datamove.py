@@ -7,9 +7,10 @@ sources, so a rerun after no change only links and runs):
 * ``mpi_transport_test``  tests/cpp/mpi_transport_test.cpp + the transport
 * ``mpi_datamove_test``   tests/cpp/mpi_datamove_test.cpp + transport + collectives + compressor
 
-with ``-O2 -Wall -Wextra -Werror -march=native -ffp-contract=off`` and the MPI wrapper's flags,
-then runs each under ``timeout 120 mpirun --oversubscribe -np P`` for P in {1, 2, 3, 4, 5, 7};
-a second build with AddressSanitizer + UBSan (``-O1``) runs both programs once at P = 3.
+with ``-O2 -Wall -Wextra -Werror -march=native -ffp-contract=off`` and the MPI wrapper's flags
+(cpp_build.MPI_VARIANTS: the objects shared with test_cpp_mpi_compute compile once), then
+runs each under ``timeout 120 mpirun --oversubscribe -np P`` for P in {1, 2, 3, 4, 5, 7}; a second
+build with AddressSanitizer + UBSan (``-O1``) runs both programs once at P = 3.
 The transport test also runs with MPI pre-initialised at MPI_THREAD_SERIALIZED by the program
 (the transport's process-wide lock); the datamove test adds its ~1e6-value cases at two P only
 (the machines this runs on have few cores shared by all ranks).
@@ -28,38 +29,13 @@ from cpp_build import (
     CPP_DIR,
     CSRC,
     build_or_fail,
-    compile_objects,
-    link,
-    mpi_flags,
+    mpi_link,
+    mpi_objects,
     mpirun,
     needs_mpi,
-    object_job,
 )
 
 pytestmark = needs_mpi
-
-COMMON = [
-    "-std=c++17",
-    "-g",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-fopenmp",
-    "-ffp-contract=off",
-    "-DOMPI_SKIP_MPICXX=1",
-]
-VARIANTS = {
-    # name: compile-and-link flags
-    "o2": [*COMMON, "-O2", "-march=native"],
-    "san": [
-        *COMMON,
-        "-O1",
-        "-fno-omit-frame-pointer",
-        "-fsanitize=address,undefined",
-        "-fno-sanitize-recover=all",
-        "-D_GLIBCXX_ASSERTIONS",
-    ],
-}
 
 TRANSPORT = sorted((CSRC / "transport").glob("*.cpp"))
 # toolkit/codec.cpp (linked below) also wraps the ring's integer code segments (fzcodes.cpp).
@@ -99,15 +75,10 @@ MPIRUN_TIMEOUT = 120
 
 @functools.cache
 def build(variant: str) -> dict[str, Path]:
-    """Builds both programs for a variant; returns {program: path}."""
-    flags = VARIANTS[variant]
-    compile_flags = [*flags, *mpi_flags("compile")]
-    sources = sorted({src for srcs in PROGRAMS.values() for src in srcs})
-    jobs = {src: object_job(src, compile_flags, f"mpi{variant}") for src in sources}
-    compile_objects(jobs.values())
-    link_flags = [*flags, *mpi_flags("link")]
+    """Builds both programs for a variant (cpp_build.MPI_VARIANTS); returns {program: path}."""
+    objects = mpi_objects(sorted({src for srcs in PROGRAMS.values() for src in srcs}), variant)
     return {
-        name: link(BIN_DIR / f"{name}-{variant}", [jobs[src].out for src in srcs], link_flags)
+        name: mpi_link(BIN_DIR / f"{name}-{variant}", [objects[src] for src in srcs], variant)
         for name, srcs in PROGRAMS.items()
     }
 

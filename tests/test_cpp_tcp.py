@@ -17,6 +17,7 @@ from cpp_build import (
     BIN_DIR,
     CPP_DIR,
     CSRC,
+    SANITIZE,
     assert_ok,
     build_or_fail,
     compile_objects,
@@ -40,14 +41,7 @@ SOURCES = [
 ]
 COMMON = ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-pthread"]
 VARIANTS = {
-    "san": [
-        "-O1",
-        "-g",
-        "-fno-omit-frame-pointer",
-        "-fsanitize=address,undefined",
-        "-fno-sanitize-recover=all",
-        "-D_GLIBCXX_ASSERTIONS",
-    ],
+    "san": SANITIZE,
     "o2": ["-O2"],
 }
 RUN_ENV = {"ASAN_OPTIONS": "halt_on_error=1", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}

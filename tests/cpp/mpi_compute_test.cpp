@@ -447,10 +447,11 @@ void test_segmented_ring(Comm& comm) {
 // The integer ring's plan (RingSegments::interleaved with kLaneSegments): at least that many
 // segments per block while they stay >= 64 KiB, whole 32-value code blocks, never larger than
 // the default plan's, the buffer covered exactly once; cfg.segment_bytes set: the plan asked
-// for. Pure arithmetic, checked on rank 0.
+// for. Pure arithmetic for p up to 64 whatever the communicator, so it runs in the one-rank
+// run only (it took 3.4 s of every run at -O2 and 22 s under ASan, for the same checks).
 void test_lane_plan(Comm& comm) {
   namespace cc = zccl::coll::compute;
-  if (comm.rank() != 0) return;
+  if (comm.size() != 1) return;
   const int lanes = cc::kLaneSegments;
   for (DType dt : {DType::Float32, DType::Float64}) {
     const size_t es = zccl::fz::dtype_size(dt);
@@ -724,7 +725,9 @@ void test_mismatch(Comm& world) {
   if (world.size() < 2) return;
   auto run_case = [&](const Config& cfg, const std::string& name) {
     auto comm = zccl::transport::MpiComm::duplicate(MPI_COMM_WORLD);
-    comm->set_timeout(std::chrono::milliseconds(2000));
+    // Some ranks always wait out the timeout (their peer threw), so every case costs it: 1 s
+    // is ample for a 1000-value message on 7 ranks sharing 2 cores, under ASan too.
+    comm->set_timeout(std::chrono::milliseconds(1000));
     const size_t n = 1000 + (comm->rank() == 0 ? static_cast<size_t>(comm->size()) : 0);
     std::vector<double> buf(n);
     for (size_t i = 0; i < n; ++i) buf[i] = std::sin(0.01 * i);
