@@ -39,11 +39,13 @@ from cpp_build import (
     BIN_DIR,
     CSRC,
     CXX,
+    MPICC,
     assert_ok,
     build_or_fail,
     compile_objects,
     headers,
     link,
+    mpi_objects,
     needs_cxx,
     object_job,
     run,
@@ -257,22 +259,13 @@ def mpi_link_flags() -> list[str]:
 
 
 def link_gpu_collectives_program(out: Path) -> Path:
-    """Links tests/cuda/test_gpu_collectives from the .cu objects already in ``out`` (stem.o),
-    compiling its host sources there first. Returns the executable."""
+    """Links tests/cuda/test_gpu_collectives from the .cu objects already in ``out`` (stem.o)
+    and the host sources' objects of the MPI C++ tests (cpp_build.mpi_objects: compiled
+    already when those ran first). Returns the executable."""
+    if MPICC is None:
+        pytest.skip("mpicc not found: the GPU collectives program needs MPI")
     objects = [out / (src.stem + ".o") for src in GPU_COLL_CU]
-    mpi_inc = [f for f in include_flags() if f.startswith("-D")]
-    mpicc = shutil.which("mpicc")
-    if mpicc:
-        shown = subprocess.run(
-            [mpicc, "--showme:compile"], capture_output=True, text=True, check=True, timeout=60
-        ).stdout.split()
-        mpi_inc += [f for f in shown if f.startswith("-I")]
-    for src in GPU_COLL_CPP:
-        obj = out / ("host_" + src.stem + ".o")
-        cmd = [*nice_prefix(), NVCC, "-O2", "-std=c++17", "-Xcompiler=-fopenmp", *mpi_inc, "-c"]
-        proc = subprocess.run([*cmd, str(src), "-o", str(obj)], capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        objects.append(obj)
+    objects += build_or_fail(lambda v: list(mpi_objects(GPU_COLL_CPP, v).values()), "o2")
     exe = out / "test_gpu_collectives"
     cmd = [*nice_prefix(), NVCC, *cuda_archs(), *map(str, objects), *mpi_link_flags(), "-lgomp"]
     proc = subprocess.run(
