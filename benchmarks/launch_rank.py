@@ -24,6 +24,10 @@ import bench_data
 
 import zccl_torch
 
+# torch 2.13's names (the old ones warn at every call); older torch has only the old ones.
+ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
 
 def slowest(seconds: float) -> float:
     t = torch.tensor([seconds], dtype=torch.float64)
@@ -47,10 +51,10 @@ def call(collective: str, numel: int) -> tuple[torch.Tensor, object]:
     if collective == "all_gather":
         mine = x[:block].clone()
         out = torch.empty(numel)
-        return out, lambda: dist.all_gather_into_tensor(out, mine)
+        return out, lambda: ALL_GATHER_SINGLE(out, mine)
     if collective == "reduce_scatter":
         out = torch.empty(block)
-        return out, lambda: dist.reduce_scatter_tensor(out, x)
+        return out, lambda: REDUCE_SCATTER_SINGLE(out, x)
     if collective == "scatter":
         out = torch.empty(block)
         blocks = list(x.chunk(p)) if r == 0 else None
