@@ -36,7 +36,10 @@ def test_rooted_collectives_use_the_root(tmp_path: Path) -> None:
         "--out",
         str(out),
     )
-    done = mpirun(3, argv, timeout=300)
+    # 64^3 fields (exactly the 1 MiB asked for) in a cache of the test's own: the default 256^3
+    # ones would be written into the checkout's benchmarks/.cache (3 x 64 MB).
+    env = {"ZCCL_BENCH_EDGE": "64", "ZCCL_BENCH_CACHE": str(tmp_path / "cache")}
+    done = mpirun(3, argv, timeout=300, extra_env=env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-8000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     seen = {(r["collective"], r["contender"]) for r in rows}
