@@ -18,7 +18,9 @@ sources, so a rerun after no change only runs the programs):
 and runs ``tests/cpp/core_test.cpp`` (round trips, strict bound, determinism, chunking, shapes,
 progress, argument errors) and ``tests/cpp/fuzz_decoder.cpp`` (random, mutated, resealed and
 synthesized streams through every decoder entry point) under the sanitizers, and checks that the
-builds produce byte-identical streams and decoded values (``core_test --digest``).
+builds produce byte-identical streams and decoded values (``core_test --digest``). The sanitizer
+variants' core_test runs go two at a time (fixture ``sanitizer_runs``), their builds one at a
+time, so that the two cores stay busy.
 
 Where ``zstd.h`` is installed (as for the extension, see setup.py) every build defines
 ``ZCCL_WITH_ZSTD=1`` and links ``-lzstd``, so the lossless codec 1 is tested too;
