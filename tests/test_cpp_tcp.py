@@ -35,6 +35,7 @@ SOURCES = [
     CPP_DIR / "tcp_transport_test.cpp",
     TRANSPORT / "transport.cpp",
     TRANSPORT / "reduce_ops.cpp",
+    TRANSPORT / "link_probe.cpp",
     TRANSPORT / "p2p_exact.cpp",
     TRANSPORT / "tcp" / "socket_mesh.cpp",
     TRANSPORT / "tcp" / "tcp_comm.cpp",

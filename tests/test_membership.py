@@ -37,10 +37,12 @@ def join_all(
     legacy_last: bool = False,
     transports: list[str | None] | None = None,
     cannot_create: list[str] | None = None,
+    measure: list[bool | None] | None = None,
 ) -> list[BaseException | None]:
     """Every rank joins from its own thread; ``None`` identities run the protocol of builds older
     than the check (count the arrival, the last one writes "1", wait for it). ``transports``: the
-    one each rank chose; ``cannot_create``: why each cannot take part. Returns what each rank raised
+    one each rank chose; ``cannot_create``: why each cannot take part; ``measure``: whether each
+    measures the group's network (ZCCL_MEASURE_LINK). Returns what each rank raised
     (None: it joined)."""
     size = len(identities)
     store = dist.HashStore()
@@ -58,6 +60,7 @@ def join_all(
                 identity=identities[r],
                 transport=chosen,
                 cannot_create=why,
+                measure_link=measure[r] if measure else None,
             )
         except BaseException as exc:
             outcomes[r] = exc
@@ -172,6 +175,23 @@ def test_ranks_that_chose_different_transports_raise_on_every_rank() -> None:
     ids = [identity(), identity(format_version=2)]
     message = the_same_error(join_all(ids, transports=["tcp", "mpi"]), [0, 1])
     assert "different zccl builds" in message and "transports" not in message
+
+
+def test_ranks_that_disagree_on_measuring_the_link_raise_on_every_rank() -> None:
+    """ZCCL_MEASURE_LINK set on some ranks only: the measuring ranks would wait in the probe for
+    the others until the group's timeout."""
+    assert join_all([identity()] * 3, transports=["tcp"] * 3, measure=[True] * 3) == [None] * 3
+    outcomes = join_all([identity()] * 4, transports=["tcp"] * 4, measure=[True, False, True, True])
+    message = the_same_error(outcomes, [0, 1, 2, 3])
+    assert message == (
+        "zccl: creating a process group: its ranks disagree on measuring the group's network "
+        "when it is created (ZCCL_MEASURE_LINK): 1 on ranks 0, 2, 3, 0 on rank 1. Set "
+        "ZCCL_MEASURE_LINK to the same value on every rank (every rank raised this error; no "
+        "data was moved)."
+    ), message
+    # Different transports are the cause to name first (the probe could not even start).
+    outcomes = join_all([identity()] * 2, transports=["tcp", "mpi"], measure=[True, False])
+    assert "different transports" in the_same_error(outcomes, [0, 1])
 
 
 def test_ranks_that_cannot_take_part_are_named_on_every_rank() -> None:

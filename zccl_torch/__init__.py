@@ -32,6 +32,7 @@ from zccl_torch.compressor import (
 )
 from zccl_torch.config import Options, config, current_options
 from zccl_torch.errors import CorruptStreamError
+from zccl_torch.link import LinkEstimate, measure_link
 
 _backend.register()
 last_stats = _backend.last_stats
@@ -45,6 +46,7 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "FORMAT_VERSION",
     "CorruptStreamError",
+    "LinkEstimate",
     "Options",
     "StreamInfo",
     "compress",
@@ -56,6 +58,7 @@ __all__ = [
     "last_stats",
     "lossless_codec",
     "max_compressed_size",
+    "measure_link",
     "mpi_transport_built",
     "policy",
     "quantize",

@@ -30,7 +30,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from zccl_torch import membership, state_transfer
+from zccl_torch import link, membership, state_transfer
 from zccl_torch._native import _C
 from zccl_torch.config import Options, group_options, register_group_options
 
@@ -125,21 +125,48 @@ def _create(dist_opts: Any, pg_options: Any) -> Any:
         except Exception:  # the verdict, or a timeout: this rank's own error says more here
             pass
         raise
-    membership.join_group(store, rank, size, seconds, transport=group.transport)
-    register_group_options(str(dist_opts.group_id), group.options)
-    if group.listener is not None:
-        return _create_over_tcp(dist_opts, store, seconds, group.options, group.listener)
-    backend = _C.create_backend(
-        dist_opts.group_rank,
-        dist_opts.group_size,
-        [int(r) for r in dist_opts.global_ranks_in_group],
-        str(dist_opts.group_id),
-        seconds,
-        group.options.to_native(),
+    membership.join_group(
+        store, rank, size, seconds, transport=group.transport, measure_link=group.measure_link
     )
-    if group.abort_on_exception:
-        _install_abort_on_exception()
+    if group.listener is not None:
+        backend = _create_over_tcp(dist_opts, store, seconds, group.options, group.listener)
+    else:
+        backend = _C.create_backend(
+            dist_opts.group_rank,
+            dist_opts.group_size,
+            [int(r) for r in dist_opts.global_ranks_in_group],
+            str(dist_opts.group_id),
+            seconds,
+            group.options.to_native(),
+        )
+        if group.abort_on_exception:
+            _install_abort_on_exception()
+    options = group.options
+    if group.measure_link and size > 1:
+        options = _take_measured_link(backend, str(dist_opts.group_id), size, options)
+    register_group_options(str(dist_opts.group_id), options)
     return backend
+
+
+def _take_measured_link(backend: Any, group_id: str, size: int, options: Options) -> Options:
+    """Measures the network of the group being created (ZCCL_MEASURE_LINK, zccl_torch/link.py)
+    and makes it the backend's link defaults; returns ``options`` with them.
+
+    In a build with the CUDA path torch creates a backend per device type for a group, and each
+    measures (every rank creates them in the same order, so each backend's figures are the same
+    on every rank); the group's options then show the last one's. Measuring once for both
+    would need to know which creation a backend belongs to, which torch does not say."""
+    estimate = link._measure(backend, size, link.DEFAULT_PROBE_BYTES)
+    link.logger.info(
+        "zccl group %s: measured link %.3g Gbit/s, %.3g us",
+        group_id,
+        estimate.gbps,
+        estimate.latency_us,
+    )
+    _C.set_link_model(backend, estimate.gbps, estimate.latency_us)
+    return dataclasses.replace(
+        options, link_gbps=estimate.gbps, link_latency_us=estimate.latency_us
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,6 +177,7 @@ class _Prepared:
     transport: str
     abort_on_exception: bool
     listener: Any  # the TCP transport's listener, opened before its address is published
+    measure_link: bool  # ZCCL_MEASURE_LINK: measure the group's network once it is created
 
 
 def _prepare(pg_options: Any) -> _Prepared:
@@ -171,6 +199,7 @@ def _prepare(pg_options: Any) -> _Prepared:
             f"{type(pg_options).__name__}"
         )
     chosen = transport()
+    measure = link.measure_on_create()
     if chosen == "mpi" and not mpi_transport_built():
         # no_mpi.cpp's open_mpi_group would throw too, but after the members met.
         raise RuntimeError(_C.NO_MPI_TRANSPORT_MESSAGE)
@@ -180,6 +209,7 @@ def _prepare(pg_options: Any) -> _Prepared:
         transport=chosen,
         abort_on_exception=False if use_tcp else _abort_on_exception_enabled(),
         listener=_C.TcpListener(_listen_address()) if use_tcp else None,
+        measure_link=measure,
     )
 
 

@@ -45,6 +45,9 @@ _FIELD_NAMES = {
 # Not part of the build: the transport a rank chose for the group being created
 # (zccl_torch.backend.transport()); ranks that chose differently would never reach each other.
 _TRANSPORT_FIELD = "transport"
+# Nor this: whether the rank measures the group's network once it is created (ZCCL_MEASURE_LINK,
+# zccl_torch/link.py), an exchange that ranks which skip it would leave waiting.
+_MEASURE_LINK_FIELD = "measure_link"
 # Not compared either: why this rank cannot take part (invalid settings, a transport it cannot
 # open). The verdict names it to every rank, so the others raise at once instead of waiting for
 # it until the group's timeout, and the rank hosting the store stays until they have read it
@@ -78,9 +81,11 @@ def join_group(
     identity: dict[str, Any] | None = None,
     transport: str | None = None,
     cannot_create: str = "",
+    measure_link: bool | None = None,
 ) -> None:
     """Returns once all ``size`` members of the group being created reached this point and all run
-    the same build and, when ``transport`` is given, chose the same transport, which all can open.
+    the same build and, when ``transport`` is given, chose the same transport, which all can open
+    (and, when ``measure_link`` is given, all measure the group's network or none does).
 
     Raises ``RuntimeError`` on every rank, naming each differing field of :func:`build_identity`
     (or the transports) and which ranks hold which value, or naming the ranks too old to publish
@@ -91,6 +96,8 @@ def join_group(
     mine = dict(build_identity() if identity is None else identity)
     if transport is not None:
         mine[_TRANSPORT_FIELD] = transport
+    if measure_link is not None:
+        mine[_MEASURE_LINK_FIELD] = int(measure_link)
     if cannot_create:
         mine[_CANNOT_CREATE_FIELD] = cannot_create
     # A second process with the same rank (a script that launches itself under another
@@ -196,7 +203,7 @@ def describe_mismatch(identities: list[dict[str, Any] | None]) -> str:
     fields = list(_FIELD_NAMES) + sorted(
         {k for _, ident in known for k in ident} - set(_FIELD_NAMES) - {_CANNOT_CREATE_FIELD}
     )
-    transport = ""
+    transport = measure = ""
     for field in fields:
         holders: dict[str, list[int]] = {}
         for r, ident in known:
@@ -209,6 +216,8 @@ def describe_mismatch(identities: list[dict[str, Any] | None]) -> str:
         )
         if field == _TRANSPORT_FIELD:
             transport = sides
+        elif field == _MEASURE_LINK_FIELD:
+            measure = sides
         else:
             parts.append(f"{_FIELD_NAMES.get(field, field)}: {sides}")
     if parts:
@@ -226,6 +235,12 @@ def describe_mismatch(identities: list[dict[str, Any] | None]) -> str:
             "zccl: creating a process group: its ranks chose different transports, which cannot "
             f"reach each other: {transport}. Set ZCCL_TRANSPORT to the same value on every rank, "
             "or leave it unset on all (every rank raised this error; no data was moved)."
+        )
+    if measure:
+        return (
+            "zccl: creating a process group: its ranks disagree on measuring the group's network "
+            f"when it is created (ZCCL_MEASURE_LINK): {measure}. Set ZCCL_MEASURE_LINK to the "
+            "same value on every rank (every rank raised this error; no data was moved)."
         )
     return ""
 

@@ -29,6 +29,7 @@ const char* op_kind_name(OpKind op) {
     case OpKind::AllToAll: return "all_to_all";
     case OpKind::Barrier: return "barrier";
     case OpKind::SparseAllReduce: return "all_reduce (sparse)";
+    case OpKind::MeasureLink: return "measure_link";
   }
   return "unknown collective";
 }
@@ -77,7 +78,10 @@ constexpr int kLen = kHead + 2 * kNumFields;
 // all_reduce runs the same way whatever they are, so they are left out of its comparison (a
 // config() block around a barrier on some ranks only is not an error).
 bool settings_matter(const CallDescription& call) {
-  if (call.op == OpKind::Barrier || call.op == OpKind::SparseAllReduce) return false;
+  if (call.op == OpKind::Barrier || call.op == OpKind::SparseAllReduce ||
+      call.op == OpKind::MeasureLink) {
+    return false;
+  }
   auto compressible = [](int dtype) {
     return dtype >= 0 && is_compressible_dtype(static_cast<at::ScalarType>(dtype));
   };

@@ -34,6 +34,7 @@ enum class OpKind : int {
   AllToAll = 8,
   Barrier = 9,
   SparseAllReduce = 10,
+  MeasureLink = 11,
 };
 const char* op_kind_name(OpKind op);
 

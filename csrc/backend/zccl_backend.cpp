@@ -9,6 +9,7 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "../transport/mpi_api.h"  // the Open MPI transport, if built
 #include "routing.h"
@@ -36,6 +37,18 @@ ZcclBackend::ZcclBackend(std::unique_ptr<Comm> coll_comm, std::unique_ptr<Comm> 
 }
 
 ZcclBackend::~ZcclBackend() { shutdown(); }
+
+void ZcclBackend::set_link_model(double gbps, double latency_us) {
+  // Through the settings' own checks, so a measurement obeys the same limits as a user's value.
+  CallConfig next = defaults_;
+  const std::pair<const char*, double> measured[] = {{"link_gbps", gbps},
+                                                     {"link_latency_us", latency_us}};
+  for (const auto& [name, value] : measured) {
+    const Setting* s = find_setting(name);
+    s->write(*s, next, s->checked(value));
+  }
+  defaults_ = next;
+}
 
 void ZcclBackend::shutdown() {
   {
@@ -584,6 +597,22 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::barrier(const c10d::BarrierOptions&)
       comm_->barrier();
     }
   });
+}
+
+c10::intrusive_ptr<c10d::Work> ZcclBackend::time_link(size_t probe_bytes,
+                                                      std::shared_ptr<transport::LinkTimes> out) {
+  // One-byte exchanges per latency timing (their mean: one alone is below the clock's useful
+  // resolution on shared memory).
+  constexpr int kSmallExchanges = 8;
+  return enqueue("measure_link", c10d::OpType::UNKNOWN, {}, *cpu_, {},
+                 [this, probe_bytes, out](Device&, const CallConfig& cfg) {
+                   // Ranks in another collective, or probing another size, raise here instead
+                   // of mixing their messages with the probe's.
+                   const CallDescription call = describe_call(OpKind::MeasureLink, -1, probe_bytes);
+                   backend::agree(*comm_, "measure_link", call, cfg, std::nullopt, false);
+                   *out = transport::time_ring_exchanges(*comm_, probe_bytes, kLinkRepeats,
+                                                         kSmallExchanges);
+                 });
 }
 
 // ------------------------------------------------------------------------------------------

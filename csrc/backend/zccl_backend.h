@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "../transport/link_probe.h"
 #include "agreement.h"
 #include "call_config.h"
 #include "device.h"
@@ -118,6 +119,18 @@ class ZcclBackend : public c10d::Backend {
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
   const CallConfig& defaults() const { return defaults_; }
+  // The network algorithm="auto" assumes, as measured when the group was created
+  // (zccl_torch/link.py, ZCCL_MEASURE_LINK). Only before the backend is handed to torch: ops read
+  // the defaults on their calling threads without a lock. Throws std::invalid_argument for a value
+  // the link_gbps / link_latency_us settings do not allow.
+  void set_link_model(double gbps, double latency_us);
+  // Queues transport::time_ring_exchanges (kLinkRepeats timings of each size) on this group's
+  // collectives communicator, in order with its collectives, after an agreement that every rank
+  // runs it with the same probe_bytes; the Work completes once `out` holds the times (the same
+  // on every rank).
+  static constexpr int kLinkRepeats = 5;
+  c10::intrusive_ptr<c10d::Work> time_link(size_t probe_bytes,
+                                           std::shared_ptr<transport::LinkTimes> out);
   LastStats last_stats() const;
   // The totals by collective (keys: last_stats' op names); `reset` zeroes them in the same step.
   TotalStats total_stats(bool reset);

@@ -559,6 +559,35 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("min_compress_bytes") = 0,
       "(compressed, algorithm) that a CPU collective of `bytes` on `p` ranks takes (threads: the "
       "group's smallest compression thread count)");
+  m.def(
+      "set_link_model",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend, double gbps, double latency_us) {
+        as_zccl(backend).set_link_model(gbps, latency_us);
+      },
+      py::arg("backend"), py::arg("gbps"), py::arg("latency_us"),
+      "Sets the link_gbps / link_latency_us defaults of a backend being created (measured: "
+      "zccl_torch/link.py); never once it serves collectives");
+  m.def(
+      "time_link",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend, size_t probe_bytes) {
+        auto times = std::make_shared<zccl::transport::LinkTimes>();
+        auto work = as_zccl(backend).time_link(probe_bytes, times);
+        {
+          py::gil_scoped_release nogil;
+          work->wait();
+        }
+        return py::make_tuple(times->small_seconds, times->large_seconds);
+      },
+      py::arg("backend"), py::arg("probe_bytes"),
+      "(seconds of a one-byte, seconds of a probe_bytes ring exchange), the slowest rank's "
+      "medians; a collective (zccl_torch/link.py)");
+  m.def(
+      "link_model",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) {
+        const zb::CallConfig& d = as_zccl(backend).defaults();
+        return py::make_tuple(d.link_gbps, d.link_latency_us);
+      },
+      py::arg("backend"), "(link_gbps, link_latency_us) of a backend's defaults");
   m.def("last_stats", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> py::dict {
     const zb::LastStats s = as_zccl(backend).last_stats();
     py::dict d;

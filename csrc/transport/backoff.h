@@ -21,8 +21,12 @@ enum class WaitPolicy : uint8_t { Sleep, Spin };
 
 class Backoff {
  public:
+  using Clock = std::chrono::steady_clock;
   explicit Backoff(int cap_us, WaitPolicy policy = WaitPolicy::Sleep)
       : cap_us_(cap_us), policy_(policy) {}
+  // Polls as WaitPolicy::Spin does until `spin_until`, then as `policy` says.
+  Backoff(int cap_us, WaitPolicy policy, Clock::time_point spin_until)
+      : cap_us_(cap_us), policy_(policy), spin_until_(spin_until) {}
 
   // `idle`, when given, replaces the sleep: it may return as soon as there is something to do
   // (a transport blocking on its sockets), never later than the given time.
@@ -30,7 +34,7 @@ class Backoff {
   void pause(const Idle& idle) {
     if (n_ < kYields) ++n_;
     if (n_ < kSpins) return;
-    if (n_ < kYields || policy_ == WaitPolicy::Spin) {
+    if (n_ < kYields || policy_ == WaitPolicy::Spin || Clock::now() < spin_until_) {
       std::this_thread::yield();
       return;
     }
@@ -46,6 +50,7 @@ class Backoff {
   static constexpr int kYields = 256;
   int cap_us_;
   WaitPolicy policy_;
+  Clock::time_point spin_until_{};  // the epoch: no spinning stretch
   int n_ = 0;
   int sleep_us_ = 2;
 };

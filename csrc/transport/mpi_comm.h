@@ -112,10 +112,13 @@ class MpiComm final : public Comm {
  private:
   explicit MpiComm(MPI_Comm comm);
   // Waits for a non-blocking collective's requests (deadline; abandoned, not freed, on timeout).
-  void wait_collective(std::vector<MPI_Request>& reqs, const char* what, size_t count) const;
+  // `count`: elements, for messages; `bytes`: what the collective moves, which sets how long
+  // the wait polls before it may sleep (spin_budget in mpi_exact.cpp).
+  void wait_collective(std::vector<MPI_Request>& reqs, const char* what, size_t count,
+                       size_t bytes) const;
   // Starts one non-blocking collective under the serialising lock (start returns its error
   // code), then wait_collective.
-  void start_and_wait(const char* what, size_t count,
+  void start_and_wait(const char* what, size_t count, size_t bytes,
                       const std::function<int(MPI_Request*)>& start) const;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int tag_ub_ = 32767;

@@ -4,6 +4,8 @@
 //   max_collective_count() elements; allgather(v)/gather/scatter/reduce_scatter_block/alltoallv
 //   throw std::length_error when a count or displacement exceeds it.
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <string>
 
 #include "mpi_internal.h"
@@ -43,9 +45,25 @@ const char* element_at(const void* base, size_t index, size_t count, MPI_Aint ex
   return static_cast<const char*>(base) + static_cast<MPI_Aint>(index * count) * ext;
 }
 
+// How long a wait for an exact collective of `bytes` polls without sleeping, whatever the wait
+// policy: Open MPI's non-blocking collectives (libnbc) advance their schedule only inside
+// MPI_Test, so a rank that sleeps between polls holds up every round of the schedule for every
+// rank, not only itself. On 2 cores with 3 ranks (WaitPolicy::Sleep, sleeps capped at 200 us) a
+// 16 MB MPI_Iallreduce took 209 ms sleeping and 26 ms polling, MPI_Ibcast 44 and 8 ms,
+// MPI_Iallgather 95 and 47 ms; at 1 MiB and below the two were within 1.6x of each other.
+// So a wait polls (yielding the core) for as long as the collective takes at 0.5 GB/s; one
+// that lasts longer is a wait for a late rank, and sleeps from then on as the policy says.
+// Small collectives (the agreement's, a barrier) get no stretch: their waits are as before.
+std::chrono::microseconds spin_budget(size_t bytes) {
+  constexpr double kBytesPerMicrosecond = 500.0;  // 0.5 GB/s
+  const double transfer_us = static_cast<double>(bytes) / kBytesPerMicrosecond;
+  return std::chrono::microseconds(static_cast<int64_t>(transfer_us));
+}
+
 }  // namespace
 
-void MpiComm::wait_collective(std::vector<MPI_Request>& reqs, const char* what, size_t count) const {
+void MpiComm::wait_collective(std::vector<MPI_Request>& reqs, const char* what, size_t count,
+                              size_t bytes) const {
   std::vector<Request> pending;
   pending.reserve(reqs.size());
   for (MPI_Request r : reqs) {
@@ -69,21 +87,21 @@ void MpiComm::wait_collective(std::vector<MPI_Request>& reqs, const char* what, 
                        mpi::comm_desc(comm_) + ", waiting for " + mpi::others_desc(rank_, size_) +
                        " (a rank failed, is far behind, or called a different collective); "
                        "the communicator is no longer usable");
-  }, /*sleep_cap_us=*/200, /*idle=*/nullptr, wait_policy_);
+  }, /*sleep_cap_us=*/200, /*idle=*/nullptr, wait_policy_, spin_budget(bytes));
 }
 
-void MpiComm::start_and_wait(const char* what, size_t count,
+void MpiComm::start_and_wait(const char* what, size_t count, size_t bytes,
                              const std::function<int(MPI_Request*)>& start) const {
   std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
   {
     Guard g;
     check(start(&reqs[0]), what);
   }
-  wait_collective(reqs, what, count);
+  wait_collective(reqs, what, count, bytes);
 }
 
 void MpiComm::barrier() const {
-  start_and_wait("MPI_Ibarrier", 0, [&](MPI_Request* r) {
+  start_and_wait("MPI_Ibarrier", 0, 0, [&](MPI_Request* r) {
     return MPI_Ibarrier(comm_, r);
   });
 }
@@ -112,7 +130,7 @@ void MpiComm::allreduce(const void* send, void* recv, size_t count, ElemType ele
             "MPI_Iallreduce");
     });
   }
-  wait_collective(reqs, "MPI_Iallreduce", count);
+  wait_collective(reqs, "MPI_Iallreduce", count, count * elem_size(elem));
 }
 
 void MpiComm::reduce(const void* send, void* recv, size_t count, ElemType elem, ReduceKind kind,
@@ -137,7 +155,7 @@ void MpiComm::reduce(const void* send, void* recv, size_t count, ElemType elem, 
             "MPI_Ireduce");
     });
   }
-  wait_collective(reqs, "MPI_Ireduce", count);
+  wait_collective(reqs, "MPI_Ireduce", count, count * elem_size(elem));
 }
 
 void MpiComm::bcast(void* buf, size_t count, ElemType elem, int root) const {
@@ -153,7 +171,7 @@ void MpiComm::bcast(void* buf, size_t count, ElemType elem, int root) const {
       check(MPI_Ibcast(d + off * ext, n, type, root, comm_, r), "MPI_Ibcast");
     });
   }
-  wait_collective(reqs, "MPI_Ibcast", count);
+  wait_collective(reqs, "MPI_Ibcast", count, count * elem_size(elem));
 }
 
 void MpiComm::allgather(const void* send, void* recv, size_t count, ElemType elem) const {
@@ -162,7 +180,7 @@ void MpiComm::allgather(const void* send, void* recv, size_t count, ElemType ele
   const MPI_Aint ext = type_extent(type);
   const bool in_place =
       send == kInPlace || send == element_at(recv, rank_, count, ext);
-  start_and_wait("MPI_Iallgather", count, [&](MPI_Request* r) {
+  start_and_wait("MPI_Iallgather", count, count * size_ * elem_size(elem), [&](MPI_Request* r) {
     return MPI_Iallgather(in_place ? MPI_IN_PLACE : send, n, type, recv, n, type, comm_, r);
   });
 }
@@ -181,7 +199,7 @@ void MpiComm::allgatherv(const void* send, size_t count, void* recv,
   const MPI_Aint ext = type_extent(type);
   const bool in_place =
       send == kInPlace || send == element_at(recv, 1, displ[rank_], ext);
-  start_and_wait("MPI_Iallgatherv", total, [&](MPI_Request* r) {
+  start_and_wait("MPI_Iallgatherv", total, total * elem_size(elem), [&](MPI_Request* r) {
     return MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, c[rank_], type, recv, c.data(),
                            displ.data(), type, comm_, r);
   });
@@ -209,7 +227,7 @@ Rooted rooted(const char* what, ElemType elem, size_t count, int root, int rank,
 
 void MpiComm::gather(const void* send, void* recv, size_t count, ElemType elem, int root) const {
   const Rooted a = rooted("gather", elem, count, root, rank_, size_, send, recv);
-  start_and_wait("MPI_Igather", count, [&](MPI_Request* r) {
+  start_and_wait("MPI_Igather", count, count * size_ * elem_size(elem), [&](MPI_Request* r) {
     return MPI_Igather(a.in_place ? MPI_IN_PLACE : send, a.n, a.type,
                        a.is_root ? recv : nullptr, a.n, a.type, root, comm_, r);
   });
@@ -218,7 +236,7 @@ void MpiComm::gather(const void* send, void* recv, size_t count, ElemType elem, 
 void MpiComm::scatter(const void* send, void* recv, size_t count, ElemType elem,
                       int root) const {
   const Rooted a = rooted("scatter", elem, count, root, rank_, size_, recv, send);
-  start_and_wait("MPI_Iscatter", count, [&](MPI_Request* r) {
+  start_and_wait("MPI_Iscatter", count, count * size_ * elem_size(elem), [&](MPI_Request* r) {
     return MPI_Iscatter(a.is_root ? send : nullptr, a.n, a.type,
                         a.in_place ? MPI_IN_PLACE : recv, a.n, a.type, root, comm_, r);
   });
@@ -230,7 +248,8 @@ void MpiComm::reduce_scatter_block(const void* send, void* recv, size_t count, E
   const MPI_Op op = mpi::op(kind, elem);
   const int n = to_int_count(count, "reduce_scatter_block");
   const bool in_place = send == kInPlace || send == recv;
-  start_and_wait("MPI_Ireduce_scatter_block", count, [&](MPI_Request* r) {
+  start_and_wait("MPI_Ireduce_scatter_block", count, count * size_ * elem_size(elem),
+                 [&](MPI_Request* r) {
     return MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, recv, n, type, op, comm_, r);
   });
 }
@@ -255,7 +274,7 @@ void MpiComm::alltoallv(const void* send, const std::vector<size_t>& send_counts
     rd[i] = to_int_count(recv_displs[i], "alltoallv");
     total += recv_counts[i];
   }
-  start_and_wait("MPI_Ialltoallv", total, [&](MPI_Request* r) {
+  start_and_wait("MPI_Ialltoallv", total, total * elem_size(elem), [&](MPI_Request* r) {
     return MPI_Ialltoallv(send, sc.data(), sd.data(), type, recv, rc.data(), rd.data(), type,
                           comm_, r);
   });

@@ -77,9 +77,9 @@ size_t elem_size(ElemType t) {
 
 void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& poll,
                 const std::function<void()>& on_timeout, int sleep_cap_us, const IdleWait& idle,
-                WaitPolicy policy) {
+                WaitPolicy policy, std::chrono::microseconds spin_for) {
   const auto deadline = deadline_after(timeout);
-  Backoff backoff(sleep_cap_us, policy);
+  Backoff backoff(sleep_cap_us, policy, Clock::now() + spin_for);
   while (!poll()) {
     if (Clock::now() > deadline) {
       on_timeout();

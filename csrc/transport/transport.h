@@ -89,10 +89,12 @@ class Request {
 // wait-with-deadline: the transport's waits and the collectives' own progress loops go through it.
 // `idle` (optional) replaces the sleeps: it blocks at most the given time and may return as
 // soon as the transport has something to progress (Comm::idle).
+// `spin_for`: the first stretch of the wait polls as WaitPolicy::Spin does, whatever `policy`.
 using IdleWait = std::function<void(std::chrono::microseconds)>;
 void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& poll,
                 const std::function<void()>& on_timeout, int sleep_cap_us = 200,
-                const IdleWait& idle = nullptr, WaitPolicy policy = WaitPolicy::Sleep);
+                const IdleWait& idle = nullptr, WaitPolicy policy = WaitPolicy::Sleep,
+                std::chrono::microseconds spin_for = std::chrono::microseconds(0));
 
 // Argument checks every transport's exact collectives share (std::invalid_argument naming them).
 void check_root(int root, int size, const char* what);

@@ -21,6 +21,8 @@
 #include <thread>
 #include <vector>
 
+#include "../../csrc/transport/backoff.h"
+#include "../../csrc/transport/link_probe.h"
 #include "../../csrc/transport/reduce_ops.h"
 #include "../../csrc/transport/tcp/tcp_comm.h"
 
@@ -416,6 +418,21 @@ void check_duplicate(Comm& c) {
   c.barrier();
 }
 
+// time_ring_exchanges (link_probe.h): the same times on every rank (the slowest rank's), both
+// positive and finite; its argument errors.
+void check_link_probe(Comm& c) {
+  const LinkTimes t = time_ring_exchanges(c, 1 << 16, 3, 2);
+  CHECK(t.small_seconds > 0 && t.large_seconds > 0 && std::isfinite(t.large_seconds),
+        "times %g %g", t.small_seconds, t.large_seconds);
+  const double mine[2] = {t.small_seconds, t.large_seconds};
+  double lo[2] = {0, 0};
+  c.allreduce(mine, lo, 2, ElemType::Float64, ReduceKind::Min);
+  CHECK(lo[0] == mine[0] && lo[1] == mine[1], "ranks got different times");
+  CHECK(throws_with([&] { time_ring_exchanges(c, 1, 3, 2); }, "probe_bytes must be >= 2"),
+        "probe_bytes 1 accepted");
+  CHECK(throws_with([&] { time_ring_exchanges(c, 64, 0, 2); }, "repeats >= 1"), "repeats 0");
+}
+
 int run_rank(const Listener& listener, int rank, int size, const std::vector<std::string>& addrs) {
   g_rank = rank;
   try {
@@ -424,6 +441,7 @@ int run_rank(const Listener& listener, int rank, int size, const std::vector<std
     check_p2p(*comm);
     check_collectives(*comm);
     check_duplicate(*comm);
+    check_link_probe(*comm);
     // A peer that goes away fails a receive from it, naming it (last: the mesh is broken after).
     if (size >= 2) {
       comm->barrier();
@@ -444,9 +462,32 @@ int run_rank(const Listener& listener, int rank, int size, const std::vector<std
 
 }  // namespace
 
+// Backoff (backoff.h): the Sleep policy sleeps only after its spins and yields, and never before
+// the end of a spinning stretch; Spin never sleeps. Counted through the idle callback, which
+// stands in for each sleep (no timing involved).
+int check_backoff() {
+  using zccl::Backoff;
+  using zccl::WaitPolicy;
+  const auto sleeps_in = [](Backoff b) {
+    int sleeps = 0;
+    for (int i = 0; i < 1000; ++i) b.pause([&](std::chrono::microseconds) { ++sleeps; });
+    return sleeps;
+  };
+  const auto now = Backoff::Clock::now();
+  const int plain = sleeps_in(Backoff(200, WaitPolicy::Sleep));
+  CHECK(plain > 0 && plain < 1000, "Sleep policy: %d sleeps in 1000 pauses", plain);
+  CHECK(sleeps_in(Backoff(200, WaitPolicy::Spin)) == 0, "Spin policy slept");
+  const int stretch = sleeps_in(Backoff(200, WaitPolicy::Sleep, now + std::chrono::hours(1)));
+  CHECK(stretch == 0, "slept %d times within the spinning stretch", stretch);
+  const int ended = sleeps_in(Backoff(200, WaitPolicy::Sleep, now - std::chrono::seconds(1)));
+  CHECK(ended == plain, "after the stretch: %d sleeps, %d without one", ended, plain);
+  return g_failures;
+}
+
 int main(int argc, char** argv) {
   const int p = argc > 1 ? std::atoi(argv[1]) : 3;
   if (p < 1) return 2;
+  if (check_backoff() != 0) return 1;
   std::vector<std::unique_ptr<Listener>> listeners;
   std::vector<std::string> addrs;
   for (int r = 0; r < p; ++r) {

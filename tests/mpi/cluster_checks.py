@@ -60,9 +60,26 @@ def main() -> None:
     z = x.clone()
     dist.all_reduce(z, group=gloo)
     assert float((z.double() - exact).abs().max()) < 1e-4
+    measured = {t: measured_gbps(t) for t in ("mpi", "tcp")}
+    for transport, gbps in measured.items():
+        # The shaped rate, within the shaping check's slack above and a generous one below (the
+        # probe's 1 MiB also pays the latency and TCP's acknowledgements).
+        assert 0.5 * rate * 8 / 1e9 <= gbps <= 1.1 * rate * 8 / 1e9, (transport, gbps, rate)
     dist.destroy_process_group()
     if rank == 0:
-        print(f"CLUSTER OK {p} ranks, {achieved * 8 / 1e6:.0f} Mbit/s achieved")
+        links = ", ".join(f"{t} {g * 1e3:.0f}" for t, g in measured.items())
+        print(f"CLUSTER OK {p} ranks, {achieved * 8 / 1e6:.0f} Mbit/s achieved, measured {links}")
+
+
+def measured_gbps(transport: str) -> float:
+    """link_gbps of a zccl group created with ZCCL_MEASURE_LINK=1 over ``transport``."""
+    os.environ.update(ZCCL_MEASURE_LINK="1", ZCCL_TRANSPORT=transport)
+    try:
+        group = dist.new_group(backend="zccl")
+    finally:
+        for name in ("ZCCL_MEASURE_LINK", "ZCCL_TRANSPORT"):
+            os.environ.pop(name)
+    return zccl_torch.current_options(group).link_gbps
 
 
 if __name__ == "__main__":

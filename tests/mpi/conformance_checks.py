@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ import torch.distributed as dist
 from check_common import assert_within, exact_gather, gloo, rank, rounding, run_checks, world
 
 import zccl_torch
+from zccl_torch import _C, link
 
 EB = 1e-3
 OPTIONS = zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0)  # every group's
@@ -860,6 +862,85 @@ def groups_made_without_options_take_the_default_groups() -> None:
         if dist.get_world_size(group) > 1:
             stats = zccl_torch.last_stats(group)
             assert stats["error_bound"] == want.error_bound, (name, stats)
+
+
+# ---------------------------------------------------------------------------------------------
+# The network algorithm="auto" assumes, measured (zccl_torch/link.py)
+
+
+def _new_group_measuring(on_ranks: list[int]) -> Any:
+    """dist.new_group over every rank with ZCCL_MEASURE_LINK=1 on ``on_ranks`` only."""
+    if rank() in on_ranks:
+        os.environ["ZCCL_MEASURE_LINK"] = "1"
+    try:
+        return dist.new_group(list(range(world())))
+    finally:
+        os.environ.pop("ZCCL_MEASURE_LINK", None)
+
+
+def _same_everywhere(name: str, values: tuple[float, ...]) -> None:
+    """Every rank holds the same ``values`` (compared bit for bit through Gloo)."""
+    mine = torch.tensor(values, dtype=torch.float64)
+    every = [torch.empty_like(mine) for _ in range(world())]
+    dist.all_gather(every, mine, group=gloo())
+    for r, theirs in enumerate(every):
+        same_bits(f"{name} on rank {r}", theirs, mine)
+
+
+@check
+def measured_link_is_agreed_and_used() -> None:
+    """ZCCL_MEASURE_LINK=1: a group measures its network when it is created; the backend's link
+    defaults and the group's options hold the figures, the same on every rank, within the
+    bounds; auto's choice follows them; measure_link() agrees across ranks; one rank has no
+    network (the defaults stay, measure_link raises)."""
+    group = _new_group_measuring(list(range(world())))
+    opts = zccl_torch.current_options(group)
+    model = _C.link_model(zccl_torch.backend.get_backend(group))
+    assert model == (opts.link_gbps, opts.link_latency_us), (model, opts)
+    if world() == 1:
+        assert model == (OPTIONS.link_gbps, OPTIONS.link_latency_us), model
+        raises_everywhere("one rank", lambda: zccl_torch.measure_link(group), "one rank")
+        return
+    gbps, latency_us = model
+    assert link.MIN_GBPS <= gbps <= link.MAX_GBPS and 0 < latency_us < 1e6, model
+    _same_everywhere("measured link", model)
+    # auto takes the measured network: a 1 MiB broadcast compresses iff route() says so with it
+    x = data(rank(), 1 << 18)
+    before = zccl_torch.total_stats(group)["compressed_calls"]
+    with zccl_torch.config(threads=1):
+        dist.broadcast(x, src=world() - 1, group=group)
+    compressed, _ = _C.route("broadcast", x.nbytes, world(), 1, gbps, latency_us)
+    got = zccl_torch.total_stats(group)["compressed_calls"] - before
+    assert got == int(compressed), (model, compressed, got)
+    est = zccl_torch.measure_link(group, probe_bytes=1 << 16)
+    assert est.settings() == {"link_gbps": est.gbps, "link_latency_us": est.latency_us}
+    _same_everywhere("measure_link()", (est.gbps, est.latency_us))
+    raises_everywhere(
+        "bad probe", lambda: zccl_torch.measure_link(group, probe_bytes=1), "probe_bytes"
+    )
+    # Ranks probing different sizes would mix their messages: the agreement refuses it first.
+    raises_everywhere(
+        "probe sizes differ",
+        lambda: zccl_torch.measure_link(group, probe_bytes=1000 + rank()),
+        "measure_link",
+        "1000 on rank 0",
+    )
+    assert zccl_torch.measure_link(group, probe_bytes=4096).probe_bytes == 4096  # still usable
+
+
+@check
+def measuring_on_some_ranks_only_raises_everywhere() -> None:
+    """ZCCL_MEASURE_LINK set on rank 0 only: creating the group raises on every rank, naming the
+    variable and who chose what, instead of leaving the others to wait in the measurement."""
+    if world() == 1:
+        return
+    raises_everywhere(
+        "ZCCL_MEASURE_LINK on rank 0 only",
+        lambda: _new_group_measuring([0]),
+        "ZCCL_MEASURE_LINK",
+        "1 on rank 0",
+        "0 on " + zccl_torch.membership._ranks_phrase(list(range(1, world()))),
+    )
 
 
 def main(argv: list[str]) -> int:

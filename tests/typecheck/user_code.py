@@ -35,6 +35,11 @@ def train(model: torch.nn.Module) -> None:
     options = zccl_torch.Options(error_bound=1e-3, mode="abs", algorithm="ring", threads=2)
     dist.init_process_group("zccl", pg_options=options, timeout=datetime.timedelta(minutes=5))
     assert zccl_torch.current_options().error_bound == 1e-3
+    link: zccl_torch.LinkEstimate = zccl_torch.measure_link(probe_bytes=1 << 20)
+    with zccl_torch.config(**link.settings()):
+        dist.broadcast(torch.randn(10), src=0)
+    measured = zccl_torch.Options(error_bound=1e-3, **link.settings())
+    assert measured.link_gbps == link.gbps
     with zccl_torch.config(error_bound=1e-2) as effective:
         t = torch.randn(1000)
         dist.all_reduce(t)
