@@ -121,6 +121,19 @@ def test_invalid_values_name_the_requirement(row: dict[str, Any]) -> None:
     assert _C.call_override() is None
 
 
+@pytest.mark.parametrize(
+    "row", [r for r in TABLE if r["type"] == "float"], ids=lambda r: str(r["name"])
+)
+def test_real_settings_name_their_true_minimum(row: dict[str, Any]) -> None:
+    """The bound a real setting's message names is the one it enforces: the value named is
+    allowed, one below it refused (link_gbps' message used to say ">= 0" and refuse 0)."""
+    least = float(row["requirement"].rsplit(">= ", 1)[1])
+    assert getattr(zccl_torch.Options(**{row["name"]: least}), row["name"]) == least
+    below = least - max(abs(least) / 2, 1e-9)
+    with pytest.raises(ValueError, match=re.escape(f"{row['requirement']}, got {below}")):
+        zccl_torch.Options(**{row["name"]: below})
+
+
 def test_cpp_rejects_incomplete_or_unknown_settings() -> None:
     native = zccl_torch.Options().to_native()
     del native["chunk_size"]

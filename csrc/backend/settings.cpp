@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <initializer_list>
 #include <limits>
 #include <optional>
@@ -148,8 +149,16 @@ std::vector<Setting> make_table() {
   return table;
 }
 
-// "0" for 0.0, "65536" for 65536.0: the bounds in the table are integers.
+// "0" for 0.0, "65536" for 65536.0: the integer settings' bounds.
 std::string integer_text(double v) { return std::to_string(static_cast<int64_t>(v)); }
+
+// A real setting's bound as Python prints short floats: "0", "0.001" (link_gbps' minimum read
+// ">= 0" when it went through integer_text, next to the 0.0005 it refused).
+std::string real_text(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  return buf;
+}
 
 }  // namespace
 
@@ -169,7 +178,7 @@ SettingValue Setting::default_value() const { return read(*this, CallConfig{}); 
 
 std::string Setting::requirement() const {
   switch (type) {
-    case SettingType::Real: return "must be finite and >= " + integer_text(min);
+    case SettingType::Real: return "must be finite and >= " + real_text(min);
     case SettingType::Int: {
       if (max_in_message) {
         return "must be a multiple of " + std::to_string(multiple_of) + " in [" +
