@@ -141,11 +141,12 @@ std::vector<Setting> make_table() {
       R"(network bandwidth per rank in Gbit/s that `algorithm="auto"` assumes: it picks the )"
       R"(all_reduce algorithm by it, and broadcast, scatter, gather, all_gather and all_to_all )"
       R"(go uncompressed where the codec (about 3 GB/s per thread) cannot keep up with the )"
-      R"(link, e.g. at 100 with one thread; set it to your network's (see Configuration))"));
+      R"(link, e.g. at 100 with one thread; set it to your network's, or let each group )"
+      R"(measure it: `ZCCL_MEASURE_LINK=1` (see Configuration))"));
   table.push_back(real<&CallConfig::link_latency_us>(
       "link_latency_us", "ZCCL_LINK_LATENCY_US", 0.0,
       R"(one-way network latency in microseconds that `algorithm="auto"` assumes (the )"
-      R"(all_reduce choice for small and medium messages))"));
+      R"(all_reduce choice for small and medium messages); measured with `link_gbps`)"));
   return table;
 }
 
