@@ -62,11 +62,13 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::send(std::vector<at::Tensor>& tensor
     auto stream = std::make_shared<std::vector<uint8_t>>(fz::max_compressed_size(dt, n, cfg.chunk_len));
     stream->resize(fz::compress(t.data_ptr(), dt, n, params, stream->data(), stream->size()));
     transport::Request req = p2p_comm_->isend(stream->data(), stream->size(), dst, tag);
-    return post_p2p("send", c10d::OpType::SEND, tensors, std::move(req), [stream](size_t, int) {}, to);
+    return post_p2p("send", c10d::OpType::SEND, tensors, std::move(req), stream->size(),
+                    [stream](size_t, int) {}, to);
   }
   const size_t bytes = n * t.element_size();
   transport::Request req = p2p_comm_->isend(t.data_ptr(), bytes, dst, tag);
-  return post_p2p("send", c10d::OpType::SEND, tensors, std::move(req), [t](size_t, int) {}, to);
+  return post_p2p("send", c10d::OpType::SEND, tensors, std::move(req), bytes, [t](size_t, int) {},
+                  to);
 }
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::recv(std::vector<at::Tensor>& tensors, int src, int tag) {
@@ -99,7 +101,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
     const fz::DType dt = compressed_dtype(out.scalar_type());
     auto stream = std::make_shared<std::vector<uint8_t>>(fz::max_compressed_size(dt, n, cfg.chunk_len));
     transport::Request req = post(stream->data(), stream->size());
-    work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req),
+    work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req), stream->size(),
                     [stream, out, dt, n, dev, on](size_t bytes, int source) mutable {
                       const fz::StreamInfo info = fz::read_info(stream->data(), bytes);
                       if (info.count != n || info.dtype != dt) {
@@ -120,7 +122,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
     at::Tensor buf = dev->host_view(dense, /*read=*/false, /*device_ok=*/false);
     const size_t bytes = n * out.element_size();
     transport::Request req = post(buf.data_ptr(), bytes);
-    work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req),
+    work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req), bytes,
                     [buf, dense, out, bytes, dev, on](size_t got, int source) mutable {
                       if (got != bytes) {
                         throw std::invalid_argument("zccl: recv: size mismatch: rank " + std::to_string(source) +

@@ -142,8 +142,8 @@ void ZcclBackend::worker_loop() {
 
 c10::intrusive_ptr<c10d::Work> ZcclBackend::post_p2p(const char* name, c10d::OpType type,
                                                      std::vector<at::Tensor> outputs,
-                                                     transport::Request request, P2PDone on_done,
-                                                     std::string waiting_for,
+                                                     transport::Request request, size_t bytes,
+                                                     P2PDone on_done, std::string waiting_for,
                                                      std::optional<c10::Stream> stream) {
   auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_, stream,
                                             waiting_for);
@@ -152,7 +152,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_p2p(const char* name, c10d::OpT
     std::lock_guard<std::mutex> lock(p2p_mutex_);
     p2p_.push_back(PendingP2P{work, std::move(request), std::move(on_done),
                               std::chrono::steady_clock::now() + timeout_, timeout_,
-                              std::move(waiting_for)});
+                              std::move(waiting_for), bytes});
   }
   p2p_cv_.notify_one();
   return work;
@@ -160,6 +160,11 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_p2p(const char* name, c10d::OpT
 
 void ZcclBackend::p2p_loop() {
   // Polls posted sends/receives; completes their Work (and decompresses receives) when done.
+  // Between polls it yields while a posted transfer should still be moving (each new one
+  // extends the stretch by transfer_spin_budget of its bytes), else it sleeps 20 us: Open MPI
+  // moves a large message only while it is polled, and sleeping between polls made a 16 MB
+  // send/recv ping-pong on shared memory take 36 ms (benchmarks/p2p_wait.py).
+  auto spin_until = std::chrono::steady_clock::time_point{};
   for (;;) {
     std::deque<PendingP2P> batch;
     {
@@ -169,7 +174,12 @@ void ZcclBackend::p2p_loop() {
       batch.swap(p2p_);
     }
     std::deque<PendingP2P> still;
+    const auto now = std::chrono::steady_clock::now();
     for (auto& item : batch) {
+      if (!item.seen) {
+        item.seen = true;
+        spin_until = std::max(spin_until, now + transfer_spin_budget(item.bytes));
+      }
       try {
         size_t bytes = 0;
         if (p2p_comm_->test(item.request, &bytes)) {
@@ -197,7 +207,12 @@ void ZcclBackend::p2p_loop() {
       std::lock_guard<std::mutex> lock(p2p_mutex_);
       for (auto& item : still) p2p_.push_back(std::move(item));
     }
-    if (!still.empty()) std::this_thread::sleep_for(std::chrono::microseconds(20));
+    if (still.empty()) continue;
+    if (std::chrono::steady_clock::now() < spin_until) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
   }
 }
 

@@ -154,6 +154,8 @@ class ZcclBackend : public c10d::Backend {
     std::chrono::steady_clock::time_point deadline;
     std::chrono::milliseconds timeout;  // the group's timeout when it was posted
     std::string waiting_for;            // for the timeout message
+    size_t bytes = 0;                   // what it moves (a receive: its capacity)
+    bool seen = false;                  // by p2p_loop, which then extended its polling stretch
   };
 
   // The device of `t` (caller's thread; the CUDA device is created on first use); throws for a
@@ -174,8 +176,8 @@ class ZcclBackend : public c10d::Backend {
   // which on_done writes the result and the Work's future records its completion.
   c10::intrusive_ptr<c10d::Work> post_p2p(const char* name, c10d::OpType type,
                                           std::vector<at::Tensor> outputs,
-                                          transport::Request request, P2PDone on_done,
-                                          std::string waiting_for,
+                                          transport::Request request, size_t bytes,
+                                          P2PDone on_done, std::string waiting_for,
                                           std::optional<c10::Stream> stream = std::nullopt);
   // The receive side of recv / recvAnysource (src < 0: any source).
   c10::intrusive_ptr<c10d::Work> post_recv(std::vector<at::Tensor>& tensors, int src, int tag,

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <thread>
 
@@ -54,5 +55,16 @@ class Backoff {
   int n_ = 0;
   int sleep_us_ = 2;
 };
+
+// How long a wait for a transfer of `bytes` polls without sleeping, whatever the wait policy:
+// for as long as the bytes take at 0.5 GB/s. Open MPI advances a large message, and its
+// non-blocking collectives, only while a rank polls, so a rank that sleeps between polls holds
+// the transfer up for both sides (measured: csrc/transport/mpi_exact.cpp, backend/p2p.cpp); a
+// wait that outlasts the stretch is one for a late peer, and may sleep from then on.
+inline std::chrono::microseconds transfer_spin_budget(size_t bytes) {
+  constexpr double kBytesPerMicrosecond = 500.0;  // 0.5 GB/s
+  return std::chrono::microseconds(
+      static_cast<int64_t>(static_cast<double>(bytes) / kBytesPerMicrosecond));
+}
 
 }  // namespace zccl

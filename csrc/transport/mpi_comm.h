@@ -113,7 +113,7 @@ class MpiComm final : public Comm {
   explicit MpiComm(MPI_Comm comm);
   // Waits for a non-blocking collective's requests (deadline; abandoned, not freed, on timeout).
   // `count`: elements, for messages; `bytes`: what the collective moves, which sets how long
-  // the wait polls before it may sleep (spin_budget in mpi_exact.cpp).
+  // the wait polls before it may sleep (transfer_spin_budget, backoff.h).
   void wait_collective(std::vector<MPI_Request>& reqs, const char* what, size_t count,
                        size_t bytes) const;
   // Starts one non-blocking collective under the serialising lock (start returns its error

@@ -4,8 +4,6 @@
 //   max_collective_count() elements; allgather(v)/gather/scatter/reduce_scatter_block/alltoallv
 //   throw std::length_error when a count or displacement exceeds it.
 #include <algorithm>
-#include <chrono>
-#include <cstdint>
 #include <string>
 
 #include "mpi_internal.h"
@@ -45,21 +43,6 @@ const char* element_at(const void* base, size_t index, size_t count, MPI_Aint ex
   return static_cast<const char*>(base) + static_cast<MPI_Aint>(index * count) * ext;
 }
 
-// How long a wait for an exact collective of `bytes` polls without sleeping, whatever the wait
-// policy: Open MPI's non-blocking collectives (libnbc) advance their schedule only inside
-// MPI_Test, so a rank that sleeps between polls holds up every round of the schedule for every
-// rank, not only itself. On 2 cores with 3 ranks (WaitPolicy::Sleep, sleeps capped at 200 us) a
-// 16 MB MPI_Iallreduce took 209 ms sleeping and 26 ms polling, MPI_Ibcast 44 and 8 ms,
-// MPI_Iallgather 95 and 47 ms; at 1 MiB and below the two were within 1.6x of each other.
-// So a wait polls (yielding the core) for as long as the collective takes at 0.5 GB/s; one
-// that lasts longer is a wait for a late rank, and sleeps from then on as the policy says.
-// Small collectives (the agreement's, a barrier) get no stretch: their waits are as before.
-std::chrono::microseconds spin_budget(size_t bytes) {
-  constexpr double kBytesPerMicrosecond = 500.0;  // 0.5 GB/s
-  const double transfer_us = static_cast<double>(bytes) / kBytesPerMicrosecond;
-  return std::chrono::microseconds(static_cast<int64_t>(transfer_us));
-}
-
 }  // namespace
 
 void MpiComm::wait_collective(std::vector<MPI_Request>& reqs, const char* what, size_t count,
@@ -87,7 +70,12 @@ void MpiComm::wait_collective(std::vector<MPI_Request>& reqs, const char* what, 
                        mpi::comm_desc(comm_) + ", waiting for " + mpi::others_desc(rank_, size_) +
                        " (a rank failed, is far behind, or called a different collective); "
                        "the communicator is no longer usable");
-  }, /*sleep_cap_us=*/200, /*idle=*/nullptr, wait_policy_, spin_budget(bytes));
+  },
+  // Polls without sleeping for as long as the bytes should take (transfer_spin_budget): libnbc
+  // advances a collective's schedule only inside MPI_Test, so a sleeping rank held up every
+  // round for every rank. On 2 cores with 3 ranks under WaitPolicy::Sleep a 16 MB
+  // MPI_Iallreduce took 164 ms, 21 ms polling (benchmarks/exact_wait.py); now 23 ms.
+  /*sleep_cap_us=*/200, /*idle=*/nullptr, wait_policy_, transfer_spin_budget(bytes));
 }
 
 void MpiComm::start_and_wait(const char* what, size_t count, size_t bytes,
