@@ -18,12 +18,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from local_mpirun import run_ranks  # noqa: E402
+
 SIZES = (1 << 10, 1 << 14, 1 << 18, 1 << 22)  # float32 elements: 4 KiB .. 16 MiB
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather")
 
@@ -73,26 +75,10 @@ def main() -> None:
     if args.rank:
         rank_main(args.reps)
         return
-    env = {
-        **os.environ,
-        "OMPI_ALLOW_RUN_AS_ROOT": "1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "OMPI_MCA_mpi_yield_when_idle": "1",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(HERE.parent),
-    }
     results: dict[str, list[dict]] = {}
     for wait in ("sleep", "spin"):
-        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(args.ranks)]
-        cmd += [sys.executable, __file__, "--rank", "--reps", str(args.reps)]
-        done = subprocess.run(
-            cmd, env={**env, "ZCCL_WAIT": wait}, capture_output=True, text=True, timeout=900
-        )
-        if done.returncode != 0:
-            raise SystemExit(f"{wait}: mpirun failed:\n{(done.stdout + done.stderr)[-3000:]}")
-        results[wait] = [
-            json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")
-        ]
+        argv = [__file__, "--rank", "--reps", str(args.reps)]
+        results[wait] = run_ranks(args.ranks, argv, {"ZCCL_WAIT": wait})
     print(f"{'collective':>10} {'bytes':>9} {'sleep ms':>9} {'spin ms':>8} {'sleep/spin':>10}")
     for sleep, spin in zip(results["sleep"], results["spin"], strict=True):
         print(

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from local_mpirun import run_ranks  # noqa: E402
+
 SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 24)  # bytes
 
 
@@ -64,29 +65,10 @@ def main() -> None:
     if args.rank:
         rank_main(args.reps)
         return
-    env = {
-        **os.environ,
-        "OMPI_ALLOW_RUN_AS_ROOT": "1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-        "OMPI_MCA_mpi_yield_when_idle": "1",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(HERE.parent),
-    }
     results: dict[str, list[dict]] = {}
     for transport in ("mpi", "tcp"):
-        cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2"]
-        cmd += [sys.executable, __file__, "--rank", "--reps", str(args.reps)]
-        done = subprocess.run(
-            cmd,
-            env={**env, "ZCCL_TRANSPORT": transport},
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if done.returncode != 0:
-            raise SystemExit(f"{transport}: mpirun failed:\n{(done.stdout + done.stderr)[-3000:]}")
-        lines = done.stdout.splitlines()
-        results[transport] = [json.loads(line) for line in lines if line.startswith("{")]
+        argv = [__file__, "--rank", "--reps", str(args.reps)]
+        results[transport] = run_ranks(2, argv, {"ZCCL_TRANSPORT": transport})
     print(f"{'bytes':>9} {'mpi ms':>8} {'tcp ms':>8}")
     for mpi, tcp in zip(results["mpi"], results["tcp"], strict=True):
         print(f"{mpi['bytes']:>9} {mpi['round_trip_ms']:8.3f} {tcp['round_trip_ms']:8.3f}")
