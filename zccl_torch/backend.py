@@ -164,9 +164,7 @@ def _take_measured_link(backend: Any, group_id: str, size: int, options: Options
         estimate.latency_us,
     )
     _C.set_link_model(backend, estimate.gbps, estimate.latency_us)
-    return dataclasses.replace(
-        options, link_gbps=estimate.gbps, link_latency_us=estimate.latency_us
-    )
+    return dataclasses.replace(options, **estimate.settings())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -20,8 +20,10 @@ double median(std::vector<double> v) {
 
 LinkTimes time_ring_exchanges(Comm& comm, size_t probe_bytes, int repeats, int small_exchanges) {
   if (probe_bytes < 2 || repeats < 1 || small_exchanges < 1) {
-    throw std::invalid_argument("zccl: measure_link: probe_bytes must be >= 2 and repeats >= 1, got " +
-                                std::to_string(probe_bytes) + " and " + std::to_string(repeats));
+    throw std::invalid_argument(
+        "zccl: measure_link: probe_bytes must be >= 2, repeats >= 1 and small_exchanges >= 1, got " +
+        std::to_string(probe_bytes) + ", " + std::to_string(repeats) + " and " +
+        std::to_string(small_exchanges));
   }
   const int p = comm.size(), r = comm.rank();
   const int next = (r + 1) % p, prev = (r + p - 1) % p;

@@ -431,6 +431,8 @@ void check_link_probe(Comm& c) {
   CHECK(throws_with([&] { time_ring_exchanges(c, 1, 3, 2); }, "probe_bytes must be >= 2"),
         "probe_bytes 1 accepted");
   CHECK(throws_with([&] { time_ring_exchanges(c, 64, 0, 2); }, "repeats >= 1"), "repeats 0");
+  CHECK(throws_with([&] { time_ring_exchanges(c, 64, 3, 0); }, "small_exchanges >= 1"),
+        "small_exchanges 0");
 }
 
 int run_rank(const Listener& listener, int rank, int size, const std::vector<std::string>& addrs) {
