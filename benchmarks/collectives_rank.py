@@ -34,11 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_data
 
 import zccl_torch
-
-# torch 2.13's names (its old ones warn with a FutureWarning at every call); older torch has only
-# the old ones.
-ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+from zccl_torch._torch_names import all_gather_single, reduce_scatter_single
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "scatter", "reduce")
 ZCCL_ALGORITHMS = {  # contender -> zccl algorithm ("" = the collective's only algorithm)
@@ -154,9 +150,9 @@ def zccl_call(case: Case) -> Call:
     if c == "reduce":
         return refill, lambda: dist.reduce(out, dst=root)
     if c == "reduce_scatter":
-        return refill, lambda: REDUCE_SCATTER_SINGLE(out, x)
+        return refill, lambda: reduce_scatter_single(out, x)
     if c == "all_gather":
-        return refill, lambda: ALL_GATHER_SINGLE(out, x)
+        return refill, lambda: all_gather_single(out, x)
     if c == "broadcast":
         return refill, lambda: dist.broadcast(out, src=root)
     blocks = list(x.chunk(dist.get_world_size())) if dist.get_rank() == root else None
@@ -190,8 +186,8 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
         blocks = list(x.chunk(p)) if rank == root else None
         calls = {
             "all_reduce": lambda: dist.all_reduce(out, group=group),
-            "reduce_scatter": lambda: REDUCE_SCATTER_SINGLE(out, x, group=group),
-            "all_gather": lambda: ALL_GATHER_SINGLE(out, x, group=group),
+            "reduce_scatter": lambda: reduce_scatter_single(out, x, group=group),
+            "all_gather": lambda: all_gather_single(out, x, group=group),
             "broadcast": lambda: dist.broadcast(out, src=root, group=group),
             "scatter": lambda: dist.scatter(out, blocks, src=root, group=group),
             "reduce": lambda: dist.reduce(out, dst=root, group=group),
@@ -206,9 +202,9 @@ def torch_call(case: Case, group: dist.ProcessGroup, half: bool) -> Call:
         elif c == "reduce":
             dist.reduce(src, dst=root, group=group)
         elif c == "reduce_scatter":
-            REDUCE_SCATTER_SINGLE(dst, src, group=group)
+            reduce_scatter_single(dst, src, group=group)
         elif c == "all_gather":
-            ALL_GATHER_SINGLE(dst, src, group=group)
+            all_gather_single(dst, src, group=group)
         elif c == "broadcast":
             dist.broadcast(src, src=root, group=group)
         else:
@@ -340,7 +336,7 @@ def warm_connections(comm: MPI.Comm, gloo: dist.ProcessGroup) -> None:
     dist.all_to_all_single(torch.empty(p * 64), torch.ones(p * 64))
     for _ in range(2):
         dist.all_reduce(t, group=gloo)
-        ALL_GATHER_SINGLE(torch.empty(p * 64), torch.ones(64), group=gloo)
+        all_gather_single(torch.empty(p * 64), torch.ones(64), group=gloo)
 
 
 def main() -> None:

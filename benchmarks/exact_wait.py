@@ -14,7 +14,6 @@ per collective and size; writes ``--out`` (JSON). Under mpirun it runs as one ra
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -24,7 +23,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from local_mpirun import run_ranks  # noqa: E402
+from local_mpirun import driver_arguments, run_per_setting  # noqa: E402
 
 SIZES = (1 << 10, 1 << 14, 1 << 18, 1 << 22)  # float32 elements: 4 KiB .. 16 MiB
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather")
@@ -66,19 +65,13 @@ def rank_main(reps: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = driver_arguments(__doc__.splitlines()[0], HERE / "results" / "exact_wait.json")
     parser.add_argument("--ranks", type=int, default=3)
-    parser.add_argument("--reps", type=int, default=8)
-    parser.add_argument("--rank", action="store_true", help="run as one rank (under mpirun)")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "exact_wait.json")
     args = parser.parse_args()
     if args.rank:
         rank_main(args.reps)
         return
-    results: dict[str, list[dict]] = {}
-    for wait in ("sleep", "spin"):
-        argv = [__file__, "--rank", "--reps", str(args.reps)]
-        results[wait] = run_ranks(args.ranks, argv, {"ZCCL_WAIT": wait})
+    results = run_per_setting(args.ranks, __file__, args.reps, "ZCCL_WAIT", ("sleep", "spin"))
     print(f"{'collective':>10} {'bytes':>9} {'sleep ms':>9} {'spin ms':>8} {'sleep/spin':>10}")
     for sleep, spin in zip(results["sleep"], results["spin"], strict=True):
         print(

@@ -23,10 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_data
 
 import zccl_torch
-
-# torch 2.13's names (the old ones warn at every call); older torch has only the old ones.
-ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+from zccl_torch._torch_names import all_gather_single, reduce_scatter_single
 
 
 def slowest(seconds: float) -> float:
@@ -51,10 +48,10 @@ def call(collective: str, numel: int) -> tuple[torch.Tensor, object]:
     if collective == "all_gather":
         mine = x[:block].clone()
         out = torch.empty(numel)
-        return out, lambda: ALL_GATHER_SINGLE(out, mine)
+        return out, lambda: all_gather_single(out, mine)
     if collective == "reduce_scatter":
         out = torch.empty(block)
-        return out, lambda: REDUCE_SCATTER_SINGLE(out, x)
+        return out, lambda: reduce_scatter_single(out, x)
     if collective == "scatter":
         out = torch.empty(block)
         blocks = list(x.chunk(p)) if r == 0 else None

@@ -1,8 +1,10 @@
 """Running a benchmark's rank program under ``mpirun`` on this host and reading the JSON lines
-its rank 0 prints (exact_wait.py, p2p_wait.py)."""
+its rank 0 prints (exact_wait.py, p2p_wait.py): the same script is the driver and, with
+``--rank``, the rank program."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -34,3 +36,22 @@ def run_ranks(
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{(done.stdout + done.stderr)[-3000:]}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def driver_arguments(description: str, default_out: Path) -> argparse.ArgumentParser:
+    """The options every such script has: ``--reps`` (timed calls), ``--rank`` (run as one rank
+    under mpirun) and ``--out`` (the JSON written by the driver)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--reps", type=int, default=8)
+    parser.add_argument("--rank", action="store_true", help="run as one rank (under mpirun)")
+    parser.add_argument("--out", type=Path, default=default_out)
+    return parser
+
+
+def run_per_setting(
+    nprocs: int, script: str, reps: int, variable: str, values: tuple[str, ...]
+) -> dict[str, list[dict]]:
+    """``script --rank --reps reps`` on ``nprocs`` ranks once per value of the environment
+    variable ``variable``: each value's JSON lines."""
+    argv = [script, "--rank", "--reps", str(reps)]
+    return {value: run_ranks(nprocs, argv, {variable: value}) for value in values}

@@ -14,7 +14,6 @@ rank (``--rank``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from local_mpirun import run_ranks  # noqa: E402
+from local_mpirun import driver_arguments, run_per_setting  # noqa: E402
 
 SIZES = (1 << 10, 1 << 16, 1 << 20, 1 << 24)  # bytes
 
@@ -57,18 +56,12 @@ def rank_main(reps: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reps", type=int, default=8)
-    parser.add_argument("--rank", action="store_true", help="run as one rank (under mpirun)")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "p2p_wait.json")
+    parser = driver_arguments(__doc__.splitlines()[0], HERE / "results" / "p2p_wait.json")
     args = parser.parse_args()
     if args.rank:
         rank_main(args.reps)
         return
-    results: dict[str, list[dict]] = {}
-    for transport in ("mpi", "tcp"):
-        argv = [__file__, "--rank", "--reps", str(args.reps)]
-        results[transport] = run_ranks(2, argv, {"ZCCL_TRANSPORT": transport})
+    results = run_per_setting(2, __file__, args.reps, "ZCCL_TRANSPORT", ("mpi", "tcp"))
     print(f"{'bytes':>9} {'mpi ms':>8} {'tcp ms':>8}")
     for mpi, tcp in zip(results["mpi"], results["tcp"], strict=True):
         print(f"{mpi['bytes']:>9} {mpi['round_trip_ms']:8.3f} {tcp['round_trip_ms']:8.3f}")

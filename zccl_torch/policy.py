@@ -52,6 +52,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from zccl_torch import _torch_names
 from zccl_torch._native import _C
 from zccl_torch.config import ALGORITHMS, Options, config, current_options
 
@@ -83,10 +84,6 @@ __all__ = [
     "use_policy",
 ]
 
-# torch 2.13 renamed the single-tensor collectives (the old names warn FutureWarning there); the
-# wrappers call whichever the installed torch has, so they warn on neither.
-_REDUCE_SCATTER_SINGLE = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_ALL_GATHER_SINGLE = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 _OP_NAMES = {
     dist.ReduceOp.SUM: "sum",
@@ -651,7 +648,10 @@ def reduce_scatter_single(
     leaf, d = _resolve(input, "reduce_scatter", op, group, policy, name)
     _record("reduce_scatter", name, leaf, d)
     return _run(
-        d, lambda: _REDUCE_SCATTER_SINGLE(output, input, op=op, group=group, async_op=async_op)
+        d,
+        lambda: _torch_names.reduce_scatter_single(
+            output, input, op=op, group=group, async_op=async_op
+        ),
     )
 
 
@@ -670,7 +670,9 @@ def all_gather_single(
     in effect (statistics of ``input``; output bound = the per-compression eb)."""
     leaf, d = _resolve(input, "all_gather", "sum", group, policy, name)
     _record("all_gather", name, leaf, d)
-    return _run(d, lambda: _ALL_GATHER_SINGLE(output, input, group=group, async_op=async_op))
+    return _run(
+        d, lambda: _torch_names.all_gather_single(output, input, group=group, async_op=async_op)
+    )
 
 
 def all_gather(

@@ -182,14 +182,17 @@ coll::Config ZcclBackend::reduction_config(const Device& dev, const CallConfig& 
 }
 
 // Steps 1-3 of an in-place reduction (all_reduce, reduce): the path, the staging (float32 for
-// half types, which accumulate in float32) and the agreed bound.
+// half types, which accumulate in float32; PREMUL_SUM's factor applied to the staged copy, so
+// that the REL range is the scaled data's and the caller's tensor is untouched until the
+// result is written back) and the agreed bound.
 ZcclBackend::StagedReduction ZcclBackend::stage_reduction(Device& dev, OpKind kind,
                                                           const char* what, at::Tensor& t,
                                                           const c10d::ReduceOp& op, int root,
                                                           const CallConfig& cfg) const {
   const uint64_t n = static_cast<uint64_t>(t.numel());
   const auto cop = reduction_path(op, t.scalar_type(), n, cfg);
-  Staged s(t, cop.has_value() || is_half(t.scalar_type()));
+  Staged s(t, cop.has_value() || is_half(t.scalar_type()), is_premul_sum(op));
+  premultiply_staged(s.buffer, op);
   const Agreement agreed = agree(dev, what,
                                  describe(kind, t.scalar_type(), n, reduce_code(op), root),
                                  &s.buffer, cfg, cop.has_value());
@@ -221,12 +224,10 @@ void ZcclBackend::agree_coalesced(const char* what, OpKind kind, const c10d::Red
 
 void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op,
                                 const CallConfig& cfg) {
-  // PREMUL_SUM: a SUM of the scaled input. Scaled into a copy, not in place, so that a call
-  // the agreement refuses (ranks that disagree) leaves the caller's tensor as it was.
-  at::Tensor scaled = premultiplied(t, op);
+  // PREMUL_SUM: a SUM of the input scaled in the staged copy (stage_reduction).
   const uint64_t n = static_cast<uint64_t>(t.numel());
   auto [cop, s, eb, model_threads] =
-      stage_reduction(dev, OpKind::AllReduce, "all_reduce", scaled, op, -1, cfg);
+      stage_reduction(dev, OpKind::AllReduce, "all_reduce", t, op, -1, cfg);
   const bool chosen = cop.has_value();
   if (n == 0) return;
   const at::ScalarType type = s.buffer.scalar_type();
@@ -257,7 +258,6 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
     }
   }
   s.write_back();
-  if (!scaled.is_same(t)) t.copy_(scaled);
 }
 
 void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const CallConfig& cfg) {
@@ -296,12 +296,11 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
   s.write_back();
 }
 
-void ZcclBackend::run_reduce(Device& dev, at::Tensor& tensor, const c10d::ReduceOp& op, int root,
+void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op, int root,
                              const CallConfig& cfg) {
   const bool at_root = comm_->rank() == root;
-  // PREMUL_SUM: then a SUM; the root's tensor takes the result, the others' stay as they were.
-  // Scaled into a copy (as in run_allreduce), so that a refused call leaves the root's as it was.
-  at::Tensor t = premultiplied(tensor, op);
+  // PREMUL_SUM: then a SUM of the staged, scaled copies; the root's tensor takes the result,
+  // the others' stay as they were.
   const uint64_t n = static_cast<uint64_t>(t.numel());
   auto [cop, s, eb, model_threads] =
       stage_reduction(dev, OpKind::Reduce, "reduce", t, op, root, cfg);
@@ -325,10 +324,7 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& tensor, const c10d::Reduce
     if (at_root && op.op_ == c10d::ReduceOp::AVG) s.buffer.div_(comm_->size());
     record_exact("reduce", n * t.element_size());
   }
-  if (at_root) {
-    s.write_back();
-    if (!t.is_same(tensor)) tensor.copy_(t);
-  }
+  if (at_root) s.write_back();
 }
 
 void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& flat_out,
@@ -368,7 +364,8 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
   const auto cop = reduction_path(op, out.scalar_type(), n, cfg);
   const bool compress = cop.has_value();
   const bool widen = compress || is_half(out.scalar_type());
-  Staged src(premultiplied(flat_in, op), widen);  // PREMUL_SUM: then a SUM
+  Staged src(flat_in, widen, is_premul_sum(op));  // an input: PREMUL_SUM scales a copy
+  premultiply_staged(src.buffer, op);               // then a SUM
   Staged dst(out, widen);
   const Agreement agreed =
       agree(dev, "reduce_scatter",

@@ -150,17 +150,22 @@ std::optional<coll::ReduceOp> compressed_op(const c10d::ReduceOp& op) {
   }
 }
 
-at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op) {
-  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
+bool is_premul_sum(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::PREMUL_SUM; }
+
+void premultiply_staged(at::Tensor& staged, const c10d::ReduceOp& op) {
+  if (!is_premul_sum(op)) return;
   // Only PREMUL_SUM carries a supplement, and torch's makePreMulSum makes it a
   // PreMulSumSupplement (validate_reduce checked it is there).
   const auto* factor = static_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
   if (factor->tensor_factor.defined()) {
-    // A one-element tensor, possibly on another device: as a 0-dim tensor of t's dtype on t's.
-    const at::Tensor f = factor->tensor_factor.to(t.device(), t.scalar_type()).reshape({});
-    return t.mul(f);
+    // A one-element tensor, possibly on another device: as a 0-dim tensor of the buffer's dtype
+    // on its device.
+    const at::Tensor f =
+        factor->tensor_factor.to(staged.device(), staged.scalar_type()).reshape({});
+    staged.mul_(f);
+  } else {
+    staged.mul_(factor->double_factor);
   }
-  return t.mul(factor->double_factor);
 }
 
 }  // namespace zccl::backend

@@ -35,10 +35,13 @@ transport::ReduceKind reduce_kind(const c10d::ReduceOp& op, at::ScalarType t);
 std::optional<coll::ReduceOp> compressed_op(const c10d::ReduceOp& op);
 // PREMUL_SUM (torch's ReduceOp.PREMUL_SUM(factor) / _make_nccl_premul_sum, NCCL's
 // ncclRedOpCreatePreMulSum): the SUM of every rank's input multiplied by that rank's own factor
-// (a number or a one-element tensor; ranks may pass different ones). For any other op: `t`
-// itself. For PREMUL_SUM: `t` scaled by the factor, in `t`'s dtype, into a new tensor: never
-// in place, because `t` must stay as it was when the call is refused or is an input only.
-at::Tensor premultiplied(const at::Tensor& t, const c10d::ReduceOp& op);
+// (a number or a one-element tensor; ranks may pass different ones).
+bool is_premul_sum(const c10d::ReduceOp& op);
+// For PREMUL_SUM: `staged` multiplied by the factor in place, in `staged`'s dtype (float32 for a
+// half tensor the reduction widened, so the product is rounded once, with the sum). `staged`
+// must be the call's own copy (Staged with own_copy): the caller's tensor stays as it was when
+// the call is refused or is an input only. Any other op: nothing.
+void premultiply_staged(at::Tensor& staged, const c10d::ReduceOp& op);
 // Throws std::invalid_argument unless (op, dtype) is supported at all.
 void validate_reduce(const c10d::ReduceOp& op, at::ScalarType t, const char* what);
 // "SUM", "PREMUL_SUM", ...: the op's name as torch's ReduceOp spells it.

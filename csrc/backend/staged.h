@@ -10,15 +10,18 @@
 namespace zccl::backend {
 
 // The buffer a collective works on: a float32 widening of half types when `widen_half` (the
-// reductions, which accumulate in float32), the tensor itself when it is contiguous, a
-// contiguous copy otherwise. write_back() copies it back.
+// reductions, which accumulate in float32), the tensor itself when it is contiguous and
+// `own_copy` is false, a contiguous copy otherwise (own_copy: the buffer is changed before the
+// call may still be refused, as PREMUL_SUM's factor is applied). write_back() copies it back.
 struct Staged {
   at::Tensor original;
   at::Tensor buffer;
-  explicit Staged(const at::Tensor& t, bool widen_half) : original(t) {
+  explicit Staged(const at::Tensor& t, bool widen_half, bool own_copy = false) : original(t) {
     const bool half = t.scalar_type() == at::kHalf || t.scalar_type() == at::kBFloat16;
     if (widen_half && half) {
-      buffer = t.to(at::kFloat).contiguous();
+      buffer = t.to(at::kFloat).contiguous();  // always a new tensor
+    } else if (own_copy) {
+      buffer = t.clone(at::MemoryFormat::Contiguous);
     } else {
       buffer = t.contiguous();
     }

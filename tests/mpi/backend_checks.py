@@ -624,7 +624,9 @@ def premul_sum() -> None:
             for algo in ("auto", "ring", "mpi"):
                 for n in (0, 1, p + 1, 1009, 20011):
                     inputs = [data(r, n, dtype) for r in range(p)]
-                    scaled = [inputs[r] * premul_factor(r) for r in range(p)]  # in dtype
+                    # In the dtype the reduction accumulates in: bfloat16 in float32.
+                    wide = torch.float64 if dtype == torch.float64 else torch.float32
+                    scaled = [inputs[r].to(wide) * premul_factor(r) for r in range(p)]
                     ref = torch.stack([x.double() for x in scaled]).sum(0) if n else None
                     t = inputs[me].clone()
                     with zccl_torch.config(algorithm=algo):
@@ -637,7 +639,6 @@ def premul_sum() -> None:
                     assert p == 1 or compressed == (ran != "mpi"), stats
                     assert algo != "ring" or p == 1 or compressed, stats
                     bound = zccl_torch._C.output_error_bound(ran, "sum", p, EB, True)
-                    wide = torch.float64 if dtype == torch.float64 else torch.float32
                     rounding = float_rounding(scaled, wide)
                     if dtype == torch.bfloat16:  # one rounding per hop (half_precision_allreduce)
                         magnitude = sum(x.double().abs() for x in scaled) + p * EB
@@ -714,6 +715,40 @@ def premul_sum() -> None:
     t = torch.full((10,), float(me))
     dist.all_reduce(t)
     assert_within("all_reduce after the errors", t, torch.full((10,), p * (p - 1) / 2.0), p * EB)
+
+
+@check
+def premul_sum_half_products_in_float32() -> None:
+    """PREMUL_SUM on float16 multiplies in the float32 copy the reduction works on: a product
+    beyond float16's range (40000 x 2 = 80000 on rank 0) whose sum is back in range (rank 1
+    adds -30000) gives that sum rounded once (50000 -> 49984 or 50016), not the infinity of a
+    product rounded to float16, on the exact path and the lossless compressed one (float32
+    streams), in all_reduce, reduce at every root and reduce_scatter_tensor."""
+    p, me = world(), rank()
+    if p == 1:
+        return
+    n = 33
+    value = {0: 40000.0, 1: -30000.0}.get(me, 0.0)
+    op = dist.ReduceOp.PREMUL_SUM(2.0 if me == 0 else 1.0)
+    want = torch.full((n,), 50000.0).to(torch.float16)
+    assert torch.isfinite(want).all()
+    settings = {
+        "exact": {"algorithm": "mpi"},
+        "lossless": {"mode": "lossless", "min_compress_bytes": 0, "algorithm": "ring"},
+    }
+    for label, cfg in settings.items():
+        with zccl_torch.config(**cfg):
+            t = torch.full((n,), value, dtype=torch.float16)
+            dist.all_reduce(t, op=op)
+            assert_equal(f"all_reduce PREMUL_SUM float16 ({label})", t, want)
+            for root in range(p):
+                t = torch.full((n,), value, dtype=torch.float16)
+                dist.reduce(t, dst=root, op=op)
+                if me == root:
+                    assert_equal(f"reduce PREMUL_SUM float16 root {root} ({label})", t, want)
+            out = torch.empty(n, dtype=torch.float16)
+            dist.reduce_scatter_tensor(out, torch.full((p * n,), value, dtype=torch.float16), op=op)
+            assert_equal(f"reduce_scatter_tensor PREMUL_SUM float16 ({label})", out, want)
 
 
 @check

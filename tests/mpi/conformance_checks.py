@@ -21,7 +21,7 @@ import torch.distributed as dist
 from check_common import assert_within, exact_gather, gloo, rank, rounding, run_checks, world
 
 import zccl_torch
-from zccl_torch import _C, link
+from zccl_torch import _C, _torch_names, link
 
 EB = 1e-3
 OPTIONS = zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0)  # every group's
@@ -150,8 +150,8 @@ def single_tensor_ops_both_forms_match_gloo() -> None:
     compressed), within the bound on the lossy one; float sums (whose rounding depends on the
     order of the additions): zccl and Gloo each within that rounding of the exact sum."""
     p = world()
-    all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
-    reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    all_gather = _torch_names.all_gather_single
+    reduce_scatter = _torch_names.reduce_scatter_single
     lossless = {"mode": "lossless", "min_compress_bytes": 0}
     lossy = {"mode": "abs", "error_bound": EB, "min_compress_bytes": 0, "algorithm": "ring"}
     for n, dtype in itertools.product(

@@ -132,10 +132,17 @@ def reduce_op(case: Case) -> Any:
 
 def contributions(case: Case, xs: list[torch.Tensor]) -> list[torch.Tensor]:
     """What each rank's input adds to the reduction: PREMUL_SUM's input times the factor, in
-    the input's dtype (as the backend scales it), the inputs themselves otherwise."""
+    the input's dtype, float32 for half dtypes (as the backend scales it: in the float32 copy
+    their reductions work on), the inputs themselves otherwise."""
     if case.reduce != "premul_sum":
         return xs
-    return [x * premul_factor(case.index) for x in xs]
+    return [widened(x) * premul_factor(case.index) for x in xs]
+
+
+def widened(x: torch.Tensor) -> torch.Tensor:
+    """float16/bfloat16 as float32 (the backend's reductions accumulate them there), other
+    dtypes as they are."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
 
 
 def draw_count(rng: random.Random, p: int, max_count: int) -> int:
