@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -18,6 +19,20 @@
 
 namespace zccl::backend {
 using transport::Comm;
+
+namespace {
+
+// A receive whose message did not fit (only a receive can be truncated): the sent tensor has
+// more elements, or wider ones, than the receiving tensor. Reported as the size mismatch it is
+// (ValueError in Python, as when the message is smaller), with the transport's own words.
+std::exception_ptr larger_than_receive(const std::string& waiting_for,
+                                       const transport::TransportError& e) {
+  return std::make_exception_ptr(std::invalid_argument(
+      "zccl: recv: size mismatch: the sender's message is larger than the receiving tensor "
+      "(waiting for " + waiting_for + "; " + e.what() + ")"));
+}
+
+}  // namespace
 
 // ------------------------------------------------------------------------------------------
 // Construction, worker threads.
@@ -196,6 +211,9 @@ void ZcclBackend::p2p_loop() {
           still.push_back(std::move(item));
           continue;
         }
+      } catch (const transport::TransportError& e) {
+        item.work->fail(e.truncated() ? larger_than_receive(item.waiting_for, e)
+                                      : std::current_exception());
       } catch (...) {
         item.work->fail(std::current_exception());
       }

@@ -576,9 +576,10 @@ def recv_from_any_source() -> None:
 
 @check
 def recv_smaller_than_the_message_raises() -> None:
-    """A receive smaller than what was sent fails that receive with a clear error (never memory
-    corruption, never an abort) and the group goes on working: exact payloads (small, and larger
-    than one network packet) and a compressed one."""
+    """A receive smaller than what was sent fails that receive with a ValueError naming the size
+    mismatch (never memory corruption, never an abort) and the group goes on working: exact
+    payloads (small, and larger than one network packet) and a compressed one. (Gloo, on 10
+    float32 sent into 5, ended the receiving process.)"""
     p = world()
     if p == 1:
         return
@@ -588,9 +589,9 @@ def recv_smaller_than_the_message_raises() -> None:
         elif rank() == 1:
             try:
                 dist.recv(torch.empty(n // 10, dtype=dtype), src=0, tag=21)
-            except (RuntimeError, ValueError) as exc:
+            except ValueError as exc:
                 text = str(exc)
-                assert "truncat" in text.lower() or "size mismatch" in text, text
+                assert "recv: size mismatch" in text, text
             else:
                 raise AssertionError(f"a receive of {n // 10} values took {n} without an error")
         dist.barrier()
