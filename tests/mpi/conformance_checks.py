@@ -602,6 +602,56 @@ def recv_smaller_than_the_message_raises() -> None:
 
 
 @check
+def strided_views_and_shared_elements() -> None:
+    """A view of every other element of its storage from an offset (``as_strided``) is reduced
+    and broadcast in place, exactly where exact, and the elements between are left untouched
+    (Gloo, torch 2.13, 2 ranks: its all_reduce of such a 3-element view left the last element
+    unreduced, so Gloo is no reference here). An all_reduce output whose elements share memory
+    (``expand``) raises on every rank that passed one, with torch's own error, and nothing is
+    written; the group goes on working."""
+    p, me = world(), rank()
+    n = 1001
+    odd = torch.arange(1, 2 * n + 1, 2, dtype=torch.float64)
+    even = torch.arange(0, 2 * n + 1, 2, dtype=torch.float64)
+
+    def strided() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """This rank's storage, its odd elements (the view the collective gets) and the even."""
+        base = torch.arange(2 * n + 1, dtype=torch.float64) + me
+        return base, base.as_strided((n,), (2,), 1), base.as_strided((n + 1,), (2,), 0)
+
+    settings = {
+        "exact": {"algorithm": "mpi"},
+        "lossless": {"mode": "lossless", "min_compress_bytes": 0, "algorithm": "ring"},
+    }
+    for label, cfg in settings.items():
+        with zccl_torch.config(**cfg):
+            _, view, between = strided()
+            dist.all_reduce(view)
+            want = odd * p + p * (p - 1) / 2
+            same_bits(f"all_reduce of a strided view ({label})", view.contiguous(), want)
+            same_bits(
+                f"all_reduce: the elements between ({label})", between.contiguous(), even + me
+            )
+            for root in range(p):
+                _, view, between = strided()
+                dist.broadcast(view, src=root)
+                name = f"broadcast of a strided view, root {root} ({label})"
+                same_bits(name, view.contiguous(), odd + root)
+                same_bits(f"{name}: the elements between", between.contiguous(), even + me)
+    shared = torch.ones(1).expand(8)
+    try:
+        dist.all_reduce(shared)
+    except RuntimeError as exc:
+        assert "more than one element of the written-to tensor" in str(exc), exc
+    else:
+        raise AssertionError("all_reduce into an expanded tensor did not raise")
+    assert shared.tolist() == [1.0] * 8, shared
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert t.tolist() == [float(p)] * 4, t
+
+
+@check
 def sparse_all_reduce_matches_gloo() -> None:
     """SUM of sparse COO tensors (overlapping and disjoint indices, a dense trailing dimension,
     an empty one on rank 0) equals Gloo's on the same input and the dense sum, bit for bit
