@@ -652,6 +652,64 @@ def strided_views_and_shared_elements() -> None:
 
 
 @check
+def aliased_outputs_match_gloo() -> None:
+    """The in-place idioms FSDP and ZeRO use, against Gloo on the same input: all_gather_single
+    whose input is this rank's chunk of the output, reduce_scatter_single whose output is this
+    rank's chunk of the input, all_gather into views of one tensor, all_gather_single into a
+    view at an offset, all_to_all_single from a copy into the input's own storage. Exact and
+    lossless: bit for bit (integer-valued floats, so every order of the sums gives the same
+    bits); lossy: within eb (data movement) or the reduce-scatter bound plus its float32
+    rounding."""
+    p, me = world(), rank()
+    n = 4099
+
+    def idioms(group: Any) -> dict[str, torch.Tensor]:
+        res = {}
+        out = torch.zeros(p * n)
+        out[me * n : (me + 1) * n] = torch.arange(n) + 10 * me
+        _torch_names.all_gather_single(out, out[me * n : (me + 1) * n], group=group)
+        res["all_gather_single, input a chunk of the output"] = out
+        buf = torch.arange(p * n, dtype=torch.float32) + me
+        _torch_names.reduce_scatter_single(buf[me * n : (me + 1) * n], buf, group=group)
+        res["reduce_scatter_single, output a chunk of the input"] = buf[me * n : (me + 1) * n]
+        big = torch.full((p * n + 3,), -1.0)
+        mine = torch.arange(n, dtype=torch.float32) + me
+        _torch_names.all_gather_single(big[3:], mine, group=group)
+        res["all_gather_single into a view at an offset"] = big
+        t = torch.arange(p * n, dtype=torch.float32) + me
+        outs = list(t.chunk(p))
+        dist.all_gather(outs, outs[me].clone(), group=group)
+        res["all_gather into views of one tensor"] = t
+        x = torch.arange(p * n, dtype=torch.float32) * (me + 1)
+        dist.all_to_all_single(x, x.clone(), group=group)
+        res["all_to_all_single into its input's storage"] = x
+        return res
+
+    want = idioms(gloo())
+    rs = "reduce_scatter_single, output a chunk of the input"
+    lossy = {"mode": "abs", "error_bound": EB, "min_compress_bytes": 0}
+    settings = {
+        "exact": ({"algorithm": "mpi"}, 0.0, 0.0),
+        "lossless": ({"mode": "lossless", "min_compress_bytes": 0, "algorithm": "ring"}, 0.0, 0.0),
+        "lossy ring": ({**lossy, "algorithm": "ring"}, EB, (p - 1) * EB),
+        "lossy cprp2p": ({**lossy, "algorithm": "cprp2p"}, EB, (p - 1) * EB),
+    }
+    for label, (cfg, moved, reduced) in settings.items():
+        with zccl_torch.config(**cfg):
+            got = idioms(None)
+        chunk = torch.arange(me * n, (me + 1) * n, dtype=torch.float64)
+        sums_rounding = rounding([chunk + r for r in range(p)], EB)  # rank r's chunk: + r
+        for name, ref in want.items():
+            bound = reduced if name == rs else moved
+            if bound == 0.0:
+                same_bits(f"{name} ({label})", got[name].contiguous(), ref.contiguous())
+            elif name == rs:  # and the float32 rounding of the partial sums
+                assert_within(f"{name} ({label})", got[name], ref, bound + sums_rounding)
+            else:
+                assert_within(f"{name} ({label})", got[name], ref, bound)
+
+
+@check
 def sparse_all_reduce_matches_gloo() -> None:
     """SUM of sparse COO tensors (overlapping and disjoint indices, a dense trailing dimension,
     an empty one on rank 0) equals Gloo's on the same input and the dense sum, bit for bit
