@@ -24,6 +24,12 @@ import zccl_torch
 from zccl_torch import _C, _torch_names, link
 
 EB = 1e-3
+# The two paths whose results are exact: MPI's collectives, and every float payload compressed
+# losslessly by the ring.
+EXACT_PATHS = {
+    "exact": {"algorithm": "mpi"},
+    "lossless": {"mode": "lossless", "min_compress_bytes": 0, "algorithm": "ring"},
+}
 OPTIONS = zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0)  # every group's
 CHECKS: dict[str, Callable[[], None]] = {}
 
@@ -614,18 +620,15 @@ def strided_views_and_shared_elements() -> None:
     odd = torch.arange(1, 2 * n + 1, 2, dtype=torch.float64)
     even = torch.arange(0, 2 * n + 1, 2, dtype=torch.float64)
 
-    def strided() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """This rank's storage, its odd elements (the view the collective gets) and the even."""
+    def strided() -> tuple[torch.Tensor, torch.Tensor]:
+        """Views of this rank's storage: its odd elements (what the collective gets) and the
+        even ones."""
         base = torch.arange(2 * n + 1, dtype=torch.float64) + me
-        return base, base.as_strided((n,), (2,), 1), base.as_strided((n + 1,), (2,), 0)
+        return base.as_strided((n,), (2,), 1), base.as_strided((n + 1,), (2,), 0)
 
-    settings = {
-        "exact": {"algorithm": "mpi"},
-        "lossless": {"mode": "lossless", "min_compress_bytes": 0, "algorithm": "ring"},
-    }
-    for label, cfg in settings.items():
+    for label, cfg in EXACT_PATHS.items():
         with zccl_torch.config(**cfg):
-            _, view, between = strided()
+            view, between = strided()
             dist.all_reduce(view)
             want = odd * p + p * (p - 1) / 2
             same_bits(f"all_reduce of a strided view ({label})", view.contiguous(), want)
@@ -633,7 +636,7 @@ def strided_views_and_shared_elements() -> None:
                 f"all_reduce: the elements between ({label})", between.contiguous(), even + me
             )
             for root in range(p):
-                _, view, between = strided()
+                view, between = strided()
                 dist.broadcast(view, src=root)
                 name = f"broadcast of a strided view, root {root} ({label})"
                 same_bits(name, view.contiguous(), odd + root)
@@ -689,8 +692,7 @@ def aliased_outputs_match_gloo() -> None:
     rs = "reduce_scatter_single, output a chunk of the input"
     lossy = {"mode": "abs", "error_bound": EB, "min_compress_bytes": 0}
     settings = {
-        "exact": ({"algorithm": "mpi"}, 0.0, 0.0),
-        "lossless": ({"mode": "lossless", "min_compress_bytes": 0, "algorithm": "ring"}, 0.0, 0.0),
+        **{label: (cfg, 0.0, 0.0) for label, cfg in EXACT_PATHS.items()},
         "lossy ring": ({**lossy, "algorithm": "ring"}, EB, (p - 1) * EB),
         "lossy cprp2p": ({**lossy, "algorithm": "cprp2p"}, EB, (p - 1) * EB),
     }
