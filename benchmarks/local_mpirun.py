@@ -1,5 +1,5 @@
 """Running a benchmark's rank program under ``mpirun`` on this host and reading the JSON lines
-its rank 0 prints (exact_wait.py, p2p_wait.py): the same script is the driver and, with
+its rank 0 prints (wait_policy.py, p2p_wait.py): the same script is the driver and, with
 ``--rank``, the rank program."""
 
 from __future__ import annotations
@@ -49,9 +49,14 @@ def driver_arguments(description: str, default_out: Path) -> argparse.ArgumentPa
 
 
 def run_per_setting(
-    nprocs: int, script: str, reps: int, variable: str, values: tuple[str, ...]
+    nprocs: int,
+    script: str,
+    reps: int,
+    variable: str,
+    values: tuple[str, ...],
+    extra: list[str] | None = None,
 ) -> dict[str, list[dict]]:
-    """``script --rank --reps reps`` on ``nprocs`` ranks once per value of the environment
-    variable ``variable``: each value's JSON lines."""
-    argv = [script, "--rank", "--reps", str(reps)]
+    """``script --rank --reps reps [extra ...]`` on ``nprocs`` ranks once per value of the
+    environment variable ``variable``: each value's JSON lines."""
+    argv = [script, "--rank", "--reps", str(reps), *(extra or [])]
     return {value: run_ranks(nprocs, argv, {variable: value}) for value in values}

@@ -108,14 +108,16 @@ void tree_stream(Comm& comm, uint8_t* buf, const Config& cfg,
         st.bytes_sent += bytes;
       }
     };
-    detail::wait_until(comm, [&] { return rx.poll(comm, forward); }, kOp, "the stream", parent);
+    detail::wait_until(comm, [&] { return rx.poll(comm, forward); }, kOp, "the stream", parent,
+                       slots.capacity());
     len = rx.bytes();
     if (decode) {
       detail::run_recording(error, [&] { codec.decompress(stream, len, buf, n, tree.root); });
     }
   }
   detail::wait_until(comm, [&] { return detail::all_done(comm, sends); }, kOp,
-                     "the stream's forwards", children.empty() ? -1 : children.back());
+                     "the stream's forwards", children.empty() ? -1 : children.back(),
+                     detail::active_bytes(sends));
 }
 
 }  // namespace

@@ -151,6 +151,12 @@ bool all_done(const Comm& comm, std::vector<transport::Request>& reqs) {
   return true;
 }
 
+size_t active_bytes(const std::vector<transport::Request>& reqs) {
+  size_t bytes = 0;
+  for (const transport::Request& r : reqs) bytes += r.active() ? r.bytes : 0;
+  return bytes;
+}
+
 void FrameReceiver::start(const Comm& comm, uint8_t* buf, size_t capacity, int peer, int tag,
                           size_t frame) {
   buf_ = buf;
@@ -181,7 +187,8 @@ void send_segments(const Comm& comm, const SegmentPlan& plan, int series,
       // The buffer's previous segment must be out (after W segments in flight).
       std::vector<transport::Request>& slot_sends = sends[posted % w];
       uint8_t* buf = slots.slot(posted % w);
-      wait_until(comm, [&] { return all_done(comm, slot_sends); }, op, "a segment send", dest);
+      wait_until(comm, [&] { return all_done(comm, slot_sends); }, op, "a segment send", dest,
+                 active_bytes(slot_sends));
       const size_t len =
           codec.compress(src + plan.offset(k) * es, plan.values(k), buf, slots.capacity());
       st.bytes_sent += send_frames(comm, buf, len, dest, segment_tag(tag_base, k),
@@ -192,7 +199,7 @@ void send_segments(const Comm& comm, const SegmentPlan& plan, int series,
   }
   for (auto& slot_sends : sends) {
     wait_until(comm, [&] { return all_done(comm, slot_sends); }, op, "a segment send",
-               dest_of(series - 1));
+               dest_of(series - 1), active_bytes(slot_sends));
   }
 }
 
@@ -239,14 +246,15 @@ void receive_segments(const Comm& comm, const SegmentPlan& plan, int from, int t
           post();
           return arrived > k;
         },
-        op, "a segment", from);
+        op, "a segment", from, static_cast<size_t>(plan.seg_capacity));
     const size_t s = k % w;
     run_recording(error, [&] { decode(k, slots.slot(s), recvs[s].bytes()); });
     processed = k + 1;
     post();
   }
   for (auto& f : forwards) {
-    wait_until(comm, [&] { return all_done(comm, f); }, op, "a segment forward", to);
+    wait_until(comm, [&] { return all_done(comm, f); }, op, "a segment forward", to,
+               active_bytes(f));
   }
   if (error) std::rethrow_exception(error);
 }

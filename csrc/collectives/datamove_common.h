@@ -94,6 +94,8 @@ size_t send_frames(const Comm& comm, const uint8_t* data, size_t len, int peer, 
 
 // True when every request in `reqs` completed (test() of each; then `reqs` is cleared).
 bool all_done(const Comm& comm, std::vector<transport::Request>& reqs);
+// The bytes of the requests still active (what waiting for all of them waits for).
+size_t active_bytes(const std::vector<transport::Request>& reqs);
 
 // Receives one segment sent by send_frames into [buf, buf + capacity), one frame at a time (a
 // frame that arrives before its receive is posted waits in MPI's unexpected queue: frames are

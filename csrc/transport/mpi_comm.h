@@ -82,6 +82,11 @@ class MpiComm final : public Comm {
   // process.
   bool device_memory() const override;
   MPI_Comm raw() const { return comm_; }
+  // Open MPI moves a large message only while a rank polls (shared memory copies it in
+  // fragments, the TCP component from its event loop): waits poll for transfer_spin_budget.
+  std::chrono::microseconds polled_transfer_time(size_t bytes) const override {
+    return transfer_spin_budget(bytes);
+  }
   std::unique_ptr<Comm> duplicate() const override;
   std::unique_ptr<Comm> subgroup(const std::vector<int>& ranks) const override;
 

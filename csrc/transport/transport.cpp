@@ -95,10 +95,15 @@ void wait_until(std::chrono::milliseconds timeout, const std::function<bool()>& 
 
 void Comm::idle(std::chrono::microseconds max) const { std::this_thread::sleep_for(max); }
 
+std::chrono::microseconds Comm::polled_transfer_time(size_t /*bytes*/) const {
+  return std::chrono::microseconds(0);
+}
+
 void Comm::wait_for(const std::function<bool()>& poll, const std::function<void()>& on_timeout,
-                    int sleep_cap_us) const {
+                    int sleep_cap_us, size_t transfer_bytes) const {
   wait_until(timeout_, poll, on_timeout, sleep_cap_us,
-             [this](std::chrono::microseconds us) { idle(us); }, wait_policy_);
+             [this](std::chrono::microseconds us) { idle(us); }, wait_policy_,
+             polled_transfer_time(transfer_bytes));
 }
 
 int Comm::next_tag_base() {
@@ -111,19 +116,25 @@ int Comm::next_tag_base() {
 Request Comm::isend(const void* buf, size_t bytes, int peer, int tag) const {
   check_peer_tag("isend", peer, tag, size(), tag_ub());
   if (buf == nullptr && bytes > 0) throw std::invalid_argument("zccl: isend: null buffer");
-  return post_send(buf, bytes, peer, tag);
+  Request r = post_send(buf, bytes, peer, tag);
+  r.bytes = bytes;
+  return r;
 }
 
 Request Comm::irecv(void* buf, size_t capacity, int peer, int tag) const {
   check_peer_tag("irecv", peer, tag, size(), tag_ub());
   if (buf == nullptr && capacity > 0) throw std::invalid_argument("zccl: irecv: null buffer");
-  return post_recv(buf, capacity, peer, tag);
+  Request r = post_recv(buf, capacity, peer, tag);
+  r.bytes = capacity;
+  return r;
 }
 
 Request Comm::irecv_any(void* buf, size_t capacity, int tag) const {
   check_peer_tag("irecv_any", 0, tag, size(), tag_ub());  // (rank 0 always exists)
   if (buf == nullptr && capacity > 0) throw std::invalid_argument("zccl: irecv: null buffer");
-  return post_recv(buf, capacity, kAnySource, tag);
+  Request r = post_recv(buf, capacity, kAnySource, tag);
+  r.bytes = capacity;
+  return r;
 }
 
 bool Comm::test(Request& req, size_t* received) const {
@@ -136,11 +147,14 @@ size_t Comm::wait(Request& req) const {
   wait_for([&] { return poll(req); }, [&] {
     throw TimeoutError("zccl: Timed out after " + std::to_string(timeout_.count()) +
                        " ms waiting for " + describe(req) + kPeerHint);
-  });
+  }, kSleepCapUs, req.bytes);
   return req.received;
 }
 
 void Comm::wait_all(std::vector<Request>& reqs) const {
+  // The requests move at once (a ring step's send and receive): the largest sets the stretch.
+  size_t largest = 0;
+  for (const Request& r : reqs) largest = std::max(largest, r.bytes);
   const Request* first_pending = nullptr;
   auto all_done = [&] {
     bool all = true;
@@ -159,7 +173,7 @@ void Comm::wait_all(std::vector<Request>& reqs) const {
     throw TimeoutError("zccl: Timed out after " + std::to_string(timeout_.count()) +
                        " ms waiting for " + std::to_string(pending) +
                        " operation(s), the first: " + describe(*first_pending) + kPeerHint);
-  });
+  }, kSleepCapUs, largest);
 }
 
 void Comm::send(const void* buf, size_t bytes, int peer, int tag) const {

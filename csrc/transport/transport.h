@@ -76,6 +76,7 @@ class Request {
   RequestState* state() const { return state_.get(); }
 
   size_t received = 0;  // bytes received so far by a receive
+  size_t bytes = 0;     // what was posted: a send's bytes, a receive's capacity
   int source = -1;      // the sender of a receive, once known (any-source receives too)
 
  private:
@@ -151,11 +152,18 @@ class Comm {
   void wait_all(std::vector<Request>& reqs) const;
   // wait_until (above) with this communicator's idle wait: the loop of a collective that
   // polls several requests (and works in between) waits through it.
+  // `transfer_bytes`: what the awaited transfers move; the wait polls for
+  // polled_transfer_time(transfer_bytes) before it may sleep.
+  static constexpr int kSleepCapUs = 200;
   void wait_for(const std::function<bool()>& poll, const std::function<void()>& on_timeout,
-                int sleep_cap_us = 200) const;
+                int sleep_cap_us = kSleepCapUs, size_t transfer_bytes = 0) const;
   // Blocks at most `max` while nothing can progress. The default sleeps; a transport that can
   // wait on its sockets returns as soon as bytes arrive or can leave.
   virtual void idle(std::chrono::microseconds max) const;
+  // How long a wait for transfers of `bytes` polls before it may sleep (the wait policy applies
+  // after it). None by default: a transport whose idle() wakes when bytes can move needs no
+  // polls; one that moves bytes only while polled (Open MPI) says how long they should take.
+  virtual std::chrono::microseconds polled_transfer_time(size_t bytes) const;
   void send(const void* buf, size_t bytes, int peer, int tag) const;
   size_t recv(void* buf, size_t capacity, int peer, int tag) const;  // returns bytes received
   // Simultaneous send to `dst` and receive from `src` (ring steps); returns bytes received.

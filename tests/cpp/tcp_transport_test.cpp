@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -486,10 +487,81 @@ int check_backoff() {
   return g_failures;
 }
 
+// A one-rank communicator whose transfers finish after a set number of polls. Its idle() counts
+// the sleeps a wait takes instead of sleeping, and its transfers of at least `polled_from` bytes
+// "take" an hour of polling (Comm::polled_transfer_time), so the checks below need no timing.
+class PolledComm final : public P2pExactComm {
+ public:
+  PolledComm(int polls, size_t polled_from) : polls_(polls), polled_from_(polled_from) {}
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  int tag_ub() const override { return 32767; }
+  std::unique_ptr<Comm> duplicate() const override { return nullptr; }
+  std::unique_ptr<Comm> subgroup(const std::vector<int>&) const override { return nullptr; }
+  void idle(std::chrono::microseconds) const override { ++sleeps; }
+  std::chrono::microseconds polled_transfer_time(size_t bytes) const override {
+    asked = bytes;
+    return bytes >= polled_from_ ? std::chrono::hours(1) : std::chrono::microseconds(0);
+  }
+  mutable int sleeps = 0;
+  mutable size_t asked = 0;
+
+ protected:
+  struct Countdown : RequestState {
+    explicit Countdown(int n) : left(n) {}
+    bool active() const override { return left > 0; }
+    int left;
+  };
+  Request post_send(const void*, size_t, int, int) const override { return start(); }
+  Request post_recv(void*, size_t, int, int) const override { return start(); }
+  bool poll(Request& req) const override {
+    auto* c = static_cast<Countdown*>(req.state());
+    return c == nullptr || --c->left <= 0;
+  }
+  std::string describe(const Request&) const override { return "a countdown"; }
+
+ private:
+  Request start() const { return Request(std::make_unique<Countdown>(polls_)); }
+  int polls_;
+  size_t polled_from_;
+};
+
+// Comm::wait and wait_all poll without sleeping for the transport's time for what they wait for
+// (the largest of wait_all's requests), and sleep as the policy says without it; requests know
+// what they move (a send's bytes, a receive's capacity).
+int check_polled_waits() {
+  const size_t big = size_t{1} << 20, small = 64;
+  std::vector<uint8_t> buf(big);
+  PolledComm comm(/*polls=*/5000, /*polled_from=*/big);
+  Request send = comm.isend(buf.data(), big, 0, 1);
+  Request recv = comm.irecv(buf.data(), small, 0, 1);
+  CHECK(send.bytes == big && recv.bytes == small, "request bytes %zu / %zu", send.bytes,
+        recv.bytes);
+  comm.wait(send);
+  CHECK(comm.asked == big && comm.sleeps == 0, "a large send asked for %zu and slept %d times",
+        comm.asked, comm.sleeps);
+  comm.wait(recv);
+  CHECK(comm.asked == small && comm.sleeps > 0, "a small receive asked for %zu, slept %d times",
+        comm.asked, comm.sleeps);
+  comm.sleeps = 0;
+  std::vector<Request> both;
+  both.push_back(comm.irecv(buf.data(), small, 0, 2));
+  both.push_back(comm.isend(buf.data(), big, 0, 2));
+  comm.wait_all(both);
+  CHECK(comm.asked == big && comm.sleeps == 0, "wait_all asked for %zu and slept %d times",
+        comm.asked, comm.sleeps);
+  comm.set_wait_policy(WaitPolicy::Spin);
+  Request spun = comm.irecv(buf.data(), small, 0, 3);
+  comm.wait(spun);
+  CHECK(comm.sleeps == 0, "the Spin policy slept %d times", comm.sleeps);
+  return g_failures;
+}
+
 int main(int argc, char** argv) {
   const int p = argc > 1 ? std::atoi(argv[1]) : 3;
   if (p < 1) return 2;
   if (check_backoff() != 0) return 1;
+  if (check_polled_waits() != 0) return 1;
   std::vector<std::unique_ptr<Listener>> listeners;
   std::vector<std::string> addrs;
   for (int r = 0; r < p; ++r) {
