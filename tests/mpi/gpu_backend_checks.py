@@ -540,6 +540,91 @@ def premul_sum_on_cuda() -> None:
 
 
 @check
+def premul_sum_half_products_in_float32_on_cuda() -> None:
+    """PREMUL_SUM on float16 CUDA tensors multiplies in the float32 copy the reduction works
+    on: rank 0's 40000 x 2 = 80000 (beyond float16) plus rank 1's -30000 gives 50000, not
+    the infinity of a product rounded to float16. Exact (algorithm="mpi") and reduce /
+    reduce_scatter (host-staged): 50000 rounded once, the CPU's bits; all_reduce on the GPU's
+    algorithms (float32 partials): finite and within the SUM's bound plus one float16 rounding
+    (16 at 50000). Not that last part in the CPU dry run: a lossy reduction of CPU tensors
+    sends half partials, and 80000 is past float16 (README, "What is compressed")."""
+    p, me = world(), rank()
+    if p == 1:
+        return
+    n = 33
+    value = {0: 40000.0, 1: -30000.0}.get(me, 0.0)
+    want = torch.full((n,), 50000.0).to(torch.float16)
+
+    def op() -> dist.ReduceOp:
+        return dist.ReduceOp.PREMUL_SUM(2.0 if me == 0 else 1.0)
+
+    def mine(count: int = n) -> torch.Tensor:
+        return torch.full((count,), value, dtype=torch.float16).to(dev(), copy=True)
+
+    with zccl_torch.config(algorithm="mpi"):
+        t = mine()
+        dist.all_reduce(t, op=op())
+        assert torch.equal(t.cpu(), want), f"all_reduce PREMUL_SUM float16 exact: {t[:3]}"
+    for alg in ALGS if dev().type == "cuda" else ():
+        t = mine()
+        with zccl_torch.config(algorithm=alg):
+            dist.all_reduce(t, op=op())
+        label = f"all_reduce {alg} PREMUL_SUM float16"
+        assert bool(torch.isfinite(t).all()), f"{label}: {t[:3]}"
+        bound = _C.output_error_bound(alg, "sum", p, EB, True)
+        assert_within(label, t, want.double(), bound + 16.0)
+        assert_identical_replicas(label, t)
+    for root in range(p):
+
+        def reduce_call(place, root=root):
+            t = place(torch.full((n,), value, dtype=torch.float16))
+            dist.reduce(t, dst=root, op=op())
+            return [t]
+
+        cuda_and_cpu(reduce_call, f"reduce PREMUL_SUM float16 root {root}")
+        t = mine()
+        dist.reduce(t, dst=root, op=op())
+        if me == root:
+            assert bool(torch.isfinite(t).all()), f"reduce PREMUL_SUM float16 root {root}: {t[:3]}"
+
+    def reduce_scatter_call(place):
+        out = place(torch.empty(n, dtype=torch.float16))
+        dist.reduce_scatter_tensor(
+            out, place(torch.full((p * n,), value, dtype=torch.float16)), op=op()
+        )
+        return [out]
+
+    cuda_and_cpu(reduce_scatter_call, "reduce_scatter_tensor PREMUL_SUM float16")
+    out = torch.empty(n, dtype=torch.float16, device=dev())
+    dist.reduce_scatter_tensor(out, mine(p * n), op=op())
+    assert bool(torch.isfinite(out).all()), f"reduce_scatter_tensor PREMUL_SUM float16: {out[:3]}"
+
+
+@check
+def recv_smaller_than_the_message_raises_on_cuda() -> None:
+    """A CUDA receive smaller than the message fails with the CPU path's ValueError ("recv:
+    size mismatch"), exact and compressed payloads alike, and the group goes on working."""
+    p, me = world(), rank()
+    if p == 1:
+        return
+    for n, dtype in ((1000, torch.int32), (70_001, torch.float32)):
+        if me == 0:
+            dist.send(torch.ones(n, dtype=dtype).to(dev(), copy=True), dst=1, tag=22)
+        elif me == 1:
+            try:
+                dist.recv(torch.empty(n // 10, dtype=dtype, device=dev()), src=0, tag=22)
+            except ValueError as exc:
+                assert "recv: size mismatch" in str(exc), str(exc)
+            else:
+                raise AssertionError(f"a CUDA receive of {n // 10} values took {n} unchecked")
+        dist.barrier()
+    t = torch.full((5,), float(me)).to(dev(), copy=True)
+    with zccl_torch.config(algorithm="mpi"):
+        dist.all_reduce(t)
+    assert float(t[0]) == p * (p - 1) / 2, t
+
+
+@check
 def gather_every_root_matches_cpu() -> None:
     p = world()
     for root in range(p):
