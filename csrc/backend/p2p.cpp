@@ -5,7 +5,8 @@
 // Float payloads over the threshold travel as one fZ-light stream (the receiver posts a buffer
 // of max_compressed_size); both sides decide identically from (dtype, numel, configuration), so
 // sender and receiver must use the same configuration. The stream's header names its dtype and
-// count, which the receiver checks.
+// count, which the receiver checks; a receive that finds a stream where it expected raw values
+// (or raw values where it expected a stream) raises "configuration mismatch".
 //
 // CUDA tensors go through host memory (compressed by the CPU's codec, the same streams): a send
 // copies its tensor to the host at the call, in the order of the caller's stream; a receive
@@ -15,11 +16,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 
+#include "../compress/fzlight_format.h"
 #include "routing.h"
 #include "staged.h"
 #include "validate.h"
@@ -32,6 +36,33 @@ void check_tag(int tag, const char* what) {
     throw std::invalid_argument(std::string("zccl: ") + what + ": tag " + std::to_string(tag) +
                                 " is out of range [0, 32767]");
   }
+}
+
+// Sender and receiver each decide from (dtype, size, algorithm, min_compress_bytes) whether a
+// message travels compressed; with different settings they can disagree, and a stream then
+// arrives where raw values are expected (or the reverse). Both must raise, never decode garbage.
+constexpr const char* kSameDecision =
+    ": sender and receiver decide alike from the dtype, the size and their configuration "
+    "(algorithm, min_compress_bytes) whether a message is compressed, and theirs differ";
+
+// The stream info when `data` holds one whole fZ-light stream, else nothing (the magic is
+// checked first: an ordinary message costs a 4-byte compare).
+std::optional<fz::StreamInfo> whole_stream(const uint8_t* data, size_t len) {
+  if (len < sizeof(fz::format::kMagic) ||
+      std::memcmp(data, fz::format::kMagic, sizeof(fz::format::kMagic)) != 0) {
+    return std::nullopt;
+  }
+  try {
+    fz::StreamInfo info = fz::read_info(data, len);
+    if (info.total_bytes == len) return info;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+std::string stream_desc(const fz::StreamInfo& info) {
+  return "a zccl stream of " + std::to_string(info.count) + " " + fz::dtype_name(info.dtype) +
+         " values, " + std::to_string(info.total_bytes) + " bytes";
 }
 
 std::string peer_desc(const char* what, size_t bytes, int peer, int tag) {
@@ -103,6 +134,13 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
     transport::Request req = post(stream->data(), stream->size());
     work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req), stream->size(),
                     [stream, out, dt, n, dev, on](size_t bytes, int source) mutable {
+                      if (bytes == n * out.element_size() && !whole_stream(stream->data(), bytes)) {
+                        throw std::invalid_argument(
+                            "zccl: recv: configuration mismatch: rank " + std::to_string(source) +
+                            " sent " + std::to_string(bytes) + " bytes, the size of this tensor " +
+                            "uncompressed, where this receive expected a compressed stream" +
+                            kSameDecision);
+                      }
                       const fz::StreamInfo info = fz::read_info(stream->data(), bytes);
                       if (info.count != n || info.dtype != dt) {
                         throw std::invalid_argument(
@@ -123,7 +161,23 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
     const size_t bytes = n * out.element_size();
     transport::Request req = post(buf.data_ptr(), bytes);
     work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req), bytes,
-                    [buf, dense, out, bytes, dev, on](size_t got, int source) mutable {
+                    [buf, dense, out, bytes, n, dev, on](size_t got, int source) mutable {
+                      // A whole stream where raw values were expected: a compressing sender
+                      // (a stream of another size, or of this tensor's own dtype and count,
+                      // which only that sender makes). Float tensors only: integers never
+                      // compress, and a stream's bytes may be an integer tensor's payload.
+                      const auto* data = static_cast<const uint8_t*>(buf.data_ptr());
+                      const bool floating = is_compressible_dtype(out.scalar_type());
+                      const std::optional<fz::StreamInfo> info =
+                          floating ? whole_stream(data, got) : std::nullopt;
+                      if (info && (got != bytes || (info->count == n &&
+                                                    info->dtype == compressed_dtype(out.scalar_type())))) {
+                        throw std::invalid_argument(
+                            "zccl: recv: configuration mismatch: rank " + std::to_string(source) +
+                            " sent a compressed message (" + stream_desc(*info) + ") where this " +
+                            "receive expected " + std::to_string(bytes) + " uncompressed bytes" +
+                            kSameDecision);
+                      }
                       if (got != bytes) {
                         throw std::invalid_argument("zccl: recv: size mismatch: rank " + std::to_string(source) +
                                                     " sent " + std::to_string(got) +

@@ -607,6 +607,75 @@ def recv_smaller_than_the_message_raises() -> None:
     assert float(t[0]) == p * (p - 1) / 2, t
 
 
+def stream_as_long_as_its_values(k: int = 1000, eb: float = 1e-9) -> torch.Tensor:
+    """``k`` random float32 values and a tail of zeros whose stream (``mode="abs"``, ``eb``) is
+    exactly as long as the values uncompressed. Found by search over the seed and the tail
+    (each zero shortens the difference by about 4 bytes, so about half the seeds have such a
+    tail), so a change of the codec finds another one, or fails here saying so."""
+    for seed in range(32):
+        head = torch.randn(k, generator=torch.Generator().manual_seed(seed))
+        for n in range(k, k + 400):
+            x = torch.cat([head, torch.zeros(n - k)])
+            if zccl_torch.compress(x, eb, "abs").numel() == 4 * n:
+                return x
+    raise AssertionError(f"no tail of zeros makes a stream of {k} values as long as them")
+
+
+@check
+def send_recv_configuration_mismatch_raises() -> None:
+    """Sender and receiver decide alike from dtype, size and configuration whether a message is
+    compressed; when their settings differ, the receive raises a ValueError naming the
+    configuration mismatch, never decodes garbage: a stream where raw values were expected
+    (shorter than them, or exactly as long, which took the stream's bytes for the values
+    before), raw values where a stream was expected. A uint8 tensor that carries a stream's
+    bytes is an ordinary payload and arrives as sent."""
+    p, me = world(), rank()
+    if p == 1:
+        return
+    same = stream_as_long_as_its_values()
+    n = same.numel()
+    compress = {"min_compress_bytes": 0, "error_bound": 1e-3, "mode": "abs", "algorithm": "auto"}
+    raw = {"min_compress_bytes": 1 << 30}
+    cases = [
+        ("a shorter stream", torch.randn(5000), compress, raw, "uncompressed bytes"),
+        (
+            "a stream as long as the values",
+            same,
+            {**compress, "error_bound": 1e-9},
+            raw,
+            f"{4 * n} bytes) where this receive expected {4 * n} uncompressed bytes",
+        ),
+        ("raw values", torch.randn(5000), raw, compress, "expected a compressed stream"),
+    ]
+    wrong: list[str] = []  # raised after the barriers, so that the other ranks are not left
+    for label, x, send_cfg, recv_cfg, words in cases:
+        if me == 0:
+            with zccl_torch.config(**send_cfg):
+                dist.send(x, dst=1, tag=31)
+        elif me == 1:
+            with zccl_torch.config(**recv_cfg):
+                try:
+                    dist.recv(torch.empty_like(x), src=0, tag=31)
+                    wrong.append(f"{label}: a receive with other settings took it")
+                except ValueError as exc:
+                    text = str(exc)
+                    if "recv: configuration mismatch" not in text or words not in text:
+                        wrong.append(f"{label}: {text}")
+        dist.barrier()
+    carried = zccl_torch.compress(same, 1e-9, "abs")
+    if me == 0:
+        dist.send(carried, dst=1, tag=32)
+    elif me == 1:
+        got = torch.empty_like(carried)
+        dist.recv(got, src=0, tag=32)
+        assert torch.equal(got, carried), "a stream's bytes as a uint8 payload changed"
+    t = torch.full((5,), float(me))
+    with zccl_torch.config(algorithm="mpi"):
+        dist.all_reduce(t)
+    assert float(t[0]) == p * (p - 1) / 2, t
+    assert not wrong, "\n".join(wrong)
+
+
 @check
 def strided_views_and_shared_elements() -> None:
     """A view of every other element of its storage from an offset (``as_strided``) is reduced
