@@ -3,10 +3,11 @@
 // the progress thread (p2p_loop), so isend/irecv pairs never deadlock behind queued collectives.
 //
 // Float payloads over the threshold travel as one fZ-light stream (the receiver posts a buffer
-// of max_compressed_size); both sides decide identically from (dtype, numel, configuration), so
-// sender and receiver must use the same configuration. The stream's header names its dtype and
-// count, which the receiver checks; a receive that finds a stream where it expected raw values
-// (or raw values where it expected a stream) raises "configuration mismatch".
+// of max_compressed_size for the smallest chunks); both sides decide from (dtype, numel,
+// algorithm, min_compress_bytes), so sender and receiver must agree on those. The stream's
+// header names its dtype and count, which the receiver checks; a receive that finds a stream
+// where it expected raw values (or raw values where it expected a stream) raises
+// "configuration mismatch".
 //
 // CUDA tensors go through host memory (compressed by the CPU's codec, the same streams): a send
 // copies its tensor to the host at the call, in the order of the caller's stream; a receive
@@ -130,7 +131,11 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
   c10::intrusive_ptr<c10d::Work> work;
   if (compressed_path(out.scalar_type(), n, cfg)) {
     const fz::DType dt = compressed_dtype(out.scalar_type());
-    auto stream = std::make_shared<std::vector<uint8_t>>(fz::max_compressed_size(dt, n, cfg.chunk_len));
+    // Room for the sender's stream whatever its chunk_size (the smallest chunks need the most:
+    // 9 bytes per 32 values), so senders and receivers may differ in it; sized by the
+    // receiver's own chunk_size, a stream of incompressible data from a sender with smaller
+    // chunks did not fit and raised a misleading "size mismatch".
+    auto stream = std::make_shared<std::vector<uint8_t>>(fz::max_compressed_size(dt, n, fz::kBlockLen));
     transport::Request req = post(stream->data(), stream->size());
     work = post_p2p(name, c10d::OpType::RECV, tensors, std::move(req), stream->size(),
                     [stream, out, dt, n, dev, on](size_t bytes, int source) mutable {

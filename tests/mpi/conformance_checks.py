@@ -628,7 +628,9 @@ def send_recv_configuration_mismatch_raises() -> None:
     configuration mismatch, never decodes garbage: a stream where raw values were expected
     (shorter than them, or exactly as long, which took the stream's bytes for the values
     before), raw values where a stream was expected. A uint8 tensor that carries a stream's
-    bytes is an ordinary payload and arrives as sent."""
+    bytes is an ordinary payload and arrives as sent. chunk_size may differ: a stream of
+    incompressible data in 32-value chunks fits a receive with the default chunk_size (it
+    raised "size mismatch" before) and arrives within its bound."""
     p, me = world(), rank()
     if p == 1:
         return
@@ -669,6 +671,16 @@ def send_recv_configuration_mismatch_raises() -> None:
         got = torch.empty_like(carried)
         dist.recv(got, src=0, tag=32)
         assert torch.equal(got, carried), "a stream's bytes as a uint8 payload changed"
+    noise = torch.randn(100_000, generator=torch.Generator().manual_seed(5))
+    tight = {**compress, "error_bound": 1e-9}  # below float32's spacing: nothing compresses
+    if me == 0:
+        with zccl_torch.config(**tight, chunk_size=32):
+            dist.send(noise, dst=1, tag=33)
+    elif me == 1:
+        got = torch.empty_like(noise)
+        with zccl_torch.config(**tight):
+            dist.recv(got, src=0, tag=33)
+        assert_within("a stream in 32-value chunks", got, noise, tight["error_bound"])
     t = torch.full((5,), float(me))
     with zccl_torch.config(algorithm="mpi"):
         dist.all_reduce(t)
