@@ -82,8 +82,9 @@ class MpiComm final : public Comm {
   // process.
   bool device_memory() const override;
   MPI_Comm raw() const { return comm_; }
-  // Open MPI moves a large message only while a rank polls (shared memory copies it in
-  // fragments, the TCP component from its event loop): waits poll for transfer_spin_budget.
+  // Open MPI moves a large message only while a rank polls (a sleeping receiver held a 16 MB
+  // compressed all_gather to half speed, benchmarks/wait_policy.py): waits poll for
+  // transfer_spin_budget of their bytes.
   std::chrono::microseconds polled_transfer_time(size_t bytes) const override {
     return transfer_spin_budget(bytes);
   }
