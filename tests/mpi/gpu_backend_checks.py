@@ -559,45 +559,42 @@ def premul_sum_half_products_in_float32_on_cuda() -> None:
         return dist.ReduceOp.PREMUL_SUM(2.0 if me == 0 else 1.0)
 
     def mine(count: int = n) -> torch.Tensor:
-        return torch.full((count,), value, dtype=torch.float16).to(dev(), copy=True)
+        return torch.full((count,), value, dtype=torch.float16)
+
+    def finite(label: str, t: torch.Tensor) -> None:
+        assert bool(torch.isfinite(t).all()), f"{label}: {t[:3]}"
 
     with zccl_torch.config(algorithm="mpi"):
-        t = mine()
+        t = mine().to(dev())
         dist.all_reduce(t, op=op())
         assert torch.equal(t.cpu(), want), f"all_reduce PREMUL_SUM float16 exact: {t[:3]}"
     for alg in ALGS if dev().type == "cuda" else ():
-        t = mine()
+        t = mine().to(dev())
         with zccl_torch.config(algorithm=alg):
             dist.all_reduce(t, op=op())
         label = f"all_reduce {alg} PREMUL_SUM float16"
-        assert bool(torch.isfinite(t).all()), f"{label}: {t[:3]}"
+        finite(label, t)
         bound = _C.output_error_bound(alg, "sum", p, EB, True)
         assert_within(label, t, want.double(), bound + 16.0)
         assert_identical_replicas(label, t)
     for root in range(p):
 
         def reduce_call(place, root=root):
-            t = place(torch.full((n,), value, dtype=torch.float16))
+            t = place(mine())
             dist.reduce(t, dst=root, op=op())
+            if me == root:
+                finite(f"reduce PREMUL_SUM float16 root {root} on {t.device}", t)
             return [t]
 
         cuda_and_cpu(reduce_call, f"reduce PREMUL_SUM float16 root {root}")
-        t = mine()
-        dist.reduce(t, dst=root, op=op())
-        if me == root:
-            assert bool(torch.isfinite(t).all()), f"reduce PREMUL_SUM float16 root {root}: {t[:3]}"
 
     def reduce_scatter_call(place):
         out = place(torch.empty(n, dtype=torch.float16))
-        dist.reduce_scatter_tensor(
-            out, place(torch.full((p * n,), value, dtype=torch.float16)), op=op()
-        )
+        dist.reduce_scatter_tensor(out, place(mine(p * n)), op=op())
+        finite(f"reduce_scatter_tensor PREMUL_SUM float16 on {out.device}", out)
         return [out]
 
     cuda_and_cpu(reduce_scatter_call, "reduce_scatter_tensor PREMUL_SUM float16")
-    out = torch.empty(n, dtype=torch.float16, device=dev())
-    dist.reduce_scatter_tensor(out, mine(p * n), op=op())
-    assert bool(torch.isfinite(out).all()), f"reduce_scatter_tensor PREMUL_SUM float16: {out[:3]}"
 
 
 @check
