@@ -12,8 +12,9 @@ collectives only, until the compressed ones got the same treatment.)
 ``python3 benchmarks/wait_policy.py [--algorithm ring] [--ranks 3] [--reps 8] [--runs 1]`` runs
 ``mpirun`` once per policy (``ZCCL_WAIT``), ``--runs`` times, and prints the median over the
 runs of the median over ``--reps`` (after two untimed calls) of rank 0's time per collective
-and size (float32 ``randn``, the library's default bound
-otherwise); writes ``--out`` (JSON). Under mpirun it runs as one rank (``--rank``).
+and size (float32 ``randn``, the library's default bound otherwise); writes ``--out`` (JSON;
+default ``results/wait_policy_<algorithm>.json``). Under mpirun it runs as one rank
+(``--rank``).
 """
 
 from __future__ import annotations
@@ -112,12 +113,14 @@ def median_over_runs(runs: list[dict[str, list[dict]]]) -> dict[str, list[dict]]
 
 def main() -> None:
     parser = driver_arguments(__doc__.splitlines()[0], HERE / "results" / "wait_policy.json")
+    parser.set_defaults(out=None)  # results/wait_policy_<algorithm>.json
     parser.add_argument("--ranks", type=int, default=3)
     parser.add_argument("--algorithm", choices=("mpi", "ring"), default="mpi")
     parser.add_argument(
         "--runs", type=int, default=1, help="mpirun pairs; figures are medians over them"
     )
     args = parser.parse_args()
+    args.out = args.out or HERE / "results" / f"wait_policy_{args.algorithm}.json"
     if args.rank:
         rank_main(args.reps, args.algorithm)
         return
