@@ -37,6 +37,22 @@ def test_conformance(nprocs: int) -> None:
     assert_every_check_passed(report, nprocs)
 
 
+@pytest.mark.parametrize(
+    ("nprocs", "transport"),
+    [(1, "mpi"), (2, "mpi"), (3, "mpi"), (4, "mpi"), (7, "mpi"), (3, "tcp"), (5, "tcp")],
+)
+def test_auto_ratio_from_the_data(nprocs: int, transport: str) -> None:
+    """algorithm="auto" samples a reduction's compression ratio and the ranks take the
+    smallest: every call takes route()'s choice at that ratio with the transport's exact
+    schedules (bit-exact when exact), whichever rank holds which data, half tensors sample
+    their float32 sums, and auto_ratio fixes the ratio instead (tests/mpi/auto_ratio_checks.py)."""
+    env = {"ZCCL_TRANSPORT": transport}
+    done = mpirun(nprocs, python_argv("tests/mpi/auto_ratio_checks.py"), 600, env)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0, report[-8000:]
+    assert_every_check_passed(report, nprocs)
+
+
 @pytest.mark.parametrize(("nprocs", "transport"), [(1, "mpi"), (3, "mpi"), (4, "mpi"), (3, "tcp")])
 def test_dtypes_beyond_gloo(nprocs: int, transport: str) -> None:
     """uint16/32/64 reductions wrap like numpy's; float8 and the other dtypes without arithmetic

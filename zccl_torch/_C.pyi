@@ -76,6 +76,9 @@ def quantize(
     residual: torch.Tensor | None,
 ) -> None: ...
 def quantizer_bins(dtype_code: _Int, error_bound: _Float) -> tuple[float, float] | None: ...
+def sample_ratio(
+    src: torch.Tensor, dtype_code: _Int, error_bound: _Float, chunk_len: _Int, max_values: _Int
+) -> tuple[int, float, int]: ...
 def codes_combine(
     incoming: torch.Tensor | None,
     x: torch.Tensor,
@@ -110,7 +113,22 @@ def route(
     lossless: bool = False,
     integer_ring: bool = False,
     min_compress_bytes: _Int = 0,
+    ratio: _Float = 0.0,
+    exact: str = "bandwidth_optimal",
 ) -> tuple[bool, str]: ...
+def ratio_matters(
+    collective: str,
+    bytes: _Int,
+    p: _Int,
+    threads: _Int = 1,
+    link_gbps: _Float = 1.0,
+    link_latency_us: _Float = 25.0,
+    algorithm: str = "auto",
+    lossless: bool = False,
+    integer_ring: bool = False,
+    min_compress_bytes: _Int = 0,
+    exact: str = "bandwidth_optimal",
+) -> bool: ...
 
 # The process-group backend and its transports.
 def create_backend(
@@ -134,6 +152,7 @@ def set_link_model(backend: Backend, gbps: _Float, latency_us: _Float) -> None: 
 def time_link(backend: Backend, probe_bytes: _Int) -> tuple[float, float]: ...
 def link_model(backend: Backend) -> tuple[float, float]: ...
 def last_stats(backend: Backend) -> dict[str, Any]: ...
+def exact_schedules(backend: Backend) -> str: ...
 def total_stats(backend: Backend, reset: bool = False) -> dict[str, Any]: ...
 def mpi_is_initialized() -> bool: ...
 def mpi_library_version() -> str: ...

@@ -417,7 +417,10 @@ def last_stats(group: Any = None, device: str = "cpu") -> dict[str, Any]:
     bytes, eb (``error_bound``, absolute; on the receivers of a REL broadcast or scatter the
     root's, read from the streams they decoded, NaN where the device's codec does not report
     it), the algorithm that ran, whether the ring added integer codes (``integer_hop``),
-    timings."""
+    timings, and ``auto_ratio``: the compression ratio ``algorithm="auto"`` assumed in
+    choosing it (the ranks' smallest sampled ratio, the ``auto_ratio`` setting, or 5 where no
+    rank sampled; None when the algorithm was not ``"auto"``, on GPU tensors, and for calls
+    that could not compress)."""
     return _C.last_stats(get_backend(group, device))
 
 

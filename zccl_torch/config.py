@@ -90,8 +90,8 @@ def _literal(value: Any) -> str:
     if isinstance(value, str):
         return f'`"{value}"`'
     if isinstance(value, float):
-        if 1.0 <= abs(value) < 1e6:
-            return f"`{value:g}`"  # 1, 25
+        if value == 0.0 or 1.0 <= abs(value) < 1e6:
+            return f"`{value:g}`"  # 0, 1, 25
         mantissa, exponent = f"{value:e}".split("e")
         return f"`{float(mantissa):g}e{int(exponent)}`"
     return f"`{value}`"
@@ -158,6 +158,7 @@ class Options:
     wait: str = "auto"
     link_gbps: float = 1.0
     link_latency_us: float = 25.0
+    auto_ratio: float = 5.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -207,6 +208,7 @@ class OptionChanges(TypedDict, total=False):
     wait: str
     link_gbps: float
     link_latency_us: float
+    auto_ratio: float
 
 
 def _check_changes_match(changes: type, options: type) -> None:

@@ -53,6 +53,7 @@ enum Field : int {
   kIntegerRing,
   kLinkGbps,
   kLinkLatency,
+  kAutoRatio,
   kBatchSize,
   kBatchDigest,
   kCheckAgreement,
@@ -64,14 +65,14 @@ const char* field_name(int f) {
       "collective",       "reduce op",          "root",          "dtype",
       "element count",    "algorithm",          "mode",          "error_bound",
       "chunk_size",       "min_compress_bytes", "owner_exact",   "integer_ring",
-      "link_gbps",        "link_latency_us",    "tensors of the coalesced call",
+      "link_gbps",        "link_latency_us",    "auto_ratio",    "tensors of the coalesced call",
       "the coalesced call's dtypes and counts", "check_agreement"};
   return names[f];
 }
 
-// Slots before the field pairs: -min, max of the value range; the largest count; -threads (so
-// the MAX gives the smallest thread count).
-constexpr int kHead = 4;
+// Slots before the field pairs: -min, max of the value range; the largest count; -threads and
+// -sampled ratio (so the MAX gives the smallest thread count and ratio; -inf: no sample).
+constexpr int kHead = 5;
 constexpr int kLen = kHead + 2 * kNumFields;
 
 // The settings only matter to calls that may compress: a barrier, a sparse or an integer
@@ -129,6 +130,7 @@ std::vector<double> describe(const CallDescription& call, const CallConfig& cfg)
     f[kIntegerRing] = cfg.integer_ring ? 1.0 : 0.0;
     f[kLinkGbps] = cfg.link_gbps;
     f[kLinkLatency] = cfg.link_latency_us;
+    f[kAutoRatio] = cfg.auto_ratio;
   }
   // -1: not a coalesced call's first exchange (so that one of 1 tensor still differs from it).
   f[kBatchSize] = call.batch != nullptr ? static_cast<double>(call.batch->size()) : -1.0;
@@ -160,7 +162,8 @@ std::string format_value(int field, double v) {
       return "unknown";
     case kErrorBound:
     case kLinkGbps:
-    case kLinkLatency: std::snprintf(buf, sizeof(buf), "%.17g", v); return buf;
+    case kLinkLatency:
+    case kAutoRatio: std::snprintf(buf, sizeof(buf), "%.17g", v); return buf;
     case kBatchSize: return v < 0 ? "none (not a coalesced call)" : std::to_string(static_cast<int64_t>(v));
     case kOwnerExact:
     case kIntegerRing:
@@ -269,10 +272,11 @@ std::map<double, std::vector<int>> holders_of(const std::vector<double>& all, in
 
 Agreement agree(const transport::Comm& comm, const char* what, const CallDescription& call,
                 const CallConfig& cfg, const std::optional<fz::FiniteRange>& range,
-                bool rel_needed, bool largest_needed) {
+                bool rel_needed, bool largest_needed, double sampled_ratio) {
   Agreement out;
   out.error_bound = cfg.mode == BoundMode::Lossless ? 0.0 : cfg.error_bound;
   out.largest_count = call.count;
+  out.model.ratio = cfg.auto_ratio;
   const bool rel = rel_needed && cfg.mode == BoundMode::Rel;
   if (!cfg.check_agreement && !rel && !largest_needed) return out;
 
@@ -283,6 +287,7 @@ Agreement agree(const transport::Comm& comm, const char* what, const CallDescrip
   }
   v[2] = static_cast<double>(call.count);
   v[3] = -static_cast<double>(std::max(1, cfg.threads));
+  if (sampled_ratio > 0.0) v[4] = -sampled_ratio;
   const std::vector<double> mine = describe(call, cfg);
   for (int f = 0; f < kNumFields; ++f) {
     v[kHead + 2 * f] = mine[f];
@@ -301,7 +306,11 @@ Agreement agree(const transport::Comm& comm, const char* what, const CallDescrip
     }
   }
   out.largest_count = static_cast<uint64_t>(agreed[2]);
-  if (cfg.check_agreement) out.model_threads = static_cast<int>(-agreed[3]);
+  if (cfg.check_agreement) {
+    out.model.threads = static_cast<int>(-agreed[3]);
+    // auto_ratio is a compared field: equal on every rank here.
+    if (cfg.auto_ratio <= 0.0 && std::isfinite(agreed[4])) out.model.ratio = -agreed[4];
+  }
   if (rel) out.error_bound = rel_bound(cfg.error_bound, -agreed[0], agreed[1]);
   return out;
 }

@@ -64,23 +64,35 @@ inline CallDescription describe_call(OpKind op, int dtype, uint64_t count, int r
   return CallDescription{op, reduce_op, root, dtype, count, /*count_must_match=*/true};
 }
 
+// What the automatic algorithm choice (algorithm="auto") assumes for a call: the same on every
+// rank, which its inputs need not be.
+struct AutoModel {
+  // The smallest compression thread count of the ranks (coll::Config::model_threads): `threads`
+  // may differ between ranks. 1 with check_agreement off (no exchange to agree it in).
+  int threads = 1;
+  // The compression ratio (coll::Config::model_ratio): the auto_ratio setting when > 0 (5 by
+  // default), else the smallest ratio any rank sampled from its data, else 0 (no rank sampled:
+  // the model's fixed ratio). With check_agreement off: the auto_ratio setting (ranks then do
+  // not sample).
+  double ratio = 0.0;
+};
+
 struct Agreement {
   double error_bound = 0.0;  // absolute bound to compress with (REL resolved on the agreed range)
   uint64_t largest_count = 0;  // max of every rank's count
-  // The smallest compression thread count of the ranks, for the automatic algorithm choice
-  // (coll::Config::model_threads), which must not differ between ranks while `threads` may.
-  // 1 with check_agreement off (no exchange to agree it in).
-  int model_threads = 1;
+  AutoModel model;
 };
 
 // Runs the exchange on `comm` (collective: every rank of the group must call it). `range`: this
 // rank's finite value range when a REL bound must be agreed (rel_needed), else nullopt.
+// `sampled_ratio`: this rank's estimate of its data's compression ratio (fz::sample_ratio),
+// 0 when it took none; the smallest across the ranks becomes Agreement::model.ratio.
 // With cfg.check_agreement == false only the parts that are needed (a REL range, the largest
 // count) are exchanged, and nothing at all when neither is. Throws std::invalid_argument naming
 // the field(s) and ranks on disagreement.
 Agreement agree(const transport::Comm& comm, const char* what, const CallDescription& call,
                 const CallConfig& cfg, const std::optional<fz::FiniteRange>& range,
-                bool rel_needed, bool largest_needed = false);
+                bool rel_needed, bool largest_needed = false, double sampled_ratio = 0.0);
 
 // The coalesced calls (all_reduce_coalesced, all_gather_coalesced and the *_tensor_coalesced
 // ones) run one collective per tensor, each with its own agree(). This exchange comes first and

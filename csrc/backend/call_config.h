@@ -52,6 +52,12 @@ struct CallConfig {
   // The network algorithm="auto" assumes (coll::Config::link_gbps, link_latency_us).
   double link_gbps = 1.0;
   double link_latency_us = 25.0;
+  // The compression ratio algorithm="auto" assumes for the reductions (5: the model's fixed
+  // assumption, coll::kAssumedRatio); 0: measured on each call's data where it could change the
+  // choice (coll::ratio_matters, fz::sample_ratio; the ranks' smallest sample). Not the default:
+  // on the emulated cluster the measured ratio moved the model's recursive-doubling/ring
+  // crossover to where it measured slower (README, "The data's compression ratio").
+  double auto_ratio = 5.0;
 };
 
 // Some settings laid over a group's defaults (a Python `config()` block), in the order of the

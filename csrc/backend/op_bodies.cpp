@@ -14,6 +14,7 @@
 #include <limits>
 #include <numeric>
 
+#include "../compress/ratio_sample.h"
 #include "agreement.h"
 #include "routing.h"
 #include "staged.h"
@@ -84,6 +85,20 @@ double received_bound(const coll::Stats& stats, const CallConfig& cfg, double eb
                                            : std::numeric_limits<double>::quiet_NaN();
 }
 
+// LastStats::auto_ratio of a call that could compress: the ratio the automatic choice assumed
+// (0 when the algorithm was not "auto", and on a GPU, whose choices do not weigh it).
+double auto_ratio_of(const Device& dev, const CallConfig& cfg, const AutoModel& model) {
+  if (cfg.algorithm != coll::Algorithm::Auto || dev.kind() != coll::Device::Cpu) return 0.0;
+  coll::Config c;
+  c.model_ratio = model.ratio;
+  return coll::assumed_ratio(c);
+}
+
+// Values a ratio sample codes: 1/16 of the payload, at least kSampleFloor (or all of a smaller
+// one), at most kSampleCeiling (about 0.1 ms of coding at 2-3 GB/s).
+constexpr uint64_t kSampleFloor = 2048;
+constexpr uint64_t kSampleCeiling = 65536;
+
 }  // namespace
 
 // The absolute bound for data only this rank compresses (broadcast/scatter roots, sends): a REL
@@ -104,11 +119,12 @@ double ZcclBackend::local_bound(Device& dev, const std::vector<at::Tensor>& part
   return rel_bound(cfg.error_bound, lo, hi);
 }
 
-void ZcclBackend::record(const char* op, const coll::Stats& stats, double eb) {
+void ZcclBackend::record(const char* op, const coll::Stats& stats, double eb, double auto_ratio) {
   std::lock_guard<std::mutex> lock(stats_mutex_);
   last_.stats = stats;
   last_.error_bound = eb;
   last_.op = op;
+  last_.auto_ratio = auto_ratio;
   totals_[op].add(stats);
 }
 
@@ -124,17 +140,16 @@ void OpTotals::add(const coll::Stats& s) {
   seconds += s.total_seconds;
 }
 
-void ZcclBackend::record_exact(const char* op, uint64_t bytes_in, double eb) {
+void ZcclBackend::record_exact(const char* op, uint64_t bytes_in, double eb, double auto_ratio) {
   coll::Stats stats;
   stats.algorithm = coll::Algorithm::Mpi;
   stats.bytes_in = bytes_in;
-  record(op, stats, eb);
+  record(op, stats, eb, auto_ratio);
 }
 
 bool ZcclBackend::codec_pays(const Device& dev, coll::Collective c, const CallConfig& cfg,
-                             int model_threads) const {
-  return coll::compression_pays(c, comm_->size(), coll_config(cfg, 0.0, model_threads),
-                                dev.kind());
+                             const AutoModel& model) const {
+  return coll::compression_pays(c, comm_->size(), coll_config(cfg, 0.0, model), dev.kind());
 }
 
 bool ZcclBackend::compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const {
@@ -153,11 +168,14 @@ std::optional<coll::ReduceOp> ZcclBackend::reduction_path(const c10d::ReduceOp& 
   return cop;
 }
 
-coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb, int model_threads) const {
+coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb,
+                                      const AutoModel& model) const {
   coll::Config c;
   c.error_bound = eb;
   c.threads = cfg.threads;
-  c.model_threads = model_threads;
+  c.model_threads = model.threads;
+  c.model_ratio = model.ratio;
+  c.exact_schedules = comm_->exact_schedules();
   c.chunk_len = cfg.chunk_len;
   c.algorithm = cfg.algorithm;
   c.min_compress_bytes = 0;  // the backend already decided to compress
@@ -175,8 +193,8 @@ coll::Config ZcclBackend::coll_config(const CallConfig& cfg, double eb, int mode
 // Lossless (eb 0) keeps float32 streams, so the result is the float32 sum rounded once, as on the
 // exact path.
 coll::Config ZcclBackend::reduction_config(const Device& dev, const CallConfig& cfg, double eb,
-                                           at::ScalarType t, int model_threads) const {
-  coll::Config c = coll_config(cfg, eb, model_threads);
+                                           at::ScalarType t, const AutoModel& model) const {
+  coll::Config c = coll_config(cfg, eb, model);
   if (eb > 0.0 && is_half(t) && !dev.widens_halves()) c.wire_half = compressed_dtype(t);
   return c;
 }
@@ -193,20 +211,76 @@ ZcclBackend::StagedReduction ZcclBackend::stage_reduction(Device& dev, OpKind ki
   const auto cop = reduction_path(op, t.scalar_type(), n, cfg);
   Staged s(t, cop.has_value() || is_half(t.scalar_type()), is_premul_sum(op));
   premultiply_staged(s.buffer, op);
-  const Agreement agreed = agree(dev, what,
-                                 describe(kind, t.scalar_type(), n, reduce_code(op), root),
-                                 &s.buffer, cfg, cop.has_value());
-  return StagedReduction{cop, s, agreed.error_bound, agreed.model_threads};
+  const coll::Collective c =
+      kind == OpKind::Reduce ? coll::Collective::Reduce : coll::Collective::AllReduce;
+  SampleSpec sample(c, n * s.buffer.element_size());
+  if (cop) sample.parts.push_back(s.buffer);
+  const Agreement agreed =
+      agree(dev, what, describe(kind, t.scalar_type(), n, reduce_code(op), root), &s.buffer, cfg,
+            cop.has_value(), &sample);
+  return StagedReduction{cop, s, agreed.error_bound, agreed.model};
 }
 
 Agreement ZcclBackend::agree(Device& dev, const char* what, const CallDescription& call,
-                             const at::Tensor* data, const CallConfig& cfg,
-                             bool rel_needed) const {
+                             const at::Tensor* data, const CallConfig& cfg, bool rel_needed,
+                             const SampleSpec* sample) const {
   std::optional<fz::FiniteRange> range;
   if (rel_needed && cfg.mode == BoundMode::Rel && data != nullptr && data->numel() > 0) {
     range = dev.value_range(data->contiguous(), cfg.threads);
   }
-  return backend::agree(*comm_, what, call, cfg, range, rel_needed);
+  // The range is the sample's only when the sample is of `data` (the reductions, all_gather,
+  // gather): else ratio_sample finds the parts' own.
+  const bool same_data = sample != nullptr && data != nullptr && sample->parts.size() == 1 &&
+                         sample->parts[0].is_same(*data);
+  const double sampled =
+      sample != nullptr ? ratio_sample(dev, *sample, cfg, same_data ? range : std::nullopt) : 0.0;
+  return backend::agree(*comm_, what, call, cfg, range, rel_needed, false, sampled);
+}
+
+double ZcclBackend::ratio_sample(Device& dev, const SampleSpec& spec, const CallConfig& cfg,
+                                 const std::optional<fz::FiniteRange>& range) const {
+  if (!cfg.check_agreement || cfg.auto_ratio > 0.0 || dev.kind() != coll::Device::Cpu ||
+      spec.parts.empty() || !is_compressible_dtype(spec.parts[0].scalar_type())) {
+    return 0.0;
+  }
+  // Whether the choice depends on the ratio, before any pass over the data. The bound only
+  // matters there by being 0 (then a reduction is exact whatever the ratio); a REL bound that
+  // turns out 0 (constant data) costs a needless, cheap sample.
+  coll::Config c = coll_config(cfg, cfg.mode == BoundMode::Lossless ? 0.0 : cfg.error_bound,
+                               AutoModel{std::max(1, cfg.threads), 0.0});
+  c.min_compress_bytes = cfg.min_compress_bytes;
+  if (!coll::ratio_matters(spec.collective, spec.bytes, comm_->size(), c)) return 0.0;
+
+  // The bound this rank would compress with. REL on its own range: the agreed range of a
+  // reduction is at least as wide, its bound at least as loose, so the sample errs low.
+  double eb = 0.0;
+  if (cfg.mode == BoundMode::Abs) {
+    eb = cfg.error_bound;
+  } else if (cfg.mode == BoundMode::Rel && range) {
+    eb = range->any_finite ? rel_bound(cfg.error_bound, range->min, range->max) : 0.0;
+  } else if (cfg.mode == BoundMode::Rel) {
+    eb = local_bound(dev, spec.parts, cfg);
+  }
+
+  uint64_t values = 0;
+  for (const at::Tensor& part : spec.parts) values += static_cast<uint64_t>(part.numel());
+  if (values == 0) return 0.0;
+  const uint64_t budget =
+      std::min(values, std::clamp(values / 16, kSampleFloor, kSampleCeiling));
+  fz::CompressParams params;
+  params.error_bound = eb;
+  params.chunk_len = cfg.chunk_len;
+  fz::RatioSample total;
+  for (const at::Tensor& part : spec.parts) {
+    const uint64_t n = static_cast<uint64_t>(part.numel());
+    if (n == 0) continue;
+    const at::Tensor whole = part.contiguous();
+    // Each part's share of the budget, by its size (scatter's blocks).
+    const uint64_t share = std::max<uint64_t>(1, budget * n / values);
+    total += fz::sample_ratio(whole.data_ptr(), compressed_dtype(whole.scalar_type()), n, params,
+                              share);
+  }
+  return total.ratio();
 }
 
 void ZcclBackend::agree_coalesced(const char* what, OpKind kind, const c10d::ReduceOp* op,
@@ -226,12 +300,13 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
                                 const CallConfig& cfg) {
   // PREMUL_SUM: a SUM of the input scaled in the staged copy (stage_reduction).
   const uint64_t n = static_cast<uint64_t>(t.numel());
-  auto [cop, s, eb, model_threads] =
+  auto [cop, s, eb, model] =
       stage_reduction(dev, OpKind::AllReduce, "all_reduce", t, op, -1, cfg);
   const bool chosen = cop.has_value();
   if (n == 0) return;
   const at::ScalarType type = s.buffer.scalar_type();
-  const coll::Config cc = reduction_config(dev, cfg, eb, t.scalar_type(), model_threads);
+  const coll::Config cc = reduction_config(dev, cfg, eb, t.scalar_type(), model);
+  const double ratio = auto_ratio_of(dev, cfg, model);
   const bool compress =
       chosen && coll::route(coll::Collective::AllReduce, n * s.buffer.element_size(),
                             comm_->size(), cc, dev.kind())
@@ -243,7 +318,7 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
                [&](Device& d, const Pointers& p) {
                  d.allreduce(*comm_, p[0], n, compressed_dtype(type), *cop, cc, &stats);
                });
-    record("all_reduce", stats, eb);
+    record("all_reduce", stats, eb, ratio);
   } else {
     on_host(dev, io, comm_->device_memory(), [&](const Pointers& p) {
       comm_->allreduce(transport::kInPlace, p[0], n, elem_type(type), reduce_kind(op, type));
@@ -252,7 +327,7 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
     // Chosen for compression, then sent exactly by the algorithm choice: the stats say so with
     // the bound that was in force, as the collectives' own exact fallback reports it.
     if (chosen) {
-      record_exact("all_reduce", n * s.buffer.element_size(), eb);
+      record_exact("all_reduce", n * s.buffer.element_size(), eb, ratio);
     } else {
       record_exact("all_reduce", n * t.element_size());
     }
@@ -263,16 +338,16 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
 void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
   Staged s(t, false);  // data movement: the tensor's own type (half streams for half tensors)
+  const bool at_root = comm_->rank() == root;
   // Only the root compresses, so a REL bound needs no agreement: the root's own range.
   const Agreement agreed =
       agree(dev, "broadcast", describe(OpKind::Broadcast, t.scalar_type(), n, -1, root),
             nullptr, cfg, false);
   const bool compress =
       compressed_path(t.scalar_type(), n, cfg) &&
-      codec_pays(dev, coll::Collective::Broadcast, cfg, agreed.model_threads);
+      codec_pays(dev, coll::Collective::Broadcast, cfg, agreed.model);
   double eb = agreed.error_bound;
   if (n == 0) return;
-  const bool at_root = comm_->rank() == root;
   // The compressed broadcast's root decodes its own stream (every rank the same bits), so a
   // host-staged root gets its buffer back too, unless owner_exact leaves it untouched.
   const bool root_decodes = compress && !cfg.owner_exact;
@@ -283,7 +358,7 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
     compressed(dev, *cpu_, DeviceOp::Broadcast, s.buffer.scalar_type(), io,
                [&](Device& d, const Pointers& p) {
                  d.broadcast(*comm_, p[0], n, compressed_dtype(s.buffer.scalar_type()), root,
-                             coll_config(cfg, eb, agreed.model_threads), &stats);
+                             coll_config(cfg, eb, agreed.model), &stats);
                });
     record("broadcast", stats, at_root ? eb : received_bound(stats, cfg, eb));
   } else {
@@ -302,8 +377,7 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& o
   // PREMUL_SUM: then a SUM of the staged, scaled copies; the root's tensor takes the result,
   // the others' stay as they were.
   const uint64_t n = static_cast<uint64_t>(t.numel());
-  auto [cop, s, eb, model_threads] =
-      stage_reduction(dev, OpKind::Reduce, "reduce", t, op, root, cfg);
+  auto [cop, s, eb, model] = stage_reduction(dev, OpKind::Reduce, "reduce", t, op, root, cfg);
   const bool compress = cop.has_value();
   if (n == 0) return;
   const at::ScalarType type = s.buffer.scalar_type();
@@ -313,9 +387,9 @@ void ZcclBackend::run_reduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& o
     compressed(dev, *cpu_, DeviceOp::Reduce, type, io,
                [&](Device& d, const Pointers& p) {
                  d.reduce(*comm_, p[0], n, compressed_dtype(type), *cop, root,
-                          reduction_config(d, cfg, eb, t.scalar_type(), model_threads), &stats);
+                          reduction_config(d, cfg, eb, t.scalar_type(), model), &stats);
                });
-    record("reduce", stats, eb);
+    record("reduce", stats, eb, auto_ratio_of(dev, cfg, model));
   } else {
     on_host(dev, io, comm_->device_memory(), [&](const Pointers& p) {
       comm_->reduce(at_root ? transport::kInPlace : p[0], p[0], n, elem_type(type), reduce_kind(op, type),
@@ -336,8 +410,7 @@ void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& f
   const Agreement agreed =
       agree(dev, "all_gather", describe(OpKind::AllGather, in.scalar_type(), n), &src.buffer,
             cfg, may);
-  const bool compress =
-      may && codec_pays(dev, coll::Collective::AllGather, cfg, agreed.model_threads);
+  const bool compress = may && codec_pays(dev, coll::Collective::AllGather, cfg, agreed.model);
   const double eb = agreed.error_bound;
   if (n == 0) return;
   const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};
@@ -346,7 +419,7 @@ void ZcclBackend::run_allgather(Device& dev, const at::Tensor& in, at::Tensor& f
     compressed(dev, *cpu_, DeviceOp::AllGather, in.scalar_type(), io,
                [&](Device& d, const Pointers& p) {
                  d.allgather(*comm_, p[0], p[1], n, compressed_dtype(src.buffer.scalar_type()),
-                             coll_config(cfg, eb, agreed.model_threads), &stats);
+                             coll_config(cfg, eb, agreed.model), &stats);
                });
     record("all_gather", stats, eb);
   } else {
@@ -367,10 +440,13 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
   Staged src(flat_in, widen, is_premul_sum(op));  // an input: PREMUL_SUM scales a copy
   premultiply_staged(src.buffer, op);               // then a SUM
   Staged dst(out, widen);
+  SampleSpec sample(coll::Collective::ReduceScatter,
+                    static_cast<uint64_t>(src.buffer.numel()) * src.buffer.element_size());
+  if (compress) sample.parts.push_back(src.buffer);
   const Agreement agreed =
       agree(dev, "reduce_scatter",
             describe(OpKind::ReduceScatter, out.scalar_type(), n, reduce_code(op)), &src.buffer,
-            cfg, compress);
+            cfg, compress, &sample);
   const double eb = agreed.error_bound;
   if (n == 0) return;
   const at::ScalarType type = src.buffer.scalar_type();
@@ -380,11 +456,10 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
     compressed(dev, *cpu_, DeviceOp::ReduceScatter, type, io,
                [&](Device& d, const Pointers& p) {
                  d.reduce_scatter(*comm_, p[0], p[1], n, compressed_dtype(type), *cop,
-                                  reduction_config(d, cfg, eb, out.scalar_type(),
-                                                   agreed.model_threads),
+                                  reduction_config(d, cfg, eb, out.scalar_type(), agreed.model),
                                   &stats);
                });
-    record("reduce_scatter", stats, eb);
+    record("reduce_scatter", stats, eb, auto_ratio_of(dev, cfg, agreed.model));
   } else {
     on_host(dev, io, comm_->device_memory(), [&](const Pointers& p) {
       comm_->reduce_scatter_block(p[0], p[1], n, elem_type(type), reduce_kind(op, type));
@@ -405,8 +480,7 @@ void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat
   const Agreement agreed =
       agree(dev, "gather", describe(OpKind::Gather, in.scalar_type(), n, -1, root), &src.buffer,
             cfg, may);
-  const bool compress =
-      may && codec_pays(dev, coll::Collective::Gather, cfg, agreed.model_threads);
+  const bool compress = may && codec_pays(dev, coll::Collective::Gather, cfg, agreed.model);
   const double eb = agreed.error_bound;
   if (n == 0) return;
   at::Tensor none;
@@ -417,7 +491,7 @@ void ZcclBackend::run_gather(Device& dev, const at::Tensor& in, at::Tensor* flat
     compressed(dev, *cpu_, DeviceOp::Gather, in.scalar_type(), io,
                [&](Device& d, const Pointers& p) {
                  d.gather(*comm_, p[0], p[1], n, compressed_dtype(src.buffer.scalar_type()), root,
-                          coll_config(cfg, eb, agreed.model_threads), &stats);
+                          coll_config(cfg, eb, agreed.model), &stats);
                });
     record("gather", stats, eb);
   } else {
@@ -437,7 +511,7 @@ void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, a
       agree(dev, "scatter", describe(OpKind::Scatter, out.scalar_type(), n, -1, root), nullptr,
             cfg, false);
   const bool compress = compressed_path(out.scalar_type(), n, cfg) &&
-                        codec_pays(dev, coll::Collective::Scatter, cfg, agreed.model_threads);
+                        codec_pays(dev, coll::Collective::Scatter, cfg, agreed.model);
   double eb = agreed.error_bound;
   if (n == 0) return;
   if (!compress) {
@@ -467,7 +541,7 @@ void ZcclBackend::run_scatter(Device& dev, const std::vector<at::Tensor>& ins, a
              [&](Device& d, const Pointers& p) {
                const std::vector<const void*> blocks(p.begin(), p.end() - 1);
                d.scatter(*comm_, blocks, p.back(), n, compressed_dtype(out.scalar_type()), root,
-                         coll_config(cfg, eb, agreed.model_threads), &stats);
+                         coll_config(cfg, eb, agreed.model), &stats);
              });
   record("scatter", stats, comm_->rank() == root ? eb : received_bound(stats, cfg, eb));
   dst.write_back();
@@ -499,7 +573,7 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
   if (cfg.check_agreement) agree_splits(*comm_, "all_to_all", send_counts, recv_counts);
   const bool compress =
       compressed_path(in.scalar_type(), agreed.largest_count, cfg) &&
-      codec_pays(dev, coll::Collective::AllToAll, cfg, agreed.model_threads);
+      codec_pays(dev, coll::Collective::AllToAll, cfg, agreed.model);
   Staged dst(out, false);
   const std::vector<HostArg> io = {{&src.buffer, true, false}, {&dst.buffer, false, true}};
   if (compress) {
@@ -508,8 +582,7 @@ void ZcclBackend::run_alltoall(Device& dev, const at::Tensor& in, at::Tensor& ou
                [&](Device& d, const Pointers& p) {
                  d.alltoallv(*comm_, p[0], send_counts, sd, p[1], recv_counts, rd,
                              compressed_dtype(src.buffer.scalar_type()),
-                             coll_config(cfg, agreed.error_bound, agreed.model_threads),
-                             &stats);
+                             coll_config(cfg, agreed.error_bound, agreed.model), &stats);
                });
     record("all_to_all", stats, agreed.error_bound);
   } else {

@@ -147,6 +147,13 @@ std::vector<Setting> make_table() {
       "link_latency_us", "ZCCL_LINK_LATENCY_US", 0.0,
       R"(one-way network latency in microseconds that `algorithm="auto"` assumes (the )"
       R"(all_reduce choice for small and medium messages); measured with `link_gbps`)"));
+  table.push_back(real<&CallConfig::auto_ratio>(
+      "auto_ratio", "ZCCL_AUTO_RATIO", 0.0,
+      R"(compression ratio `algorithm="auto"` assumes in choosing a reduction's algorithm )"
+      R"((all_reduce, reduce, reduce_scatter); 0: measured on each call's data where the ratio )"
+      R"(could change the choice (every rank codes a sample of 1/16 of its payload, 2048 to )"
+      R"(65536 values, and the ranks take the smallest ratio; opt-in, see "The data's )"
+      R"(compression ratio"))"));
   return table;
 }
 

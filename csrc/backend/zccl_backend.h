@@ -30,6 +30,9 @@ struct LastStats {
   coll::Stats stats;
   double error_bound = 0.0;
   std::string op;
+  // The compression ratio algorithm="auto" assumed for the call (coll::assumed_ratio); 0 when
+  // the call's algorithm was not "auto" or it could not compress.
+  double auto_ratio = 0.0;
 };
 
 // Running totals of one collective kind on this group since it was created or last reset (for
@@ -132,6 +135,9 @@ class ZcclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> time_link(size_t probe_bytes,
                                            std::shared_ptr<transport::LinkTimes> out);
   LastStats last_stats() const;
+  // How the collectives' communicator schedules its exact collectives (what algorithm="auto"
+  // weighs compression against).
+  transport::ExactSchedules exact_schedules() const { return comm_->exact_schedules(); }
   // The totals by collective (keys: last_stats' op names); `reset` zeroes them in the same step.
   TotalStats total_stats(bool reset);
 
@@ -183,11 +189,27 @@ class ZcclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> post_recv(std::vector<at::Tensor>& tensors, int src, int tag,
                                            const char* name);
 
+  // What this rank compresses in a reduction, for the automatic choice's ratio sample (data
+  // movement's choice does not weigh the ratio: coll::compression_pays).
+  struct SampleSpec {
+    SampleSpec(coll::Collective c, uint64_t payload_bytes) : collective(c), bytes(payload_bytes) {}
+    coll::Collective collective;
+    uint64_t bytes;                 // the payload size coll::route() weighs
+    std::vector<at::Tensor> parts;  // this rank's data that it compresses (empty: none)
+  };
   // Agrees with the other ranks on what the call is (agreement.h) and, for REL bounds, on the
-  // value range of `data`; returns the absolute error bound to compress with and the thread count
-  // the automatic algorithm choice assumes.
+  // value range of `data`; returns the absolute error bound to compress with and what the
+  // automatic algorithm choice assumes (with `sample`: a compression ratio sampled from its
+  // parts where it matters, see ratio_sample).
   Agreement agree(Device& dev, const char* what, const CallDescription& call,
-                  const at::Tensor* data, const CallConfig& cfg, bool rel_needed) const;
+                  const at::Tensor* data, const CallConfig& cfg, bool rel_needed,
+                  const SampleSpec* sample = nullptr) const;
+  // This rank's estimate of the compression ratio of `spec.parts` (fz::sample_ratio), or 0
+  // when none is taken: the ratio is configured (auto_ratio), the agreement is off (nothing
+  // would carry it), the data is on a GPU, there is none, or the choice does not depend on it
+  // (coll::ratio_matters). `range`: the parts' value range when the caller has it.
+  double ratio_sample(Device& dev, const SampleSpec& spec, const CallConfig& cfg,
+                      const std::optional<fz::FiniteRange>& range) const;
   // A coalesced call's first exchange (backend::agree_batch): `described` are the tensors whose
   // dtype and element count the per-tensor agreements will compare (the inputs; reduce_scatter:
   // the outputs), `op` the reduce op or nullptr.
@@ -196,34 +218,34 @@ class ZcclBackend : public c10d::Backend {
   struct StagedReduction {
     std::optional<coll::ReduceOp> cop;  // the compressed reduction, nullopt: exact path
     Staged staged;
-    double eb;          // the agreed absolute bound
-    int model_threads;  // the agreed thread count of the automatic choice (Agreement)
+    double eb;        // the agreed absolute bound
+    AutoModel model;  // what the automatic choice assumes (Agreement)
   };
   StagedReduction stage_reduction(Device& dev, OpKind kind, const char* what, at::Tensor& t,
                                   const c10d::ReduceOp& op, int root, const CallConfig& cfg) const;
   // The absolute bound for data only this rank compresses (roots, senders).
   double local_bound(Device& dev, const std::vector<at::Tensor>& parts,
                      const CallConfig& cfg) const;
-  // model_threads: Agreement::model_threads (the automatic choices assume it on every rank).
-  coll::Config coll_config(const CallConfig& cfg, double eb, int model_threads) const;
+  // model: Agreement::model (the automatic choices assume it on every rank).
+  coll::Config coll_config(const CallConfig& cfg, double eb, const AutoModel& model) const;
   // Data movement (broadcast, scatter, gather, all_gather, all_to_all) with algorithm "auto":
-  // whether the codec keeps up with the configured link (coll::compression_pays, route()'s own
-  // rule), decided alike on every rank from the agreed model_threads.
+  // whether compressing beats the configured link (coll::compression_pays, route()'s own
+  // rule), decided alike on every rank from the agreed model.
   bool codec_pays(const Device& dev, coll::Collective c, const CallConfig& cfg,
-                  int model_threads) const;
+                  const AutoModel& model) const;
   // coll_config for the reductions: half tensors travel as half streams (Config::wire_half).
-  // model_threads: Agreement::model_threads.
   coll::Config reduction_config(const Device& dev, const CallConfig& cfg, double eb,
-                                at::ScalarType t, int model_threads) const;
+                                at::ScalarType t, const AutoModel& model) const;
   bool compressed_path(at::ScalarType dtype, uint64_t numel, const CallConfig& cfg) const;
   // The compressed reduction a reduction takes, or nullopt for the exact path (an op without a
   // compressed form, or compressed_path() says no).
   std::optional<coll::ReduceOp> reduction_path(const c10d::ReduceOp& op, at::ScalarType dtype,
                                                uint64_t numel, const CallConfig& cfg) const;
-  void record(const char* op, const coll::Stats& stats, double eb);
+  // `auto_ratio`: LastStats::auto_ratio (auto_ratio_of).
+  void record(const char* op, const coll::Stats& stats, double eb, double auto_ratio = 0.0);
   // An uncompressed (exact transport) collective; `eb`: the bound in force when the algorithm
   // choice, not the configuration, sent it exactly.
-  void record_exact(const char* op, uint64_t bytes_in, double eb = 0.0);
+  void record_exact(const char* op, uint64_t bytes_in, double eb = 0.0, double auto_ratio = 0.0);
 
   // The op bodies, run on the worker thread.
   void run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp& op, const CallConfig& cfg);

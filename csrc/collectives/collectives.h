@@ -43,6 +43,14 @@ struct Config {
   // Must be equal on every rank (the backend's agreement checks it).
   double link_gbps = 1.0;
   double link_latency_us = 25.0;
+  // The compression ratio the Auto cost model assumes (uncompressed / compressed bytes); 0: the
+  // model's fixed kAssumedRatio. The backend passes a ratio measured on the call's data
+  // (fz::sample_ratio, the smallest of the ranks' samples, agreed before the call) or the
+  // `auto_ratio` setting. Must be equal on every rank.
+  double model_ratio = 0.0;
+  // How the transport's exact collectives, the Mpi side of Auto's choice, schedule their bytes
+  // (transport::Comm::exact_schedules(); the backend passes its communicator's).
+  transport::ExactSchedules exact_schedules = transport::ExactSchedules::BandwidthOptimal;
   uint32_t chunk_len = fz::kDefaultChunkLen;  // pipeline / stream chunk, in values
   Algorithm algorithm = Algorithm::Auto;
   size_t min_compress_bytes = 0;  // payloads below this go through MPI uncompressed
@@ -194,11 +202,26 @@ bool may_compress(size_t bytes, const Config& cfg);
 
 // route()'s network rule. Data movement (Broadcast, Scatter, Gather, AllGather, AllToAll) on the
 // CPU with cfg.algorithm == Auto: whether the codec work of the busiest rank, per byte it puts on
-// (or takes off) the wire, takes less time than sending that byte uncompressed over
-// cfg.link_gbps, with the codec's speed scaled by the model's threads. Fixed costs are
-// min_compress_bytes' business. True for an explicit algorithm (always obeyed), the reductions
+// (or takes off) the wire, takes less time than the transport's exact collective spends on that
+// byte over cfg.link_gbps (one send, or the copies an exact broadcast sends: see
+// cfg.exact_schedules), with the codec's speed scaled by the model's threads. The compression
+// ratio is not weighed (route.cpp says why). Fixed costs are min_compress_bytes' business. True for an explicit algorithm (always obeyed), the reductions
 // (choose_allreduce decides) and the GPU.
 bool compression_pays(Collective c, int p, const Config& cfg, Device device = Device::Cpu);
+
+// The ratio Auto's cost model assumes when Config::model_ratio is 0: conservative for lossy
+// bounds (the benchmark wavefield gives 12-17 at REL 1e-4, gradients 2-4 at 1e-3 x RMS).
+inline constexpr double kAssumedRatio = 5.0;
+// The ratio the cost model takes for `cfg`: model_ratio, or kAssumedRatio when that is 0.
+double assumed_ratio(const Config& cfg);
+
+// Whether route()'s choice for the call could change with the data's compression ratio: it
+// differs between a ratio of 1 (incompressible) and of kRatioCeiling (constant data). False
+// for an explicit algorithm, a payload that may not compress, the GPU and p < 2. The backend
+// samples the data (fz::sample_ratio) only then, so that a call whose choice is settled by its
+// size and the link pays nothing for it.
+bool ratio_matters(Collective c, size_t bytes, int p, const Config& cfg, Device device = Device::Cpu);
+inline constexpr double kRatioCeiling = 1e4;
 
 // What Algorithm::Auto resolves to for a CPU allreduce of `bytes` on `p` ranks (the cost model
 // of route.cpp).

@@ -5,18 +5,22 @@
 // Automatic choice: an alpha-beta model with compression terms. The network is the
 // configuration's (Config::link_gbps and link_latency_us; by default 1 Gb/s and 25 us, as
 // calibrated on the emulated cluster of benchmarks/cluster, the bandwidth-limited networks
-// compression is for); the other constants live in CostModel below: fZ-light's measured
-// single-core throughput (~3 GB/s compress, ~4 GB/s decompress) and a conservative compression
-// ratio of 5 at a lossy bound (the benchmark wavefield gives 12-17 at REL 1e-4). With the
-// default network: p = 4 -> Mpi below 4 KiB,
-// RecursiveDoubling up to 512 KiB, Ring above; p = 2 -> Ring from 4 MiB; p = 8..16 -> Ring from
-// 256-512 KiB; p = 32, 64, 128 -> HalvingDoubling from 64-256 KiB; p = 48, 100 -> HalvingDoubling
-// from 64-128 KiB and Ring from 2-4 MiB (the fold's extra whole-buffer transfers).
+// compression is for); the compression ratio R is the data's, sampled by the backend before
+// the call where it could change the choice (Config::model_ratio: the ranks' smallest sample),
+// else a conservative kAssumedRatio = 5 (the benchmark wavefield gives 12-17 at REL 1e-4); the
+// other constants live in CostModel below: fZ-light's measured single-core throughput (~3 GB/s
+// compress, ~4 GB/s decompress). With the default network, R = 5 and bandwidth-optimal exact
+// collectives (the TCP transport; Open MPI's make Mpi dearer, see cost_mpi): p = 4 -> Mpi
+// below 4 KiB, RecursiveDoubling up to 512 KiB, Ring above; p = 2 -> Ring from 4 MiB;
+// p = 8..16 -> Ring from 256-512 KiB; p = 32, 64, 128 -> HalvingDoubling from 64-256 KiB;
+// p = 48, 100 -> HalvingDoubling from 64-128 KiB and Ring from 2-4 MiB (the fold's extra
+// whole-buffer transfers).
 // (benchmarks/model.py holds the ring/RD/MPI model with calibrated parameters.)
 // For n bytes on p ranks (p' = largest power of two <= p, L = log2 p', f = p > p', s = the
 // ring's segment, min(1 MiB, n/p), S = segments per block):
-//   Mpi   min( ceil(log2 p) (alpha + n beta + n gamma),                    -- binomial / RD
-//              2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma )       -- Rabenseifner
+//   Mpi   the transport's exact allreduce (Config::exact_schedules; see cost_mpi), on the TCP
+//         transport min( ceil(log2 p) (alpha + n beta + n gamma),          -- binomial / RD
+//                        2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma ) -- Rabenseifner
 //   Ring  max(2 (p-1)/p n beta/R, n/(pC) + n/(pD) + (p-1)/p n (1/C + 2/D + gamma))
 //         + 2(p-1)(alpha + s beta/R) + s/C + s/D + (3p - 2) S kappa
 //         (the segmented pipeline overlaps wire and codec; kappa: fixed cost of one codec call)
@@ -61,18 +65,44 @@ struct CostModel {
   double gamma = 1.0 / 5e9;      // s per byte of elementwise reduction
   double compress = 3e9;         // bytes/s, one core, pipelined (measured on fZ-light)
   double decompress = 4e9;       // bytes/s, one core
-  double ratio = 5.0;            // assumed compression ratio at a lossy bound (1 when eb == 0)
+  double ratio = kAssumedRatio;  // compression ratio (Config::model_ratio replaces it)
   double kappa = 5e-6;           // s of fixed cost per compress/decompress call
 };
 
 constexpr CostModel kModel{};
 
-double cost_mpi(double n, int p, const CostModel& m) {
+// The exact allreduce of the transport (ExactSchedules). BandwidthOptimal: the better of a
+// binomial reduce + broadcast and Rabenseifner's reduce-scatter + allgather. OpenMpiNbc: what
+// libnbc's MPI_Iallreduce runs: the binomial reduce + broadcast (2 ceil(log2 p) rounds of the
+// whole vector) below 4 ranks or 64 KiB, else Rabenseifner's, whose ranks beyond the largest
+// power of two p' first hand their whole vector to a partner and get the result back (2 more
+// whole-vector transfers). At p = 3 and 1 Gbit/s the binomial form is why zccl's ring of
+// incompressible data (raw chunks) beat it 2.1-2.8x at 1-16 MiB (benchmarks/auto_ratio.py).
+double cost_mpi(double n, int p, const CostModel& m, transport::ExactSchedules exact) {
   const double lp = std::log2(static_cast<double>(p));
-  const double tree = std::ceil(lp) * (m.alpha + n * m.beta + n * m.gamma);
+  const double rounds = std::ceil(lp);
+  if (exact == transport::ExactSchedules::OpenMpiNbc) {
+    constexpr double kBinomialBelowBytes = 65536;
+    if (p < 4 || n < kBinomialBelowBytes) {
+      return 2 * rounds * (m.alpha + n * m.beta) + rounds * n * m.gamma;
+    }
+    const int pp = pow2_floor(p);
+    const double frac = (pp - 1.0) / pp;
+    const double fold = p > pp ? 2 * (m.alpha + n * m.beta) + n * m.gamma : 0.0;
+    return 2 * log2_exact(pp) * m.alpha + 2 * frac * n * m.beta + frac * n * m.gamma + fold;
+  }
+  const double tree = rounds * (m.alpha + n * m.beta + n * m.gamma);
   const double frac = (p - 1.0) / p;
   const double raben = 2 * lp * m.alpha + 2 * frac * n * m.beta + frac * n * m.gamma;
   return std::min(tree, raben);
+}
+
+// Bytes the busiest link of the transport's exact broadcast carries, per byte of the payload:
+// 1 for a pipelined chain (BandwidthOptimal); libnbc's MPI_Ibcast sends p - 1 copies from the
+// root up to 4 ranks and ceil(log2 p) down its binomial tree beyond (OpenMpiNbc).
+double exact_bcast_factor(int p, transport::ExactSchedules exact) {
+  if (exact != transport::ExactSchedules::OpenMpiNbc) return 1.0;
+  return p <= 4 ? p - 1.0 : std::ceil(std::log2(static_cast<double>(p)));
 }
 
 // The model with the codec's throughput scaled by the compression threads of a call.
@@ -139,6 +169,7 @@ CostModel model_for(const Config& cfg) {
   CostModel m = kModel;
   m.alpha = cfg.link_latency_us * 1e-6;
   m.beta = 1.0 / (cfg.link_gbps * 1.25e8);
+  m.ratio = assumed_ratio(cfg);
   return with_threads(m, cfg.model_threads > 0 ? cfg.model_threads : cfg.threads);
 }
 
@@ -220,29 +251,55 @@ Route route(Collective c, size_t bytes, int p, const Config& cfg, Device device)
 // scatter's root encodes the p-1 blocks it sends, e; gather's root decodes the p-1 it takes, d;
 // all_gather's ring encodes one block and decodes p-1 for the p-1 it passes on,
 // e/(p-1) + d; all_to_all's pairwise exchange encodes and decodes what it sends and takes,
-// e + d. The wire term of the compressed bytes (beta / ratio) overlaps the codec's and is smaller
-// than beta, so the codec term alone is compared with beta.
+// e + d. The codec term is compared with the exact collective's time per byte: beta, or beta
+// times the copies an exact broadcast's busiest link carries (exact_bcast_factor: 2 at p = 3
+// under Open MPI). The compression ratio is not weighed: the compressed bytes' wire time,
+// beta / ratio, overlaps the codec's, and at a ratio of 1 (every chunk stored raw) zccl's
+// schedules send what the exact ones send. Measured on the emulated 1 Gbit/s cluster with
+// incompressible data at 3 ranks (benchmarks/auto_ratio.py), zccl's ring all_gather of raw
+// chunks took 0.79-1.01x the time of Open MPI's exact one (p - 1 flows per link at once), its
+// scatter 0.88-0.95x: going exact there would not pay.
 bool compression_pays(Collective c, int p, const Config& cfg, Device device) {
   if (cfg.algorithm != Algorithm::Auto || device != Device::Cpu || p < 2) return true;
   const CostModel m = model_for(cfg);
   const double e = 1 / m.compress, d = 1 / m.decompress;
   double codec = 0.0;
+  double exact = m.beta;  // the exact collective's time per byte
   switch (c) {
-    case Collective::Broadcast: codec = std::max(e, d); break;
+    case Collective::Broadcast:
+      codec = std::max(e, d);
+      exact *= exact_bcast_factor(p, cfg.exact_schedules);
+      break;
     case Collective::Scatter: codec = e; break;
     case Collective::Gather: codec = d; break;
     case Collective::AllGather: codec = e / (p - 1) + d; break;
     case Collective::AllToAll: codec = e + d; break;
     default: return true;
   }
-  return codec < m.beta;
+  return codec < exact;
+}
+
+double assumed_ratio(const Config& cfg) {
+  return cfg.model_ratio > 0.0 ? cfg.model_ratio : kAssumedRatio;
+}
+
+bool ratio_matters(Collective c, size_t bytes, int p, const Config& cfg, Device device) {
+  if (cfg.algorithm != Algorithm::Auto || device != Device::Cpu || p < 2 ||
+      !may_compress(bytes, cfg)) {
+    return false;
+  }
+  Config low = cfg, high = cfg;
+  low.model_ratio = 1.0;
+  high.model_ratio = kRatioCeiling;
+  const Route a = route(c, bytes, p, low, device), b = route(c, bytes, p, high, device);
+  return a.compressed != b.compressed || a.algorithm != b.algorithm;
 }
 
 Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
   if (p == 1 || too_small(bytes, cfg) || cfg.error_bound == 0.0) return Algorithm::Mpi;
   const double n = static_cast<double>(bytes);
   const CostModel m = model_for(cfg);
-  const double mpi = cost_mpi(n, p, m);
+  const double mpi = cost_mpi(n, p, m, cfg.exact_schedules);
   const double ring = cost_ring(n, p, m.ratio, m, cfg.integer_ring);
   const double rd = cost_rd(n, p, m.ratio, m);
   const bool hd_competes = pow2_floor(p) >= kHalvingDoublingMinRanks;

@@ -3,9 +3,11 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/utils/pybind.h>
 
+#include <cmath>
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -17,6 +19,7 @@
 #include "../collectives/toolkit/validate.h"
 #include "../compress/fzlight.h"
 #include "../compress/fzlight_format.h"
+#include "../compress/ratio_sample.h"
 #include "../transport/mpi_api.h"
 #include "build_info.h"
 #include "codes_bindings.h"
@@ -111,6 +114,22 @@ torch::Tensor compress(const torch::Tensor& src, int dtype_code, double error_bo
   return write_stream(cap, into, progress, [&](uint8_t* dst, size_t room, const fz::Progress* h) {
     return fz::compress(src.data_ptr(), dt, count, params, dst, room, h);
   });
+}
+
+// fz::sample_ratio of a contiguous CPU tensor: (raw bytes, compressed bytes, values) sampled.
+std::tuple<uint64_t, double, uint64_t> sample_ratio(const torch::Tensor& src, int dtype_code,
+                                                      double error_bound, uint32_t chunk_len,
+                                                      uint64_t max_values) {
+  const fz::DType dt = dtype_from_code(dtype_code);
+  TORCH_CHECK(src.scalar_type() == scalar_type(dt) && src.is_contiguous() && src.device().is_cpu(),
+              "zccl: sample_ratio needs a contiguous CPU tensor of the declared dtype");
+  fz::CompressParams params;
+  params.error_bound = error_bound;
+  params.chunk_len = chunk_len;
+  py::gil_scoped_release nogil;
+  const fz::RatioSample s = fz::sample_ratio(src.data_ptr(), dt, static_cast<uint64_t>(src.numel()),
+                                             params, max_values);
+  return {s.raw_bytes, s.compressed_bytes, s.values};
 }
 
 // The values decompress(compress(src, eb)) reconstructs, without the stream (fz::quantize), into
@@ -401,6 +420,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("recompress_add", &recompress_add, py::arg("stream"), py::arg("add"),
         py::arg("error_bound"), py::arg("threads"), py::arg("progress"),
         py::arg("out") = py::none());
+  m.def("sample_ratio", &sample_ratio, py::arg("src"), py::arg("dtype_code"),
+        py::arg("error_bound"), py::arg("chunk_len"), py::arg("max_values"));
   m.def("quantizer_bins", &quantizer_bins, py::arg("dtype_code"), py::arg("error_bound"));
   m.def("quantize", &quantize, py::arg("src"), py::arg("dtype_code"), py::arg("error_bound"),
         py::arg("threads"), py::arg("out"), py::arg("residual"));
@@ -525,40 +546,80 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       },
       py::arg("algorithm"), py::arg("op"), py::arg("p"), py::arg("eb"), py::arg("allreduce"),
       "Documented worst-case output error of a compressed reduction");
+  // route() and ratio_matters() of a CPU collective, with the configuration's parts that the
+  // choice reads: the test suite's view of the automatic choice (tests/test_routing.py).
+  auto route_config = [](const std::string& collective, int p, int threads, double link_gbps,
+                         double link_latency_us, const std::string& algorithm, bool lossless,
+                         bool integer_ring, size_t min_compress_bytes, double ratio,
+                         const std::string& exact) {
+    using zccl::coll::Collective;
+    static const std::map<std::string, Collective> names = {
+        {"all_reduce", Collective::AllReduce}, {"reduce_scatter", Collective::ReduceScatter},
+        {"reduce", Collective::Reduce},         {"broadcast", Collective::Broadcast},
+        {"all_gather", Collective::AllGather},  {"gather", Collective::Gather},
+        {"scatter", Collective::Scatter},       {"all_to_all", Collective::AllToAll}};
+    const auto it = names.find(collective);
+    if (it == names.end()) throw std::invalid_argument("zccl: unknown collective " + collective);
+    if (p < 1) throw std::invalid_argument("zccl: p must be >= 1");
+    if (!(ratio >= 0.0) || !std::isfinite(ratio)) {
+      throw std::invalid_argument("zccl: ratio must be finite and >= 0");
+    }
+    zccl::coll::Config c;
+    c.error_bound = lossless ? 0.0 : 1.0;  // only zero or not matters to the choice
+    c.threads = threads;
+    c.link_gbps = link_gbps;
+    c.link_latency_us = link_latency_us;
+    c.algorithm = zccl::coll::algorithm_from_name(algorithm);
+    c.integer_ring = integer_ring;
+    c.min_compress_bytes = min_compress_bytes;
+    c.model_ratio = ratio;
+    if (exact == "open_mpi") {
+      c.exact_schedules = zccl::transport::ExactSchedules::OpenMpiNbc;
+    } else if (exact != "bandwidth_optimal") {
+      throw std::invalid_argument("zccl: exact must be 'bandwidth_optimal' or 'open_mpi', got '" +
+                                  exact + "'");
+    }
+    zccl::coll::toolkit::check_config(c, "route");
+    return std::make_pair(it->second, c);
+  };
   m.def(
       "route",
-      [](const std::string& collective, size_t bytes, int p, int threads, double link_gbps,
-         double link_latency_us, const std::string& algorithm, bool lossless, bool integer_ring,
-         size_t min_compress_bytes) {
-        using zccl::coll::Collective;
-        static const std::map<std::string, Collective> names = {
-            {"all_reduce", Collective::AllReduce}, {"reduce_scatter", Collective::ReduceScatter},
-            {"reduce", Collective::Reduce},         {"broadcast", Collective::Broadcast},
-            {"all_gather", Collective::AllGather},  {"gather", Collective::Gather},
-            {"scatter", Collective::Scatter},       {"all_to_all", Collective::AllToAll}};
-        const auto it = names.find(collective);
-        if (it == names.end()) {
-          throw std::invalid_argument("zccl: unknown collective " + collective);
-        }
-        if (p < 1) throw std::invalid_argument("zccl: p must be >= 1");
-        zccl::coll::Config c;
-        c.error_bound = lossless ? 0.0 : 1.0;  // only zero or not matters to the choice
-        c.threads = threads;
-        c.link_gbps = link_gbps;
-        c.link_latency_us = link_latency_us;
-        c.algorithm = zccl::coll::algorithm_from_name(algorithm);
-        c.integer_ring = integer_ring;
-        c.min_compress_bytes = min_compress_bytes;
-        zccl::coll::toolkit::check_config(c, "route");
-        const zccl::coll::Route r = zccl::coll::route(it->second, bytes, p, c);
+      [route_config](const std::string& collective, size_t bytes, int p, int threads,
+                     double link_gbps, double link_latency_us, const std::string& algorithm,
+                     bool lossless, bool integer_ring, size_t min_compress_bytes, double ratio,
+                     const std::string& exact) {
+        const auto [c, cfg] = route_config(collective, p, threads, link_gbps, link_latency_us,
+                                           algorithm, lossless, integer_ring, min_compress_bytes,
+                                           ratio, exact);
+        const zccl::coll::Route r = zccl::coll::route(c, bytes, p, cfg);
         return py::make_tuple(r.compressed, zccl::coll::algorithm_name(r.algorithm));
       },
       py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("threads") = 1,
       py::arg("link_gbps") = 1.0, py::arg("link_latency_us") = 25.0, py::arg("algorithm") = "auto",
       py::arg("lossless") = false, py::arg("integer_ring") = false,
-      py::arg("min_compress_bytes") = 0,
+      py::arg("min_compress_bytes") = 0, py::arg("ratio") = 0.0,
+      py::arg("exact") = "bandwidth_optimal",
       "(compressed, algorithm) that a CPU collective of `bytes` on `p` ranks takes (threads: the "
-      "group's smallest compression thread count)");
+      "group's smallest compression thread count; ratio: the compression ratio the automatic "
+      "choice assumes, 0: its fixed one; exact: the transport's exact schedules, "
+      "'bandwidth_optimal' (TCP transport) or 'open_mpi' (libnbc))");
+  m.def(
+      "ratio_matters",
+      [route_config](const std::string& collective, size_t bytes, int p, int threads,
+                     double link_gbps, double link_latency_us, const std::string& algorithm,
+                     bool lossless, bool integer_ring, size_t min_compress_bytes,
+                     const std::string& exact) {
+        const auto [c, cfg] = route_config(collective, p, threads, link_gbps, link_latency_us,
+                                           algorithm, lossless, integer_ring, min_compress_bytes,
+                                           0.0, exact);
+        return zccl::coll::ratio_matters(c, bytes, p, cfg);
+      },
+      py::arg("collective"), py::arg("bytes"), py::arg("p"), py::arg("threads") = 1,
+      py::arg("link_gbps") = 1.0, py::arg("link_latency_us") = 25.0, py::arg("algorithm") = "auto",
+      py::arg("lossless") = false, py::arg("integer_ring") = false,
+      py::arg("min_compress_bytes") = 0, py::arg("exact") = "bandwidth_optimal",
+      "Whether route()'s choice for these arguments could change with the data's compression "
+      "ratio (the backend samples the data only then)");
   m.def(
       "set_link_model",
       [](const c10::intrusive_ptr<c10d::Backend>& backend, double gbps, double latency_us) {
@@ -588,6 +649,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         return py::make_tuple(d.link_gbps, d.link_latency_us);
       },
       py::arg("backend"), "(link_gbps, link_latency_us) of a backend's defaults");
+  m.def(
+      "exact_schedules",
+      [](const c10::intrusive_ptr<c10d::Backend>& backend) -> std::string {
+        return as_zccl(backend).exact_schedules() == zccl::transport::ExactSchedules::OpenMpiNbc
+                   ? "open_mpi"
+                   : "bandwidth_optimal";
+      },
+      py::arg("backend"),
+      "How the backend's transport schedules its exact collectives, as route()'s `exact` "
+      "names it");
   m.def("last_stats", [](const c10::intrusive_ptr<c10d::Backend>& backend) -> py::dict {
     const zb::LastStats s = as_zccl(backend).last_stats();
     py::dict d;
@@ -595,6 +666,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     d["error_bound"] = s.error_bound;
     d["algorithm"] = zccl::coll::algorithm_name(s.stats.algorithm);
     d["integer_hop"] = s.stats.integer_hop;
+    d["auto_ratio"] = s.auto_ratio > 0.0 ? py::object(py::float_(s.auto_ratio)) : py::none();
     d["bytes_in"] = s.stats.bytes_in;
     d["bytes_sent"] = s.stats.bytes_sent;
     d["bytes_compressed"] = s.stats.bytes_compressed;

@@ -81,6 +81,9 @@ class MpiComm final : public Comm {
   // MPIX_Query_cuda_support() reports (false when mpi-ext.h has no such query). Asked once per
   // process.
   bool device_memory() const override;
+  // OpenMpiNbc under Open MPI (MPI_Get_library_version names it), whose libnbc schedules the
+  // exact collectives; BandwidthOptimal under another MPI, whose schedules we do not model.
+  ExactSchedules exact_schedules() const override;
   MPI_Comm raw() const { return comm_; }
   // Open MPI moves a large message only while a rank polls (a sleeping receiver held a 16 MB
   // compressed all_gather to half speed, benchmarks/wait_policy.py): waits poll for

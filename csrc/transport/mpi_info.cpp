@@ -32,6 +32,13 @@ bool mpi_is_initialized() {
   return flag != 0;
 }
 
+ExactSchedules MpiComm::exact_schedules() const {
+  static const ExactSchedules schedules = mpi_library_version().rfind("Open MPI", 0) == 0
+                                              ? ExactSchedules::OpenMpiNbc
+                                              : ExactSchedules::BandwidthOptimal;
+  return schedules;
+}
+
 bool MpiComm::device_memory() const {
   // A function-local static: initialised once, thread-safely, on first use.
   static const bool aware = [] {

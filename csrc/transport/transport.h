@@ -102,6 +102,19 @@ void check_root(int root, int size, const char* what);
 void check_allgatherv_counts(const std::vector<size_t>& counts, size_t count, int rank, int size);
 
 // One group's communicator.
+// How a transport's exact collectives move a large payload: what the automatic algorithm choice
+// (collectives/route.cpp) weighs a compressed collective against.
+enum class ExactSchedules : uint8_t {
+  // Each link carries what a bandwidth-optimal schedule needs: 2 n (p-1)/p bytes per rank for
+  // an allreduce, n per link for a pipelined broadcast (P2pExactComm, the TCP transport).
+  BandwidthOptimal,
+  // Open MPI's non-blocking collectives (libnbc), as this transport calls them: MPI_Iallreduce
+  // reduces to one rank and broadcasts back down binomial trees below 4 ranks or 64 KiB, else
+  // runs Rabenseifner's reduce-scatter + allgather; MPI_Ibcast sends p-1 copies from the root
+  // up to 4 ranks, else down a binomial tree (Open MPI 4.1, coll/libnbc).
+  OpenMpiNbc,
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -116,6 +129,9 @@ class Comm {
   // transport says otherwise (a CUDA-aware MPI; never the TCP transport, whose sockets read
   // host memory only): the GPU paths then stage their bytes through pinned host memory.
   virtual bool device_memory() const { return false; }
+  // How this transport's exact collectives schedule their bytes (BandwidthOptimal unless the
+  // transport says otherwise).
+  virtual ExactSchedules exact_schedules() const { return ExactSchedules::BandwidthOptimal; }
 
   // A second communicator over the same ranks, in the same order (the backend keeps one for
   // point-to-point); collective over the group.

@@ -46,6 +46,7 @@
 #include "crc32c.h"
 #include "fzlight_block.h"
 #include "fzlight_format.h"
+#include "ratio_sample.h"
 
 namespace fz = zccl::fz;
 
@@ -1825,6 +1826,43 @@ static void test_dtype_mismatch() {
                fz::ArgumentError);
 }
 
+// fz::sample_ratio: windows stay inside the buffer (AddressSanitizer watches the exact-size
+// vector), the sample keeps to its size, and a whole buffer gives its stream's chunks exactly.
+template <class T>
+static void test_ratio_sample() {
+  g_ctx = "ratio_sample";
+  fz::CompressParams p;
+  p.error_bound = 1e-3;
+  CHECK(fz::sample_ratio(nullptr, dtype_of<T>(), 0, p, 100).values == 0);
+  const std::vector<T> one = make_data<T>(Kind::Noise, 10, 1);
+  CHECK_THROWS(fz::sample_ratio(one.data(), dtype_of<T>(), one.size(), p, 0), fz::ArgumentError);
+  for (const uint64_t count : std::vector<uint64_t>{1, 31, 33, 1025, 5121, 65537, 100003}) {
+    const std::vector<T> x = make_data<T>(Kind::Smooth, count, static_cast<uint32_t>(count));
+    for (const uint32_t chunk : {32u, 5120u, 65536u}) {
+      p.chunk_len = chunk;
+      for (const uint64_t max_values : std::vector<uint64_t>{1, 5, 32, 1024, 1025, 8191, 9999,
+                                                              count - 1, count, count + 1}) {
+        if (max_values == 0) continue;
+        const std::string what = fmt("count %llu chunk %u max %llu", (unsigned long long)count,
+                                     chunk, (unsigned long long)max_values);
+        const fz::RatioSample s = fz::sample_ratio(x.data(), dtype_of<T>(), count, p, max_values);
+        CHECK_MSG(s.raw_bytes == s.values * sizeof(T) && s.ratio() > 0.0, what);
+        if (count <= max_values) {
+          CHECK_MSG(s.values == count, what);
+          const Bytes stream = compress_exact(x, p);
+          const fz::StreamInfo info = fz::read_info(stream.data(), stream.size());
+          const double chunks = static_cast<double>(stream.size() - info.header_bytes) +
+                                8.0 * static_cast<double>(count) / chunk;
+          CHECK_MSG(s.compressed_bytes == chunks, what);
+        } else {
+          CHECK_MSG(s.values <= std::max<uint64_t>(max_values, fz::kBlockLen), what);
+          CHECK_MSG(s.values >= std::min<uint64_t>(max_values, fz::kBlockLen) / 2, what);
+        }
+      }
+    }
+  }
+}
+
 #include "fzcodes_tests.h"
 
 // ------------------------------------------------------------------------------------------------
@@ -1938,6 +1976,10 @@ int main(int argc, char** argv) {
   step("lossless<f64>", test_lossless<double>);
   step("lossless<f16>", test_lossless<F16>);
   step("lossless<bf16>", test_lossless<BF16>);
+  step("ratio_sample<f32>", test_ratio_sample<float>);
+  step("ratio_sample<f64>", test_ratio_sample<double>);
+  step("ratio_sample<f16>", test_ratio_sample<F16>);
+  step("ratio_sample<bf16>", test_ratio_sample<BF16>);
   if (quick) {
     step("large<f32> (quick)", [] { test_large<float>(true); });
     step("large<f64> (quick)", [] { test_large<double>(true); });

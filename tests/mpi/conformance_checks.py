@@ -213,8 +213,11 @@ def thread_counts_may_differ_across_ranks() -> None:
         return
     sizes_kib = sorted({m << j for m in (4, 5, 6, 7) for j in range(2, 11)})  # 16 KiB - 7 MiB
 
+    # The choice at the default ratio of 5 and with this transport's exact schedules.
+    exact = _C.exact_schedules(zccl_torch.backend.get_backend())
+
     def choice(kib: int, threads: int) -> str:
-        return zccl_torch._C.route("all_reduce", kib * 1024, p, threads=threads)[1]
+        return _C.route("all_reduce", kib * 1024, p, threads=threads, ratio=5.0, exact=exact)[1]
 
     differ = [
         (threads, kib)
@@ -1101,7 +1104,8 @@ def measured_link_is_agreed_and_used() -> None:
     before = zccl_torch.total_stats(group)["compressed_calls"]
     with zccl_torch.config(threads=1):
         dist.broadcast(x, src=world() - 1, group=group)
-    compressed, _ = _C.route("broadcast", x.nbytes, world(), 1, gbps, latency_us)
+    exact = _C.exact_schedules(zccl_torch.backend.get_backend(group))
+    compressed, _ = _C.route("broadcast", x.nbytes, world(), 1, gbps, latency_us, exact=exact)
     got = zccl_torch.total_stats(group)["compressed_calls"] - before
     assert got == int(compressed), (model, compressed, got)
     est = zccl_torch.measure_link(group, probe_bytes=1 << 16)
