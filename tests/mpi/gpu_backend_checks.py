@@ -543,8 +543,9 @@ def premul_sum_on_cuda() -> None:
 def premul_sum_half_products_in_float32_on_cuda() -> None:
     """PREMUL_SUM on float16 CUDA tensors multiplies in the float32 copy the reduction works
     on: rank 0's 40000 x 2 = 80000 (beyond float16) plus rank 1's -30000 gives 50000, not
-    the infinity of a product rounded to float16. Exact (algorithm="mpi") and reduce /
-    reduce_scatter (host-staged): 50000 rounded once, the CPU's bits; all_reduce on the GPU's
+    the infinity of a product rounded to float16. Exact (algorithm="mpi": all_reduce, and the
+    host-staged reduce / reduce_scatter, pinned so, since `auto` may compress 33 values when
+    min_compress_bytes is 0): 50000 rounded once, the CPU's bits; all_reduce on the GPU's
     algorithms (float32 partials): finite and within the SUM's bound plus one float16 rounding
     (16 at 50000). Not that last part in the CPU dry run: a lossy reduction of CPU tensors
     sends half partials, and 80000 is past float16 (README, "What is compressed")."""
@@ -581,7 +582,8 @@ def premul_sum_half_products_in_float32_on_cuda() -> None:
 
         def reduce_call(place, root=root):
             t = place(mine())
-            dist.reduce(t, dst=root, op=op())
+            with zccl_torch.config(algorithm="mpi"):  # see the docstring: exact, host-staged
+                dist.reduce(t, dst=root, op=op())
             if me == root:
                 finite(f"reduce PREMUL_SUM float16 root {root} on {t.device}", t)
             return [t]
@@ -590,7 +592,8 @@ def premul_sum_half_products_in_float32_on_cuda() -> None:
 
     def reduce_scatter_call(place):
         out = place(torch.empty(n, dtype=torch.float16))
-        dist.reduce_scatter_tensor(out, place(mine(p * n)), op=op())
+        with zccl_torch.config(algorithm="mpi"):
+            dist.reduce_scatter_tensor(out, place(mine(p * n)), op=op())
         finite(f"reduce_scatter_tensor PREMUL_SUM float16 on {out.device}", out)
         return [out]
 
