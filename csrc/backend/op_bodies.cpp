@@ -228,8 +228,8 @@ Agreement ZcclBackend::agree(Device& dev, const char* what, const CallDescriptio
   if (rel_needed && cfg.mode == BoundMode::Rel && data != nullptr && data->numel() > 0) {
     range = dev.value_range(data->contiguous(), cfg.threads);
   }
-  // The range is the sample's only when the sample is of `data` (the reductions, all_gather,
-  // gather): else ratio_sample finds the parts' own.
+  // The range is the sample's when the sample is of `data` (the reductions' staged buffer):
+  // else ratio_sample finds the parts' own.
   const bool same_data = sample != nullptr && data != nullptr && sample->parts.size() == 1 &&
                          sample->parts[0].is_same(*data);
   const double sampled =
@@ -275,7 +275,7 @@ double ZcclBackend::ratio_sample(Device& dev, const SampleSpec& spec, const Call
     const uint64_t n = static_cast<uint64_t>(part.numel());
     if (n == 0) continue;
     const at::Tensor whole = part.contiguous();
-    // Each part's share of the budget, by its size (scatter's blocks).
+    // Each part's share of the budget, by its size.
     const uint64_t share = std::max<uint64_t>(1, budget * n / values);
     total += fz::sample_ratio(whole.data_ptr(), compressed_dtype(whole.scalar_type()), n, params,
                               share);
