@@ -213,74 +213,56 @@ ZcclBackend::StagedReduction ZcclBackend::stage_reduction(Device& dev, OpKind ki
   premultiply_staged(s.buffer, op);
   const coll::Collective c =
       kind == OpKind::Reduce ? coll::Collective::Reduce : coll::Collective::AllReduce;
-  SampleSpec sample(c, n * s.buffer.element_size());
-  if (cop) sample.parts.push_back(s.buffer);
   const Agreement agreed =
       agree(dev, what, describe(kind, t.scalar_type(), n, reduce_code(op), root), &s.buffer, cfg,
-            cop.has_value(), &sample);
+            cop.has_value(), c);
   return StagedReduction{cop, s, agreed.error_bound, agreed.model};
 }
 
 Agreement ZcclBackend::agree(Device& dev, const char* what, const CallDescription& call,
                              const at::Tensor* data, const CallConfig& cfg, bool rel_needed,
-                             const SampleSpec* sample) const {
+                             std::optional<coll::Collective> sampled_as) const {
   std::optional<fz::FiniteRange> range;
   if (rel_needed && cfg.mode == BoundMode::Rel && data != nullptr && data->numel() > 0) {
     range = dev.value_range(data->contiguous(), cfg.threads);
   }
-  // The range is the sample's when the sample is of `data` (the reductions' staged buffer):
-  // else ratio_sample finds the parts' own.
-  const bool same_data = sample != nullptr && data != nullptr && sample->parts.size() == 1 &&
-                         sample->parts[0].is_same(*data);
-  const double sampled =
-      sample != nullptr ? ratio_sample(dev, *sample, cfg, same_data ? range : std::nullopt) : 0.0;
+  const double sampled = sampled_as && rel_needed && data != nullptr
+                             ? ratio_sample(dev, *sampled_as, *data, cfg, range)
+                             : 0.0;
   return backend::agree(*comm_, what, call, cfg, range, rel_needed, false, sampled);
 }
 
-double ZcclBackend::ratio_sample(Device& dev, const SampleSpec& spec, const CallConfig& cfg,
+double ZcclBackend::ratio_sample(Device& dev, coll::Collective c, const at::Tensor& data,
+                                 const CallConfig& cfg,
                                  const std::optional<fz::FiniteRange>& range) const {
+  const uint64_t values = static_cast<uint64_t>(data.numel());
   if (!cfg.check_agreement || cfg.auto_ratio > 0.0 || dev.kind() != coll::Device::Cpu ||
-      spec.parts.empty() || !is_compressible_dtype(spec.parts[0].scalar_type())) {
+      values == 0 || !is_compressible_dtype(data.scalar_type())) {
     return 0.0;
   }
   // Whether the choice depends on the ratio, before any pass over the data. The bound only
   // matters there by being 0 (then a reduction is exact whatever the ratio); a REL bound that
   // turns out 0 (constant data) costs a needless, cheap sample.
-  coll::Config c = coll_config(cfg, cfg.mode == BoundMode::Lossless ? 0.0 : cfg.error_bound,
-                               AutoModel{std::max(1, cfg.threads), 0.0});
-  c.min_compress_bytes = cfg.min_compress_bytes;
-  if (!coll::ratio_matters(spec.collective, spec.bytes, comm_->size(), c)) return 0.0;
+  coll::Config model = coll_config(cfg, cfg.mode == BoundMode::Lossless ? 0.0 : cfg.error_bound,
+                                   AutoModel{std::max(1, cfg.threads), 0.0});
+  model.min_compress_bytes = cfg.min_compress_bytes;
+  if (!coll::ratio_matters(c, values * data.element_size(), comm_->size(), model)) return 0.0;
 
-  // The bound this rank would compress with. REL on its own range: the agreed range of a
-  // reduction is at least as wide, its bound at least as loose, so the sample errs low.
-  double eb = 0.0;
+  // The bound this rank would compress with. REL on its own range (agree() found it): the
+  // agreed range is at least as wide, its bound at least as loose, so the sample errs low.
+  fz::CompressParams params;
   if (cfg.mode == BoundMode::Abs) {
-    eb = cfg.error_bound;
-  } else if (cfg.mode == BoundMode::Rel && range) {
-    eb = range->any_finite ? rel_bound(cfg.error_bound, range->min, range->max) : 0.0;
-  } else if (cfg.mode == BoundMode::Rel) {
-    eb = local_bound(dev, spec.parts, cfg);
+    params.error_bound = cfg.error_bound;
+  } else if (cfg.mode == BoundMode::Rel && range && range->any_finite) {
+    params.error_bound = rel_bound(cfg.error_bound, range->min, range->max);
   }
-
-  uint64_t values = 0;
-  for (const at::Tensor& part : spec.parts) values += static_cast<uint64_t>(part.numel());
-  if (values == 0) return 0.0;
+  params.chunk_len = cfg.chunk_len;
   const uint64_t budget =
       std::min(values, std::clamp(values / 16, kSampleFloor, kSampleCeiling));
-  fz::CompressParams params;
-  params.error_bound = eb;
-  params.chunk_len = cfg.chunk_len;
-  fz::RatioSample total;
-  for (const at::Tensor& part : spec.parts) {
-    const uint64_t n = static_cast<uint64_t>(part.numel());
-    if (n == 0) continue;
-    const at::Tensor whole = part.contiguous();
-    // Each part's share of the budget, by its size.
-    const uint64_t share = std::max<uint64_t>(1, budget * n / values);
-    total += fz::sample_ratio(whole.data_ptr(), compressed_dtype(whole.scalar_type()), n, params,
-                              share);
-  }
-  return total.ratio();
+  const at::Tensor whole = data.contiguous();
+  return fz::sample_ratio(whole.data_ptr(), compressed_dtype(whole.scalar_type()), values, params,
+                          budget)
+      .ratio();
 }
 
 void ZcclBackend::agree_coalesced(const char* what, OpKind kind, const c10d::ReduceOp* op,
@@ -338,7 +320,6 @@ void ZcclBackend::run_allreduce(Device& dev, at::Tensor& t, const c10d::ReduceOp
 void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const CallConfig& cfg) {
   const uint64_t n = static_cast<uint64_t>(t.numel());
   Staged s(t, false);  // data movement: the tensor's own type (half streams for half tensors)
-  const bool at_root = comm_->rank() == root;
   // Only the root compresses, so a REL bound needs no agreement: the root's own range.
   const Agreement agreed =
       agree(dev, "broadcast", describe(OpKind::Broadcast, t.scalar_type(), n, -1, root),
@@ -348,6 +329,7 @@ void ZcclBackend::run_broadcast(Device& dev, at::Tensor& t, int root, const Call
       codec_pays(dev, coll::Collective::Broadcast, cfg, agreed.model);
   double eb = agreed.error_bound;
   if (n == 0) return;
+  const bool at_root = comm_->rank() == root;
   // The compressed broadcast's root decodes its own stream (every rank the same bits), so a
   // host-staged root gets its buffer back too, unless owner_exact leaves it untouched.
   const bool root_decodes = compress && !cfg.owner_exact;
@@ -440,13 +422,10 @@ void ZcclBackend::run_reduce_scatter(Device& dev, const at::Tensor& flat_in, at:
   Staged src(flat_in, widen, is_premul_sum(op));  // an input: PREMUL_SUM scales a copy
   premultiply_staged(src.buffer, op);               // then a SUM
   Staged dst(out, widen);
-  SampleSpec sample(coll::Collective::ReduceScatter,
-                    static_cast<uint64_t>(src.buffer.numel()) * src.buffer.element_size());
-  if (compress) sample.parts.push_back(src.buffer);
   const Agreement agreed =
       agree(dev, "reduce_scatter",
             describe(OpKind::ReduceScatter, out.scalar_type(), n, reduce_code(op)), &src.buffer,
-            cfg, compress, &sample);
+            cfg, compress, coll::Collective::ReduceScatter);
   const double eb = agreed.error_bound;
   if (n == 0) return;
   const at::ScalarType type = src.buffer.scalar_type();

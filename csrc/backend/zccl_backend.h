@@ -189,27 +189,21 @@ class ZcclBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> post_recv(std::vector<at::Tensor>& tensors, int src, int tag,
                                            const char* name);
 
-  // What this rank compresses in a reduction, for the automatic choice's ratio sample (data
-  // movement's choice does not weigh the ratio: coll::compression_pays).
-  struct SampleSpec {
-    SampleSpec(coll::Collective c, uint64_t payload_bytes) : collective(c), bytes(payload_bytes) {}
-    coll::Collective collective;
-    uint64_t bytes;                 // the payload size coll::route() weighs
-    std::vector<at::Tensor> parts;  // this rank's data that it compresses (empty: none)
-  };
   // Agrees with the other ranks on what the call is (agreement.h) and, for REL bounds, on the
   // value range of `data`; returns the absolute error bound to compress with and what the
-  // automatic algorithm choice assumes (with `sample`: a compression ratio sampled from its
-  // parts where it matters, see ratio_sample).
+  // automatic algorithm choice assumes. `sampled_as`: the reduction `data` is the payload of
+  // (all_reduce, reduce, reduce_scatter); a call that may compress (rel_needed) then samples
+  // its compression ratio where it matters (ratio_sample). Data movement's choice does not
+  // weigh the ratio (coll::compression_pays): it passes none.
   Agreement agree(Device& dev, const char* what, const CallDescription& call,
                   const at::Tensor* data, const CallConfig& cfg, bool rel_needed,
-                  const SampleSpec* sample = nullptr) const;
-  // This rank's estimate of the compression ratio of `spec.parts` (fz::sample_ratio), or 0
-  // when none is taken: the ratio is configured (auto_ratio), the agreement is off (nothing
-  // would carry it), the data is on a GPU, there is none, or the choice does not depend on it
-  // (coll::ratio_matters). `range`: the parts' value range when the caller has it.
-  double ratio_sample(Device& dev, const SampleSpec& spec, const CallConfig& cfg,
-                      const std::optional<fz::FiniteRange>& range) const;
+                  std::optional<coll::Collective> sampled_as = std::nullopt) const;
+  // This rank's estimate of the compression ratio of `data`, the payload of reduction `c`
+  // (fz::sample_ratio), or 0 when none is taken: the ratio is configured (auto_ratio), the
+  // agreement is off (nothing would carry it), the data is on a GPU or empty, or the choice does
+  // not depend on it (coll::ratio_matters). `range`: the data's value range (REL bounds).
+  double ratio_sample(Device& dev, coll::Collective c, const at::Tensor& data,
+                      const CallConfig& cfg, const std::optional<fz::FiniteRange>& range) const;
   // A coalesced call's first exchange (backend::agree_batch): `described` are the tensors whose
   // dtype and element count the per-tensor agreements will compare (the inputs; reduce_scatter:
   // the outputs), `op` the reduce op or nullptr.
