@@ -7,7 +7,8 @@
 // algorithm, min_compress_bytes), so sender and receiver must agree on those. The stream's
 // header names its dtype and count, which the receiver checks; a receive that finds a stream
 // where it expected raw values (or raw values where it expected a stream) raises
-// "configuration mismatch".
+// "configuration mismatch". A stream longer than a raw receive fails as truncated, and its
+// "size mismatch" then names that possible cause, since a truncated message cannot be read.
 //
 // CUDA tensors go through host memory (compressed by the CPU's codec, the same streams): a send
 // copies its tensor to the host at the call, in the order of the caller's stream; a receive
@@ -194,7 +195,16 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
                         if (!dense.is_same(out)) out.copy_(dense);
                       });
                     },
-                    peer_desc("a message", bytes, src, tag), on);
+                    peer_desc("a message", bytes, src, tag), on,
+                    // A truncated message cannot be looked into. For a float tensor the likely
+                    // cause when both sides hold the same size: a compressing sender whose data
+                    // did not compress (a stream is then longer than the values).
+                    is_compressible_dtype(out.scalar_type())
+                        ? std::string(". If the sending tensor holds as many values as this one, ") +
+                              "the sender compressed the message (a stream of data that does not " +
+                              "compress is longer than the values) and this receive expected it " +
+                              "uncompressed: a configuration mismatch" + kSameDecision
+                        : std::string());
   }
   return work;
 }

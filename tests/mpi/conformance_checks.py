@@ -633,7 +633,9 @@ def send_recv_configuration_mismatch_raises() -> None:
     before), raw values where a stream was expected. A uint8 tensor that carries a stream's
     bytes is an ordinary payload and arrives as sent. chunk_size may differ: a stream of
     incompressible data in 32-value chunks fits a receive with the default chunk_size (it
-    raised "size mismatch" before) and arrives within its bound."""
+    raised "size mismatch" before) and arrives within its bound. A stream longer than the
+    values (incompressible data) into a raw receive raises "size mismatch" naming the
+    configuration mismatch as its likely cause (the truncated message cannot be read)."""
     p, me = world(), rank()
     if p == 1:
         return
@@ -684,6 +686,23 @@ def send_recv_configuration_mismatch_raises() -> None:
         with zccl_torch.config(**tight):
             dist.recv(got, src=0, tag=33)
         assert_within("a stream in 32-value chunks", got, noise, tight["error_bound"])
+    # Incompressible data makes a stream longer than the values: a raw receive cannot hold it,
+    # and its "size mismatch" names the configuration mismatch as the likely cause.
+    if me == 0:
+        with zccl_torch.config(**tight):
+            dist.send(noise, dst=1, tag=34)
+    elif me == 1:
+        try:
+            with zccl_torch.config(**raw):
+                dist.recv(torch.empty_like(noise), src=0, tag=34)
+            wrong.append("a longer stream: a raw receive took it")
+        except ValueError as exc:
+            text = str(exc)
+            for words in ("recv: size mismatch", "the sender compressed the message",
+                          "configuration mismatch"):
+                if words not in text:
+                    wrong.append(f"a longer stream: {words!r} not in {text}")
+    dist.barrier()
     t = torch.full((5,), float(me))
     with zccl_torch.config(algorithm="mpi"):
         dist.all_reduce(t)
