@@ -79,15 +79,11 @@ def calls(n: int, p: int) -> dict[str, Callable[[object], None]]:
     }
 
 
-def sample_values(n: int) -> int:
-    """Values the backend samples of an n-value payload (csrc/backend/op_bodies.cpp)."""
-    return min(n, max(2048, min(n // 16, 65536)))
-
-
 def rank_main(reps: int, sizes_kib: list[int], kinds: list[str]) -> None:
     import torch.distributed as dist
 
     import zccl_torch
+    from zccl_torch import _C
 
     dist.init_process_group("zccl")
     p, me = dist.get_world_size(), dist.get_rank()
@@ -104,7 +100,7 @@ def rank_main(reps: int, sizes_kib: list[int], kinds: list[str]) -> None:
             sample_s = []
             for _ in range(20):
                 start = time.perf_counter()
-                zccl_torch.estimate_ratio(x, abs_eb, max_values=sample_values(n))
+                zccl_torch.estimate_ratio(x, abs_eb, max_values=_C.ratio_sample_values(n))
                 sample_s.append(time.perf_counter() - start)
             for collective, call in todo.items():
                 times: dict[str, list[float]] = {name: [] for name in SETTINGS}

@@ -254,3 +254,18 @@ def test_open_mpi_schedules_never_stop_compression(collective: str) -> None:
 def test_bad_exact_schedules_raise() -> None:
     with pytest.raises(ValueError, match="open_mpi"):
         _C.route("all_reduce", MB64, 4, exact="mpich")
+
+
+def test_ratio_sample_size() -> None:
+    """The backend samples 1/16 of a reduction's payload, all of one below 2048 values, at least
+    2048 and at most 65536 values."""
+    for n in (0, 1, 31, 2047, 2048, 2049, 32767, 32768, 32784, 100_000, 1 << 20, 1 << 21, 1 << 30):
+        got = _C.ratio_sample_values(n)
+        if n <= 2048:
+            assert got == n, n
+        elif n // 16 <= 2048:
+            assert got == 2048, n
+        elif n // 16 >= 65536:
+            assert got == 65536, n
+        else:
+            assert got == n // 16, n

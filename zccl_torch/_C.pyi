@@ -129,6 +129,7 @@ def ratio_matters(
     min_compress_bytes: _Int = 0,
     exact: str = "bandwidth_optimal",
 ) -> bool: ...
+def ratio_sample_values(count: _Int) -> int: ...
 
 # The process-group backend and its transports.
 def create_backend(

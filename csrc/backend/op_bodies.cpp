@@ -94,11 +94,6 @@ double auto_ratio_of(const Device& dev, const CallConfig& cfg, const AutoModel& 
   return coll::assumed_ratio(c);
 }
 
-// Values a ratio sample codes: 1/16 of the payload, at least kSampleFloor (or all of a smaller
-// one), at most kSampleCeiling (about 0.1 ms of coding at 2-3 GB/s).
-constexpr uint64_t kSampleFloor = 2048;
-constexpr uint64_t kSampleCeiling = 65536;
-
 }  // namespace
 
 // The absolute bound for data only this rank compresses (broadcast/scatter roots, sends): a REL
@@ -257,8 +252,7 @@ double ZcclBackend::ratio_sample(Device& dev, coll::Collective c, const at::Tens
     params.error_bound = rel_bound(cfg.error_bound, range->min, range->max);
   }
   params.chunk_len = cfg.chunk_len;
-  const uint64_t budget =
-      std::min(values, std::clamp(values / 16, kSampleFloor, kSampleCeiling));
+  const uint64_t budget = coll::ratio_sample_values(values);
   const at::Tensor whole = data.contiguous();
   return fz::sample_ratio(whole.data_ptr(), compressed_dtype(whole.scalar_type()), values, params,
                           budget)

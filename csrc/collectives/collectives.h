@@ -222,6 +222,10 @@ double assumed_ratio(const Config& cfg);
 // size and the link pays nothing for it.
 bool ratio_matters(Collective c, size_t bytes, int p, const Config& cfg, Device device = Device::Cpu);
 inline constexpr double kRatioCeiling = 1e4;
+// Values of a payload of `count` that the backend samples (fz::sample_ratio) when ratio_matters:
+// 1/16 of it, at least 2048 (or all of a smaller one), at most 65536 (about 0.1 ms of coding at
+// 2-3 GB/s).
+uint64_t ratio_sample_values(uint64_t count);
 
 // What Algorithm::Auto resolves to for a CPU allreduce of `bytes` on `p` ranks (the cost model
 // of route.cpp).

@@ -279,6 +279,12 @@ bool compression_pays(Collective c, int p, const Config& cfg, Device device) {
   return codec < exact;
 }
 
+uint64_t ratio_sample_values(uint64_t count) {
+  constexpr uint64_t kFloor = 2048;
+  constexpr uint64_t kCeiling = 65536;
+  return std::min(count, std::clamp(count / 16, kFloor, kCeiling));
+}
+
 double assumed_ratio(const Config& cfg) {
   return cfg.model_ratio > 0.0 ? cfg.model_ratio : kAssumedRatio;
 }

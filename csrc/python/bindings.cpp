@@ -620,6 +620,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("min_compress_bytes") = 0, py::arg("exact") = "bandwidth_optimal",
       "Whether route()'s choice for these arguments could change with the data's compression "
       "ratio (the backend samples the data only then)");
+  m.def("ratio_sample_values", &zccl::coll::ratio_sample_values, py::arg("count"),
+        "Values of a reduction's payload of `count` values that the backend samples for its "
+        "compression ratio when `auto_ratio` is 0");
   m.def(
       "set_link_model",
       [](const c10::intrusive_ptr<c10d::Backend>& backend, double gbps, double latency_us) {

@@ -29,12 +29,6 @@ OPTIONS = zccl_torch.Options(error_bound=EB, mode="abs", min_compress_bytes=0, a
 CHECKS: dict[str, Callable[[], None]] = {}
 
 
-def sample_values(n: int) -> int:
-    """Values the backend samples of n (csrc/backend/op_bodies.cpp): n / 16, at least 2048 (or
-    all), at most 65536."""
-    return min(n, max(2048, min(n // 16, 65536)))
-
-
 def check(fn: Callable[[], None]) -> Callable[[], None]:
     CHECKS[fn.__name__] = fn
     return fn
@@ -228,7 +222,8 @@ def compressible_data_compresses() -> None:
     x = smooth(rank())
     want = exact_results(0, x)
     samples = [
-        zccl_torch.estimate_ratio(smooth(r), EB, max_values=sample_values(N)) for r in range(p)
+        zccl_torch.estimate_ratio(smooth(r), EB, max_values=_C.ratio_sample_values(N))
+        for r in range(p)
     ]
     for name, run in calls(0, x).items():
         got = run()
@@ -306,7 +301,9 @@ def half_tensors_sample_their_float32_sums() -> None:
     for dtype in (torch.float16, torch.bfloat16):
         x = smooth(rank()).to(dtype)
         widened = [smooth(r).to(dtype).float() for r in range(p)]
-        samples = [zccl_torch.estimate_ratio(w, EB, max_values=sample_values(N)) for w in widened]
+        samples = [
+            zccl_torch.estimate_ratio(w, EB, max_values=_C.ratio_sample_values(N)) for w in widened
+        ]
         t = x.clone()
         dist.all_reduce(t)
         stats = zccl_torch.last_stats()

@@ -698,8 +698,11 @@ def send_recv_configuration_mismatch_raises() -> None:
             wrong.append("a longer stream: a raw receive took it")
         except ValueError as exc:
             text = str(exc)
-            for words in ("recv: size mismatch", "the sender compressed the message",
-                          "configuration mismatch"):
+            for words in (
+                "recv: size mismatch",
+                "the sender compressed the message",
+                "configuration mismatch",
+            ):
                 if words not in text:
                     wrong.append(f"a longer stream: {words!r} not in {text}")
     dist.barrier()
