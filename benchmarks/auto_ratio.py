@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -36,9 +35,8 @@ if TYPE_CHECKING:
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from local_mpirun import driver_arguments, run_ranks  # noqa: E402
+from local_mpirun import driver_arguments, run_where, time_settings_alternating  # noqa: E402
 
-CLUSTER = HERE / "cluster"
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather", "scatter")
 # kind -> (mode, error bound)
 KINDS = {
@@ -103,30 +101,18 @@ def rank_main(reps: int, sizes_kib: list[int], kinds: list[str]) -> None:
                 zccl_torch.estimate_ratio(x, abs_eb, max_values=_C.ratio_sample_values(n))
                 sample_s.append(time.perf_counter() - start)
             for collective, call in todo.items():
-                times: dict[str, list[float]] = {name: [] for name in SETTINGS}
-                seen: dict[str, dict] = {}
-                for rep in range(reps + 1):
-                    for name, changes in SETTINGS.items():
-                        y = x.clone()
-                        with zccl_torch.config(mode=mode, error_bound=eb, **changes):
-                            dist.barrier()
-                            start = time.perf_counter()
-                            call(y)
-                            took = time.perf_counter() - start
-                        if rep > 0:
-                            times[name].append(took)
-                        seen[name] = zccl_torch.last_stats()
-                every: list[dict[str, list[float]]] = [{} for _ in range(p)]
-                dist.all_gather_object(every, times)
+                settings = {
+                    name: {"mode": mode, "error_bound": eb, **changes}
+                    for name, changes in SETTINGS.items()
+                }
+                medians, seen = time_settings_alternating(x, call, settings, reps)
                 if me != 0:
                     continue
                 row = {"kind": kind, "collective": collective, "bytes": n * 4}
                 row["sample_ms"] = statistics.median(sample_s) * 1e3
                 for name in SETTINGS:
-                    slowest = [max(r[name][i] for r in every) for i in range(reps)]
                     row[name] = {
-                        "ms": statistics.median(slowest) * 1e3,
-                        "calls_ms": [t * 1e3 for t in slowest],
+                        **medians[name],
                         "algorithm": seen[name]["algorithm"],
                         "auto_ratio": seen[name]["auto_ratio"],
                     }
@@ -169,29 +155,7 @@ def main() -> None:
     argv += ["--kinds", args.kinds]
     results: dict[str, list[dict]] = {}
     for where in args.where.split(","):
-        if where == "loopback":
-            results[where] = run_ranks(args.ranks, argv, {}, timeout=3600)
-        else:
-            if os.geteuid() != 0:
-                raise SystemExit("the emulated cluster needs network namespaces: run as root")
-            up = [str(CLUSTER / "cluster.sh"), "up", str(args.ranks), where]
-            subprocess.run(up, check=True, capture_output=True)
-            try:
-                cmd = [str(CLUSTER / "mpirun_cluster.sh"), "-np", str(args.ranks)]
-                env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
-                done = subprocess.run(
-                    [*cmd, sys.executable, *argv],
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                    timeout=3600,
-                )
-                if done.returncode != 0:
-                    raise SystemExit((done.stdout + done.stderr)[-3000:])
-                lines = done.stdout.splitlines()
-                results[where] = [json.loads(s) for s in lines if s.startswith("{")]
-            finally:
-                subprocess.run([str(CLUSTER / "cluster.sh"), "down"], capture_output=True)
+        results[where] = run_where(where, args.ranks, argv)
         print_table(where, results[where])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     summary = {

@@ -129,6 +129,17 @@ def ratio_matters(
     min_compress_bytes: _Int = 0,
     exact: str = "bandwidth_optimal",
 ) -> bool: ...
+def allreduce_cost(
+    algorithm: str,
+    bytes: _Int,
+    p: _Int,
+    threads: _Int = 1,
+    link_gbps: _Float = 1.0,
+    link_latency_us: _Float = 25.0,
+    integer_ring: bool = False,
+    ratio: _Float = 0.0,
+    exact: str = "bandwidth_optimal",
+) -> float: ...
 def ratio_sample_values(count: _Int) -> int: ...
 
 # The process-group backend and its transports.

@@ -230,6 +230,10 @@ uint64_t ratio_sample_values(uint64_t count);
 // What Algorithm::Auto resolves to for a CPU allreduce of `bytes` on `p` ranks (the cost model
 // of route.cpp).
 Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg);
+// The cost model's time in seconds for a CPU allreduce of `bytes` on `p` ranks by `a` (Mpi,
+// Ring, RecursiveDoubling or HalvingDoubling; cfg.integer_ring selects the ring's hop), with
+// cfg's network, threads, ratio and exact schedules: what choose_allreduce compares.
+double allreduce_cost(Algorithm a, size_t bytes, int p, const Config& cfg);
 
 // Worst-case output error of allreduce/reduce_scatter for (algorithm, op, p, eb), as documented.
 double output_error_bound(Algorithm algorithm, ReduceOp op, int p, double eb, bool allreduce);

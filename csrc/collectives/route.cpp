@@ -10,20 +10,29 @@
 // else a conservative kAssumedRatio = 5 (the benchmark wavefield gives 12-17 at REL 1e-4); the
 // other constants live in CostModel below: fZ-light's measured single-core throughput (~3 GB/s
 // compress, ~4 GB/s decompress). With the default network, R = 5 and bandwidth-optimal exact
-// collectives (the TCP transport; Open MPI's make Mpi dearer, see cost_mpi): p = 4 -> Mpi
-// below 4 KiB, RecursiveDoubling up to 512 KiB, Ring above; p = 2 -> Ring from 4 MiB;
-// p = 8..16 -> Ring from 256-512 KiB; p = 32, 64, 128 -> HalvingDoubling from 64-256 KiB;
-// p = 48, 100 -> HalvingDoubling from 64-128 KiB and Ring from 2-4 MiB (the fold's extra
-// whole-buffer transfers).
-// (benchmarks/model.py holds the ring/RD/MPI model with calibrated parameters.)
+// collectives (the TCP transport; Open MPI's make Mpi dearer, see cost_mpi): p = 2, 4, 8, 16
+// -> Mpi below 4 KiB, RecursiveDoubling up to 64-128 KiB, Ring above (p = 3: Ring from 12
+// KiB); p = 32, 64, 128 -> HalvingDoubling from 64-192 KiB, Ring from 48, 96, 192 MiB; p = 48,
+// 100 -> HalvingDoubling from 64-128 KiB, Ring from 768 KiB and 1.5 MiB (the fold's extra
+// whole-buffer transfers). (The backend's min_compress_bytes, 64 KiB by default, sends smaller
+// payloads exact whatever the model says.)
+// (benchmarks/model.py holds the ring/RD/MPI model with calibrated parameters;
+// benchmarks/allreduce_crossover.py times ring, RD and Mpi next to this model's figures.)
 // For n bytes on p ranks (p' = largest power of two <= p, L = log2 p', f = p > p', s = the
 // ring's segment, min(1 MiB, n/p), S = segments per block):
 //   Mpi   the transport's exact allreduce (Config::exact_schedules; see cost_mpi), on the TCP
 //         transport min( ceil(log2 p) (alpha + n beta + n gamma),          -- binomial / RD
 //                        2 log2(p) alpha + 2 (p-1)/p n beta + (p-1)/p n gamma ) -- Rabenseifner
-//   Ring  max(2 (p-1)/p n beta/R, n/(pC) + n/(pD) + (p-1)/p n (1/C + 2/D + gamma))
-//         + 2(p-1)(alpha + s beta/R) + s/C + s/D + (3p - 2) S kappa
-//         (the segmented pipeline overlaps wire and codec; kappa: fixed cost of one codec call)
+//   Ring  max(2 (p-1)/p n beta/R, n/(pC) + n/(pD) + (p-1)/p n (1/C + 2/D + gamma),
+//             2(p-1)(alpha + s beta/R) + (p-1) s (1/C + 1/D + gamma))
+//         + s/C + s/D + (3p - 2) S kappa
+//         (the segmented pipeline overlaps wire and codec; the third term is one segment's
+//         chain through every hop, which bounds the time when a block has few segments;
+//         kappa: fixed cost of one codec call). Until 2026-12 the chain's wire part was added
+//         to the wire term instead, which counted the wire twice for n <= p MiB: at p = 4 on
+//         the emulated 1 Gbit/s cluster the model then chose RD for gradient-like data
+//         (ratio 3.6) from 256 KiB to 4 MiB, where the ring ran 1.5-2.0x faster
+//         (benchmarks/allreduce_crossover.py).
 //         Integer hop (Config::integer_ring): the codec term is n/(pC) + (p-1)/p n (1/C + 1/D)
 //         + n/D (p-1 hops that unpack and pack, measured to cost about a decode plus an
 //         encode; no float add, no separate allgather compression; p decodes).
@@ -124,8 +133,15 @@ double cost_ring(double n, int p, double ratio, const CostModel& m, bool integer
                         n / m.decompress
                   : n / p / m.compress + n / p / m.decompress +
                         frac * n * (1 / m.compress + 2 / m.decompress + m.gamma);
-  return std::max(wire, codec) + 2 * (p - 1) * (m.alpha + seg * m.beta / ratio) +
-         seg / m.compress + seg / m.decompress + (3.0 * p - 2) * segments * m.kappa;
+  // The dependency chain: a segment crosses 2(p-1) hops, each a message, and each of the
+  // reduce-scatter's p-1 codes it (decode, add, encode) before it moves on. With one segment
+  // per block (n <= p MiB) every link waits for that chain between its steps; with several, a
+  // link sends its other segments meanwhile and the wire or the codec bounds the time.
+  const double hop = seg * (integer_hop ? 1 / m.compress + 1 / m.decompress
+                                        : 1 / m.compress + 1 / m.decompress + m.gamma);
+  const double chain = 2 * (p - 1) * (m.alpha + seg * m.beta / ratio) + (p - 1) * hop;
+  return std::max({wire, codec, chain}) + seg / m.compress + seg / m.decompress +
+         (3.0 * p - 2) * segments * m.kappa;
 }
 
 double cost_rd(double n, int p, double ratio, const CostModel& m) {
@@ -157,6 +173,15 @@ double cost_hd(double n, int p, double ratio, const CostModel& m) {
       2 * L * (m.alpha + seg * (1 / m.compress + m.beta / ratio + 1 / m.decompress));
   return std::max(wire, codec) + fill + fold + 3 * std::max(1.0, n / seg) * m.kappa;
 }
+
+// A lossy reduction is chosen only when the model finds it this much faster than the exact one:
+// within that margin the exact result is worth more than the model's precision. It is what
+// keeps data that does not compress exact (at a ratio of 1 the ring overlaps the sum's
+// arithmetic with the wire and models a few per cent faster than a bandwidth-optimal exact
+// allreduce; on the emulated 1 Gbit/s cluster, incompressible data at p = 4, the ring took
+// 0.97-1.03x the exact path's time at 1-16 MiB, benchmarks/auto_ratio.py), while Open MPI's
+// binomial schedule at 3 ranks, which the ring of raw chunks beat 2.1-2.8x there, still loses.
+constexpr double kExactPreference = 1.1;
 
 // Halving-doubling competes in Auto only from this many ranks (the power-of-two part): in the
 // SimGrid runs at 100 Gbit/s (benchmarks/simgrid/codec_threads.py) it beat the ring at 64 hosts,
@@ -310,9 +335,25 @@ Algorithm choose_allreduce(size_t bytes, int p, const Config& cfg) {
   const double rd = cost_rd(n, p, m.ratio, m);
   const bool hd_competes = pow2_floor(p) >= kHalvingDoublingMinRanks;
   const double hd = hd_competes ? cost_hd(n, p, m.ratio, m) : ring;
-  if (mpi <= std::min({ring, rd, hd})) return Algorithm::Mpi;
+  if (mpi <= kExactPreference * std::min({ring, rd, hd})) return Algorithm::Mpi;
   if (hd < ring && hd < rd) return Algorithm::HalvingDoubling;
   return rd < ring ? Algorithm::RecursiveDoubling : Algorithm::Ring;
+}
+
+double allreduce_cost(Algorithm a, size_t bytes, int p, const Config& cfg) {
+  const double n = static_cast<double>(bytes);
+  const CostModel m = model_for(cfg);
+  switch (a) {
+    case Algorithm::Mpi: return cost_mpi(n, p, m, cfg.exact_schedules);
+    case Algorithm::Ring: return cost_ring(n, p, m.ratio, m, cfg.integer_ring);
+    case Algorithm::RecursiveDoubling: return cost_rd(n, p, m.ratio, m);
+    case Algorithm::HalvingDoubling: return cost_hd(n, p, m.ratio, m);
+    default:
+      // (algorithm_name lives in choose.cpp, which the GPU programs do not link)
+      throw std::invalid_argument("zccl: allreduce_cost: no model of algorithm code " +
+                                  std::to_string(static_cast<int>(a)) +
+                                  " (only mpi, ring, recursive_doubling and halving_doubling)");
+  }
 }
 
 }  // namespace zccl::coll

@@ -620,6 +620,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       py::arg("min_compress_bytes") = 0, py::arg("exact") = "bandwidth_optimal",
       "Whether route()'s choice for these arguments could change with the data's compression "
       "ratio (the backend samples the data only then)");
+  m.def(
+      "allreduce_cost",
+      [route_config](const std::string& algorithm, size_t bytes, int p, int threads,
+                     double link_gbps, double link_latency_us, bool integer_ring, double ratio,
+                     const std::string& exact) {
+        const auto [c, cfg] = route_config("all_reduce", p, threads, link_gbps, link_latency_us,
+                                           "auto", false, integer_ring, 0, ratio, exact);
+        return zccl::coll::allreduce_cost(zccl::coll::algorithm_from_name(algorithm), bytes, p,
+                                          cfg);
+      },
+      py::arg("algorithm"), py::arg("bytes"), py::arg("p"), py::arg("threads") = 1,
+      py::arg("link_gbps") = 1.0, py::arg("link_latency_us") = 25.0,
+      py::arg("integer_ring") = false, py::arg("ratio") = 0.0,
+      py::arg("exact") = "bandwidth_optimal",
+      "The automatic choice's modelled time (seconds) of a CPU all_reduce of `bytes` on `p` "
+      "ranks by `algorithm` ('mpi', 'ring', 'recursive_doubling' or 'halving_doubling')");
   m.def("ratio_sample_values", &zccl::coll::ratio_sample_values, py::arg("count"),
         "Values of a reduction's payload of `count` values that the backend samples for its "
         "compression ratio when `auto_ratio` is 0");

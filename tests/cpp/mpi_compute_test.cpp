@@ -799,15 +799,18 @@ void test_stats_and_choice(Comm& comm) {
   CHECK_MSG(saw_rd, "the cost model never picks recursive doubling at p=4");
   // The thresholds route.cpp documents.
   CHECK(coll::choose_allreduce(2048, 4, c) == Algorithm::Mpi);
-  CHECK(coll::choose_allreduce(256 << 10, 4, c) == Algorithm::RecursiveDoubling);
+  CHECK(coll::choose_allreduce(32 << 10, 4, c) == Algorithm::RecursiveDoubling);
+  CHECK(coll::choose_allreduce(64 << 10, 4, c) == Algorithm::Ring);
   CHECK(coll::choose_allreduce(1 << 20, 4, c) == Algorithm::Ring);
-  CHECK(coll::choose_allreduce(2 << 20, 2, c) == Algorithm::RecursiveDoubling);
-  CHECK(coll::choose_allreduce(8 << 20, 2, c) == Algorithm::Ring);
-  // Halving-doubling competes from 32 ranks (the power-of-two part), where it wins for large
-  // calls at any thread count; below, the ring keeps them.
+  CHECK(coll::choose_allreduce(64 << 10, 2, c) == Algorithm::RecursiveDoubling);
+  CHECK(coll::choose_allreduce(128 << 10, 2, c) == Algorithm::Ring);
+  // Halving-doubling competes from 32 ranks (the power-of-two part); below, the ring keeps
+  // large calls. It wins at 64 and 128 ranks on one thread at 1 Gbit/s, and with 16 threads at
+  // 100 Gbit/s, where SimGrid measured it ahead of the ring at 64 hosts.
   for (int t : {1, 16}) {
     Config ct = c;
     ct.threads = t;
+    if (t == 16) ct.link_gbps = 100.0;
     CHECK(coll::choose_allreduce(size_t{64} << 20, 16, ct) == Algorithm::Ring);
     CHECK(coll::choose_allreduce(size_t{64} << 20, 31, ct) == Algorithm::Ring);
     CHECK(coll::choose_allreduce(size_t{64} << 20, 64, ct) == Algorithm::HalvingDoubling);
@@ -873,14 +876,14 @@ void test_route(Comm&) {
   }
   // Reductions: Auto follows the cost model (Mpi when lossless); reduce_scatter has no recursive
   // doubling (the ring); an explicit algorithm runs, lossless too.
-  for (const size_t b : {size_t{2048}, size_t{256} << 10, mib, 64 * mib}) {
+  for (const size_t b : {size_t{2048}, size_t{32} << 10, size_t{256} << 10, mib, 64 * mib}) {
     CHECK(alg(Collective::AllReduce, b, 4, c) == coll::choose_allreduce(b, 4, c));
     CHECK(alg(Collective::Reduce, b, 4, c) == coll::choose_allreduce(b, 4, c));
     CHECK(alg(Collective::ReduceScatter, b, 4, c) ==
           (coll::choose_allreduce(b, 4, c) == mpi ? mpi : ring));
   }
-  CHECK(alg(Collective::AllReduce, 256 << 10, 4, c) == rd);
-  CHECK(alg(Collective::ReduceScatter, 256 << 10, 4, c) == ring);
+  CHECK(alg(Collective::AllReduce, 32 << 10, 4, c) == rd);
+  CHECK(alg(Collective::ReduceScatter, 32 << 10, 4, c) == ring);
   CHECK(alg(Collective::AllReduce, 64 * mib, 8, make_cfg(auto_, 0.0)) == mpi);
   CHECK(alg(Collective::ReduceScatter, mib, 4, make_cfg(rd, 1e-3)) == ring);
   CHECK(alg(Collective::Reduce, mib, 4, make_cfg(rd, 1e-3)) == rd);
