@@ -45,9 +45,11 @@
 //         max(2 (p'-1)/p' n beta/R, (p'-1)/p' n (1/C + 2/D + gamma) + n/(p'C) + n/(p'D))
 //         + 2L (alpha + s' (1/C + beta/R + 1/D)) + f (2 alpha + n (2 beta/R + 1/C + 2/D + gamma))
 //         + 3 (n / s') kappa, s' = min(1 MiB, n/p')
-// The cheapest wins (ties go to Mpi, then the ring): small messages -> Mpi (compression cannot
-// pay for its fixed costs), medium -> RecursiveDoubling (log p latency terms), large -> Ring
-// (bandwidth-optimal), or HalvingDoubling from 32 ranks (bandwidth-optimal in 2 log p' rounds).
+// The cheapest wins (ties go to Mpi, then the ring), except that Mpi also wins unless a
+// compressed schedule is kExactPreference = 1.1x faster: small messages -> Mpi (compression
+// cannot pay for its fixed costs), medium -> RecursiveDoubling (log p latency terms), large ->
+// Ring (bandwidth-optimal), or HalvingDoubling from 32 ranks (bandwidth-optimal in 2 log p'
+// rounds).
 // eb == 0 means lossless streams (ratio ~1), where compression never pays: Mpi.
 //
 // The GPU allreduce's Auto is an untuned first guess (calibrate on a GPU cluster): recursive
