@@ -62,6 +62,18 @@ std::optional<fz::StreamInfo> whole_stream(const uint8_t* data, size_t len) {
   return std::nullopt;
 }
 
+// The likely cause of a float receive's truncated message when both sides hold the same size:
+// a compressing sender whose data did not compress (its stream is longer than the values). A
+// truncated message cannot be looked into, so the error can only name it. Built once.
+const char* longer_stream_hint() {
+  static const std::string text =
+      std::string(". If the sending tensor holds as many values as this one, the sender ") +
+      "compressed the message (a stream of data that does not compress is longer than the " +
+      "values) and this receive expected it uncompressed: a configuration mismatch" +
+      kSameDecision;
+  return text.c_str();
+}
+
 std::string stream_desc(const fz::StreamInfo& info) {
   return "a zccl stream of " + std::to_string(info.count) + " " + fz::dtype_name(info.dtype) +
          " values, " + std::to_string(info.total_bytes) + " bytes";
@@ -196,15 +208,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_recv(std::vector<at::Tensor>& t
                       });
                     },
                     peer_desc("a message", bytes, src, tag), on,
-                    // A truncated message cannot be looked into. For a float tensor the likely
-                    // cause when both sides hold the same size: a compressing sender whose data
-                    // did not compress (a stream is then longer than the values).
-                    is_compressible_dtype(out.scalar_type())
-                        ? std::string(". If the sending tensor holds as many values as this one, ") +
-                              "the sender compressed the message (a stream of data that does not " +
-                              "compress is longer than the values) and this receive expected it " +
-                              "uncompressed: a configuration mismatch" + kSameDecision
-                        : std::string());
+                    is_compressible_dtype(out.scalar_type()) ? longer_stream_hint() : "");
   }
   return work;
 }

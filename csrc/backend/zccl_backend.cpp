@@ -25,11 +25,11 @@ namespace {
 // A receive whose message did not fit (only a receive can be truncated): the sent tensor has
 // more elements, or wider ones, than the receiving tensor. Reported as the size mismatch it is
 // (ValueError in Python, as when the message is smaller), with the transport's own words.
-std::exception_ptr larger_than_receive(const std::string& waiting_for, const std::string& if_truncated,
+std::exception_ptr larger_than_receive(const std::string& waiting_for, const char* if_truncated,
                                        const transport::TransportError& e) {
   return std::make_exception_ptr(std::invalid_argument(
       "zccl: recv: size mismatch: the sender's message is larger than the receiving tensor "
-      "(waiting for " + waiting_for + "; " + e.what() + ")" + if_truncated));
+      "(waiting for " + waiting_for + "; " + e.what() + ")" + std::string(if_truncated)));
 }
 
 }  // namespace
@@ -160,7 +160,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_p2p(const char* name, c10d::OpT
                                                      transport::Request request, size_t bytes,
                                                      P2PDone on_done, std::string waiting_for,
                                                      std::optional<c10::Stream> stream,
-                                                     std::string if_truncated) {
+                                                     const char* if_truncated) {
   auto work = c10::make_intrusive<ZcclWork>(std::move(outputs), type, name, timeout_, stream,
                                             waiting_for);
   release_finished();
@@ -168,7 +168,7 @@ c10::intrusive_ptr<c10d::Work> ZcclBackend::post_p2p(const char* name, c10d::OpT
     std::lock_guard<std::mutex> lock(p2p_mutex_);
     p2p_.push_back(PendingP2P{work, std::move(request), std::move(on_done),
                               std::chrono::steady_clock::now() + timeout_, timeout_,
-                              std::move(waiting_for), bytes, false, std::move(if_truncated)});
+                              std::move(waiting_for), bytes, false, if_truncated});
   }
   p2p_cv_.notify_one();
   return work;

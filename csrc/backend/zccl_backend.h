@@ -162,7 +162,7 @@ class ZcclBackend : public c10d::Backend {
     std::string waiting_for;            // for the timeout message
     size_t bytes = 0;                   // what it moves (a receive: its capacity)
     bool seen = false;                  // by p2p_loop, which then extended its polling stretch
-    std::string if_truncated;           // a receive's likely cause when the message is larger
+    const char* if_truncated = "";     // a receive's likely cause when the message is larger
   };
 
   // The device of `t` (caller's thread; the CUDA device is created on first use); throws for a
@@ -181,13 +181,14 @@ class ZcclBackend : public c10d::Backend {
   void p2p_loop();
   // Posts a send/receive to the progress thread; `stream`: a CUDA receive's backend stream, on
   // which on_done writes the result and the Work's future records its completion;
-  // `if_truncated`: what the error says of the likely cause when a message does not fit.
+  // `if_truncated`: what the error says of the likely cause when a message does not fit (a
+  // static text: nothing is built per call for an error that rarely happens).
   c10::intrusive_ptr<c10d::Work> post_p2p(const char* name, c10d::OpType type,
                                           std::vector<at::Tensor> outputs,
                                           transport::Request request, size_t bytes,
                                           P2PDone on_done, std::string waiting_for,
                                           std::optional<c10::Stream> stream = std::nullopt,
-                                          std::string if_truncated = {});
+                                          const char* if_truncated = "");
   // The receive side of recv / recvAnysource (src < 0: any source).
   c10::intrusive_ptr<c10d::Work> post_recv(std::vector<at::Tensor>& tensors, int src, int tag,
                                            const char* name);
