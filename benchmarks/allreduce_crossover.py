@@ -28,7 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from auto_ratio import KINDS, make_input  # noqa: E402
+from auto_ratio import KINDS, inputs, sizes_and_kinds  # noqa: E402
 from local_mpirun import driver_arguments, run_where, time_settings_alternating  # noqa: E402
 
 ALGORITHMS = ("ring", "recursive_doubling", "mpi", "auto")
@@ -43,27 +43,22 @@ def rank_main(reps: int, sizes_kib: list[int], kinds: list[str]) -> None:
 
     dist.init_process_group("zccl")
     p, me = dist.get_world_size(), dist.get_rank()
-    for kind in kinds:
-        mode, eb = KINDS[kind]
-        for kib in sizes_kib:
-            n = kib * 256
-            x = make_input(kind, me, n)
-            abs_eb = zccl_torch.resolve_error_bound(x, eb, mode)
-            ratio = zccl_torch.estimate_ratio(x, abs_eb, max_values=n)
-            settings = {a: {"mode": mode, "error_bound": eb, "algorithm": a} for a in ALGORITHMS}
-            medians, seen = time_settings_alternating(x, dist.all_reduce, settings, reps)
-            ratios: list[float] = [0.0] * p
-            dist.all_gather_object(ratios, ratio)
-            if me != 0:
-                continue
-            row: dict[str, object] = {
-                "kind": kind,
-                "bytes": n * 4,
-                "ratio": min(ratios),
-                "auto_ran": seen["auto"]["algorithm"],
-                **medians,
-            }
-            print(json.dumps(row), flush=True)
+    for kind, mode, eb, abs_eb, x in inputs(kinds, sizes_kib, p, me, whole_blocks=False):
+        ratio = zccl_torch.estimate_ratio(x, abs_eb, max_values=x.numel())
+        settings = {a: {"mode": mode, "error_bound": eb, "algorithm": a} for a in ALGORITHMS}
+        medians, seen = time_settings_alternating(x, dist.all_reduce, settings, reps)
+        ratios: list[float] = [0.0] * p
+        dist.all_gather_object(ratios, ratio)
+        if me != 0:
+            continue
+        row: dict[str, object] = {
+            "kind": kind,
+            "bytes": x.numel() * 4,
+            "ratio": min(ratios),
+            "auto_ran": seen["auto"]["algorithm"],
+            **medians,
+        }
+        print(json.dumps(row), flush=True)
     dist.destroy_process_group()
 
 
@@ -117,10 +112,7 @@ def main() -> None:
     parser.add_argument("--kinds", default="wavefield,noise", help="of " + ",".join(KINDS))
     args = parser.parse_args()
     out = args.out or HERE / "results" / f"allreduce_crossover_p{args.ranks}.json"
-    sizes = [int(s) for s in args.sizes_kib.split(",")]
-    kinds = args.kinds.split(",")
-    if unknown := set(kinds) - set(KINDS):
-        raise SystemExit(f"unknown kinds {sorted(unknown)}; expected some of {list(KINDS)}")
+    sizes, kinds = sizes_and_kinds(args.sizes_kib, args.kinds)
     if args.rank:
         rank_main(args.reps, sizes, kinds)
         return

@@ -26,9 +26,9 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import torch
@@ -62,6 +62,40 @@ def make_input(kind: str, rank: int, n: int) -> torch.Tensor:
     return torch.randn(n, generator=torch.Generator().manual_seed(100 + rank))
 
 
+class Input(NamedTuple):
+    """One rank's data for one kind and size, and the bound it is compressed with."""
+
+    kind: str
+    mode: str
+    eb: float  # as configured (REL or ABS)
+    abs_eb: float  # resolved on this rank's values
+    x: torch.Tensor
+
+
+def inputs(
+    kinds: list[str], sizes_kib: list[int], p: int, me: int, whole_blocks: bool
+) -> Iterator[Input]:
+    """Rank ``me``'s data for every kind and size (float32, ``kib`` KiB; a multiple of ``p``
+    values when ``whole_blocks``, for the collectives that split a tensor among the ranks)."""
+    import zccl_torch
+
+    for kind in kinds:
+        mode, eb = KINDS[kind]
+        for kib in sizes_kib:
+            n = kib * 256
+            n -= n % p if whole_blocks else 0
+            x = make_input(kind, me, n)
+            yield Input(kind, mode, eb, zccl_torch.resolve_error_bound(x, eb, mode), x)
+
+
+def sizes_and_kinds(sizes_kib: str, kinds: str) -> tuple[list[int], list[str]]:
+    """``--sizes-kib`` and ``--kinds`` (comma-separated) as lists; unknown kinds end the run."""
+    names = kinds.split(",")
+    if unknown := set(names) - set(KINDS):
+        raise SystemExit(f"unknown kinds {sorted(unknown)}; expected some of {list(KINDS)}")
+    return [int(s) for s in sizes_kib.split(",")], names
+
+
 def calls(n: int, p: int) -> dict[str, Callable[[object], None]]:
     import torch
     import torch.distributed as dist
@@ -85,38 +119,33 @@ def rank_main(reps: int, sizes_kib: list[int], kinds: list[str]) -> None:
 
     dist.init_process_group("zccl")
     p, me = dist.get_world_size(), dist.get_rank()
-    for kind in kinds:
-        mode, eb = KINDS[kind]
-        for kib in sizes_kib:
-            n = kib * 256
-            n -= n % p
-            x = make_input(kind, me, n)
-            todo = calls(n, p)
-            # The sample's coding alone: a REL bound's range pass is the collective's own work
-            # (its bound needs it whether or not a sample is taken).
-            abs_eb = zccl_torch.resolve_error_bound(x, eb, mode)
-            sample_s = []
-            for _ in range(20):
-                start = time.perf_counter()
-                zccl_torch.estimate_ratio(x, abs_eb, max_values=_C.ratio_sample_values(n))
-                sample_s.append(time.perf_counter() - start)
-            for collective, call in todo.items():
-                settings = {
-                    name: {"mode": mode, "error_bound": eb, **changes}
-                    for name, changes in SETTINGS.items()
+    for kind, mode, eb, abs_eb, x in inputs(kinds, sizes_kib, p, me, whole_blocks=True):
+        n = x.numel()
+        todo = calls(n, p)
+        # The sample's coding alone: a REL bound's range pass is the collective's own work (its
+        # bound needs it whether or not a sample is taken), done by inputs().
+        sample_s = []
+        for _ in range(20):
+            start = time.perf_counter()
+            zccl_torch.estimate_ratio(x, abs_eb, max_values=_C.ratio_sample_values(n))
+            sample_s.append(time.perf_counter() - start)
+        for collective, call in todo.items():
+            settings = {
+                name: {"mode": mode, "error_bound": eb, **changes}
+                for name, changes in SETTINGS.items()
+            }
+            medians, seen = time_settings_alternating(x, call, settings, reps)
+            if me != 0:
+                continue
+            row = {"kind": kind, "collective": collective, "bytes": n * 4}
+            row["sample_ms"] = statistics.median(sample_s) * 1e3
+            for name in SETTINGS:
+                row[name] = {
+                    **medians[name],
+                    "algorithm": seen[name]["algorithm"],
+                    "auto_ratio": seen[name]["auto_ratio"],
                 }
-                medians, seen = time_settings_alternating(x, call, settings, reps)
-                if me != 0:
-                    continue
-                row = {"kind": kind, "collective": collective, "bytes": n * 4}
-                row["sample_ms"] = statistics.median(sample_s) * 1e3
-                for name in SETTINGS:
-                    row[name] = {
-                        **medians[name],
-                        "algorithm": seen[name]["algorithm"],
-                        "auto_ratio": seen[name]["auto_ratio"],
-                    }
-                print(json.dumps(row), flush=True)
+            print(json.dumps(row), flush=True)
     dist.destroy_process_group()
 
 
@@ -144,10 +173,7 @@ def main() -> None:
     parser.add_argument("--sizes-kib", default="256,1024,16384")
     parser.add_argument("--kinds", default=",".join(KINDS), help="of " + ",".join(KINDS))
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes_kib.split(",")]
-    kinds = args.kinds.split(",")
-    if unknown := set(kinds) - set(KINDS):
-        raise SystemExit(f"unknown kinds {sorted(unknown)}; expected some of {list(KINDS)}")
+    sizes, kinds = sizes_and_kinds(args.sizes_kib, args.kinds)
     if args.rank:
         rank_main(args.reps, sizes, kinds)
         return
