@@ -11,13 +11,6 @@ double RatioSample::ratio() const {
   return compressed_bytes > 0.0 ? static_cast<double>(raw_bytes) / compressed_bytes : 0.0;
 }
 
-RatioSample& RatioSample::operator+=(const RatioSample& other) {
-  raw_bytes += other.raw_bytes;
-  compressed_bytes += other.compressed_bytes;
-  values += other.values;
-  return *this;
-}
-
 RatioSample sample_ratio(const void* src, DType dt, uint64_t count, const CompressParams& params,
                          uint64_t max_values) {
   RatioSample out;

@@ -19,7 +19,6 @@ struct RatioSample {
 
   // raw_bytes / compressed_bytes; 0 when nothing was sampled.
   double ratio() const;
-  RatioSample& operator+=(const RatioSample& other);
 };
 
 // Windows a sample is spread over (evenly, the first at the start of the buffer, the last at its
