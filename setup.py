@@ -1,5 +1,5 @@
-"""Build of the zccl_torch._C extension (torch C++ extension API + pybind11, OpenMP; Open MPI
-when present).
+"""Build of the zccl_torch._C extension (torch C++ extension API + pybind11, OpenMP; an MPI
+library when present: Open MPI, or MPICH and its kin).
 
 The extension is compiled against the torch installed in the environment that builds it, so
 always build without pip's build isolation (an isolated build would compile against another torch,
@@ -18,11 +18,12 @@ Environment knobs:
 * ``ZCCL_WITH_ZSTD``: ``0`` builds without libzstd (default: with it when ``zstd.h`` is found;
   ``scripts/setup.sh`` installs ``libzstd-dev``). Without it the lossless mode stores raw chunks
   and streams that use the zstd codec cannot be read.
-* ``ZCCL_WITH_MPI``: ``auto`` (default) builds the Open MPI transport when ``mpicc`` is found and
+* ``ZCCL_WITH_MPI``: ``auto`` (default) builds the MPI transport when ``mpicc`` is found and
   without it otherwise (with a warning); ``1`` requires it; ``0`` leaves it out. A build without it
   needs no Open MPI at build or run time; its process groups use zccl's TCP transport (torchrun,
   or mpirun on one host).
-* ``MPICC``: MPI compiler wrapper to query for include and link flags (default ``mpicc``).
+* ``MPICC``: MPI compiler wrapper to query for include and link flags (default ``mpicc``): Open
+  MPI's, or one of the MPICH family (``MPICC=mpicc.mpich`` for Debian's MPICH).
 * ``ZCCL_CUDA_ARCH``: GPU architectures of the CUDA build (default ``90``; e.g. ``90;100``). The
   CUDA build (csrc/**/*.cu, ``ZCCL_WITH_CUDA=1``) happens only when torch has CUDA
   (``torch.version.cuda``) and nvcc is found; otherwise the build is CPU-only, as before.
@@ -73,12 +74,12 @@ SOURCE_DIRS = [
 
 
 def mpicc_name() -> str:
-    """The Open MPI compiler wrapper asked for: ``MPICC``, default ``mpicc``."""
+    """The MPI compiler wrapper asked for: ``MPICC``, default ``mpicc``."""
     return os.environ.get("MPICC", "mpicc")
 
 
 def find_mpicc() -> str | None:
-    """The Open MPI compiler wrapper (:func:`mpicc_name`), or None when it is absent."""
+    """The MPI compiler wrapper (:func:`mpicc_name`), or None when it is absent."""
     mpicc = mpicc_name()
     return mpicc if shutil.which(mpicc) else None
 
@@ -110,7 +111,11 @@ def with_mpi(mpicc: str | None) -> bool:
 
 
 def mpi_flags(mpicc: str | None, link: bool) -> tuple[list[str], list[str]]:
-    """Compile and link flags of the MPI library, from the Open MPI compiler wrapper.
+    """Compile and link flags of the MPI library, from its compiler wrapper: Open MPI's
+    (``--showme:compile`` / ``--showme:link``) or, where that option is unknown, an MPICH-family
+    one (MPICH, MVAPICH, Intel MPI, Cray's): ``-show`` prints the whole command line it would run,
+    whose include, define and thread flags are the compile flags and whose library flags are
+    the link flags.
 
     The compile flags (include folders) are used whenever the wrapper is there, also for a build
     without the MPI transport (``link`` False): they change nothing in the files that build
@@ -118,13 +123,62 @@ def mpi_flags(mpicc: str | None, link: bool) -> tuple[list[str], list[str]]:
     switches between the two (the test of the build without MPI does that)."""
     if mpicc is None:
         return [], []
+    compile_flags, link_flags = wrapper_flags(mpicc)
+    return compile_flags, link_flags if link else []
 
-    def show(what: str) -> list[str]:
-        cmd = [mpicc, f"--showme:{what}"]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-        return shlex.split(out.stdout)
 
-    return show("compile"), show("link") if link else []
+def wrapper_flags(mpicc: str) -> tuple[list[str], list[str]]:
+    """(compile, link) flags that the MPI compiler wrapper ``mpicc`` adds to a compiler call."""
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([mpicc, *args], capture_output=True, text=True, timeout=120)
+
+    compile_out, link_out = run("--showme:compile"), run("--showme:link")
+    if compile_out.returncode == 0 and link_out.returncode == 0:  # Open MPI
+        return shlex.split(compile_out.stdout), shlex.split(link_out.stdout)
+    shown = run("-show")  # the MPICH family: "gcc -I... -L... -lmpich"
+    if shown.returncode != 0 or not shown.stdout.strip():
+        why = (shown.stderr or compile_out.stderr).strip()
+        raise SystemExit(
+            f"zccl-torch: cannot read the MPI flags from {mpicc}: neither Open MPI's "
+            f"--showme:compile nor MPICH's -show worked ({why}). "
+            "Point MPICC at your MPI's C compiler wrapper, or build without the MPI transport "
+            "(ZCCL_WITH_MPI=0)."
+        )
+    return split_shown_command(shlex.split(shown.stdout)[1:])
+
+
+def split_shown_command(args: list[str]) -> tuple[list[str], list[str]]:
+    """An MPI wrapper's ``-show`` arguments (the compiler left out) sorted into compile flags
+    (``-I``, ``-isystem``, ``-D``, ``-pthread``) and link flags (``-L``, ``-l``, ``-Wl,``,
+    ``-Xlinker``, ``-pthread``, library files); anything else (``-O2``, ``-g``) is the wrapper's
+    own taste and dropped."""
+    compile_flags: list[str] = []
+    link_flags: list[str] = []
+    takes_value = {
+        "-I": compile_flags,
+        "-isystem": compile_flags,
+        "-D": compile_flags,
+        "-L": link_flags,
+        "-l": link_flags,
+        "-Xlinker": link_flags,
+    }
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in takes_value and i + 1 < len(args):  # "-I dir": flag and value apart
+            takes_value[a] += [a, args[i + 1]]
+            i += 2
+            continue
+        if a == "-pthread":
+            compile_flags.append(a)
+            link_flags.append(a)
+        elif a.startswith(("-I", "-isystem", "-D")):
+            compile_flags.append(a)
+        elif a.startswith(("-L", "-l", "-Wl,")) or re.search(r"\.(so(\.\d+)*|a)$", a):
+            link_flags.append(a)
+        i += 1
+    return compile_flags, link_flags
 
 
 def sources(mpi: bool) -> list[str]:
@@ -161,10 +215,72 @@ def write_build_info() -> None:
         "// Generated by setup.py at build time; do not edit.\n#pragma once\n"
         f'#define ZCCL_SOURCE_DIGEST "{source_digest()}"\n'
     )
-    header = GENERATED / "zccl_build_info.h"
-    if not header.is_file() or header.read_text() != text:
-        GENERATED.mkdir(parents=True, exist_ok=True)
-        header.write_text(text)
+    write_if_changed(GENERATED / "zccl_build_info.h", text)
+
+
+def write_if_changed(path: Path, text: str) -> None:
+    """Writes ``text`` to ``path`` unless it holds that already: a generated file keeps its time
+    while unchanged, so ninja recompiles only what its change reaches."""
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+MPI_INCLUDE = GENERATED / "mpi_include"
+MPI_INCLUDE_SLOTS = 4
+MPI_HEADER = GENERATED / "zccl_mpi.h"
+
+
+def mpi_compile_args(flags: list[str], mpicc: str | None) -> list[str]:
+    """The MPI wrapper's compile flags as every file of this build gets them.
+
+    Only csrc/transport/mpi_*.cpp include MPI's headers, through build/zccl_generated/zccl_mpi.h.
+    The wrapper's include folders reach them through fixed slots, build/zccl_generated/
+    mpi_include/0..3 (links to those folders, or to an empty one), so every compile command is
+    the same whichever MPI the build uses, or none: a build against another MPI (Open MPI,
+    MPICH) recompiles those five files alone, and zccl_mpi.h, which names the folders, changes
+    with it (ninja follows links to the headers' times, which need not be newer than the
+    objects; the rewritten zccl_mpi.h is). Include folders beyond the slots and other flags are
+    passed as they are."""
+    dirs: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        if flag in ("-I", "-isystem") and i + 1 < len(flags):
+            dirs.append(flags[i + 1])
+            i += 2
+            continue
+        if flag.startswith("-I"):
+            dirs.append(flag[2:])
+        elif flag.startswith("-isystem"):
+            dirs.append(flag[len("-isystem") :])
+        else:
+            rest.append(flag)
+        i += 1
+    empty = MPI_INCLUDE / "empty"
+    empty.mkdir(parents=True, exist_ok=True)
+    for slot in range(MPI_INCLUDE_SLOTS):
+        target = Path(dirs[slot]).resolve() if slot < len(dirs) else empty
+        link = MPI_INCLUDE / str(slot)
+        if link.is_symlink() and Path(os.readlink(link)) == target:
+            continue
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target, target_is_directory=True)
+    if mpicc is None:
+        body = '#error "no MPI compiler wrapper was found: nothing may include MPI\'s headers"\n'
+    else:
+        body = "#include <mpi.h>\n"
+    text = (
+        "// Generated by setup.py at build time; do not edit. MPI's headers for\n"
+        f"// csrc/transport/mpi_*.cpp: {mpicc or 'no MPI'}, include folders {dirs or 'none'}.\n"
+        f"#pragma once\n{body}"
+    )
+    write_if_changed(MPI_HEADER, text)
+    slots = [f"-I{MPI_INCLUDE / str(slot)}" for slot in range(MPI_INCLUDE_SLOTS)]
+    beyond = [f"-I{d}" for d in dirs[MPI_INCLUDE_SLOTS:]]
+    return ["-DZCCL_GENERATED_MPI_HEADER=1", *slots, *beyond, *rest]
 
 
 # Instruction-set extensions the compiler may use once `-march` enables them (the preprocessor
@@ -235,8 +351,7 @@ def write_build_target() -> None:
         f"MARCH = {march()!r}\n"
         f"CPU_FEATURES: tuple[str, ...] = {tuple(cpu_features(predefined))!r}\n"
     )
-    if not BUILD_TARGET.is_file() or BUILD_TARGET.read_text() != text:
-        BUILD_TARGET.write_text(text)
+    write_if_changed(BUILD_TARGET, text)
 
 
 def zstd_flags() -> tuple[list[str], list[str]]:
@@ -307,7 +422,8 @@ write_build_info()
 write_build_target()
 mpicc = find_mpicc()
 mpi_built = with_mpi(mpicc)
-mpi_compile, mpi_link = mpi_flags(mpicc, link=mpi_built)
+mpi_wrapper_compile, mpi_link = mpi_flags(mpicc, link=mpi_built)
+mpi_compile = mpi_compile_args(mpi_wrapper_compile, mpicc)
 zstd_compile, zstd_link = zstd_flags()
 
 if cuda_enabled():

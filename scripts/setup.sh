@@ -6,8 +6,11 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 TORCH_PIN=${ZCCL_TORCH_PIN:-torch==2.13.0}
 
-# 1. System packages: Open MPI (library, headers, mpirun) and a C++ toolchain.
-apt_packages=(libopenmpi-dev openmpi-bin g++ make libzstd-dev)
+# 1. System packages: Open MPI (library, headers, mpirun) and a C++ toolchain; ZCCL_SETUP_EXTRA_APT
+#    names more (scripts/test.sh: MPICH, which the suite builds zccl against too; Debian keeps Open
+#    MPI the default mpicc/mpirun beside it).
+# shellcheck disable=SC2206  # a space-separated list, split on purpose
+apt_packages=(libopenmpi-dev openmpi-bin g++ make libzstd-dev ${ZCCL_SETUP_EXTRA_APT:-})
 missing=()
 for p in "${apt_packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-scripts/setup.sh
+# MPICH beside Open MPI: tests/test_mpich.py builds and runs zccl against it too.
+ZCCL_SETUP_EXTRA_APT="mpich libmpich-dev" scripts/setup.sh
 echo "[test] ruff"
 "$PYTHON" -m ruff check .
 "$PYTHON" -m ruff format --check .

@@ -200,14 +200,15 @@ def test_setup_builds_without_mpi_when_mpicc_is_missing(tmp_path: Path) -> None:
 
 
 def test_only_the_mpi_transport_includes_mpi_headers() -> None:
-    """No file a build without Open MPI compiles reaches mpi.h through its includes (there
-    MPI's include folders are absent, and such a file would not compile)."""
+    """No file a build without MPI compiles reaches mpi.h through its includes (there MPI's
+    include folders are absent, and such a file would not compile); this also keeps a build
+    against another MPI to recompiling the transport alone (setup.py, mpi_compile_args)."""
     csrc = ROOT / "csrc"
     include = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 
     def reaches_mpi(path: Path, seen: set[Path]) -> list[str]:
         for name in include.findall(path.read_text()):
-            if name in ("mpi.h", "mpi-ext.h"):
+            if name in ("mpi.h", "mpi-ext.h", "zccl_mpi.h"):
                 return [path.name, name]
             target = (path.parent / name).resolve()
             if target.is_file() and target not in seen and csrc in target.parents:
@@ -226,4 +227,16 @@ def test_only_the_mpi_transport_includes_mpi_headers() -> None:
         assert not reaches_mpi(path, set()), (path, reaches_mpi(path, set()))
     assert checked > 40
     # and the check can fail: the MPI transport itself reaches mpi.h
-    assert reaches_mpi(csrc / "transport" / "mpi_groups.cpp", set())[-1] == "mpi.h"
+    assert reaches_mpi(csrc / "transport" / "mpi_groups.cpp", set())[-1] in ("mpi.h", "zccl_mpi.h")
+
+
+def test_setup_names_a_wrapper_it_cannot_read(tmp_path: Path) -> None:
+    """An MPICC that answers neither Open MPI's --showme nor MPICH's -show: a clear error naming
+    it, not a traceback (MPICH's wrapper is read through -show: tests/test_mpich.py)."""
+    wrapper = tmp_path / "mpicc"
+    wrapper.write_text("#!/bin/sh\necho 'unknown option' >&2\nexit 3\n")
+    wrapper.chmod(0o755)
+    done = setup_choice(tmp_path, MPICC=str(wrapper))
+    assert done.returncode != 0
+    assert f"cannot read the MPI flags from {wrapper}" in done.stderr, done.stderr[-2000:]
+    assert "unknown option" in done.stderr and "ZCCL_WITH_MPI=0" in done.stderr

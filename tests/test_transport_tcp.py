@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.mpi_launch import assert_every_check_passed, mpirun, python_argv, torchrun
-from zccl_torch import backend
+from zccl_torch import backend, launcher
 
 TCP = {"ZCCL_TRANSPORT": "tcp"}
 DIGEST = re.compile(r"DIGEST (\S+) (\d+) ([0-9a-f]{16})")
@@ -181,16 +181,16 @@ def test_derived_master_ports_of_concurrent_jobs_spread_over_the_whole_range() -
             "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
             variable: job,
         }
-        backend._set_launch_defaults(env)
+        launcher.set_launch_defaults(env)
         return int(env["MASTER_PORT"])
 
     ompi4 = {port(str(family << 16 | 1)) for family in range(1 << 16)}
     ompi5 = {port(f"prterun-node7-{pid}@1", "PMIX_NAMESPACE") for pid in range(4000, 40000)}
     for ports in (ompi4, ompi5):
-        assert min(ports) == backend._PORT_BASE
-        assert max(ports) == backend._PORT_BASE + backend._PORT_SPAN - 1
+        assert min(ports) == launcher.PORT_BASE
+        assert max(ports) == launcher.PORT_BASE + launcher.PORT_SPAN - 1
         # 65536 and 36000 names thrown into 12000 ports leave 0.4 % and 5 % of them empty.
-        assert len(ports) > 0.9 * backend._PORT_SPAN, len(ports)
+        assert len(ports) > 0.9 * launcher.PORT_SPAN, len(ports)
 
 
 def test_derived_master_port_is_below_the_ephemeral_range() -> None:
@@ -210,6 +210,6 @@ def test_derived_master_port_is_below_the_ephemeral_range() -> None:
             "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
             "OMPI_MCA_ess_base_jobid": job,
         }
-        backend._set_launch_defaults(env)
+        launcher.set_launch_defaults(env)
         port = int(env["MASTER_PORT"])
         assert 1024 < port and port + 1 < low, (job, port)  # +1: a second group's store

@@ -1,13 +1,14 @@
 """Registration of the ``"zccl"`` torch.distributed backend.
 
 ``import zccl_torch`` registers it (idempotently). Launch with ``torchrun`` (zccl groups then
-carry their bytes over their own TCP connections, set up through the group's store) or with
-``mpirun`` (over Open MPI, or over TCP in a build without Open MPI); see :func:`transport`.
-Under ``mpirun`` on one host nothing else is needed: the launch variables torch's ``env://``
-rendezvous wants (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are derived from Open MPI's when
-absent. On several hosts, set MASTER_ADDR (a host all ranks reach) and MASTER_PORT as usual, or
-pass ``init_method``. MPI itself is initialised only when the first zccl group over Open MPI is
-created, never at import.
+carry their bytes over their own TCP connections, set up through the group's store) or with an
+MPI launcher: Open MPI's ``mpirun``, or the Hydra ``mpiexec`` of MPICH and its kin (over the MPI
+library the build links when it is the launcher's, else over TCP); see :func:`transport`.
+Under an MPI launcher on one host nothing else is needed: the launch variables torch's
+``env://`` rendezvous wants (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) are derived from the
+launcher's when absent (zccl_torch.launcher). On several hosts, set MASTER_ADDR (a host all ranks
+reach) and MASTER_PORT as usual, or pass ``init_method``. MPI itself is initialised only when
+the first zccl group over MPI is created, never at import.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import atexit
 import dataclasses
 import datetime
 import fcntl
-import hashlib
 import os
 import secrets
 import socket
@@ -24,61 +24,18 @@ import struct
 import sys
 import threading
 import time
+import warnings
 from types import TracebackType
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from zccl_torch import link, membership, state_transfer
+from zccl_torch import launcher, link, membership, state_transfer
 from zccl_torch._native import _C
 from zccl_torch.config import Options, group_options, register_group_options
 
 BACKEND_NAME = "zccl"
-# MASTER_PORT derived under mpirun on one host: 20000-31999, below Linux's default ephemeral range
-# (32768-60999), where the kernel picks the local ports of outgoing connections and of listeners
-# bound to port 0 (the TCP transport's): a port in that range can still be held in TIME_WAIT
-# when the next job's store binds it (EADDRINUSE; the other ranks then wait for a store that
-# never comes).
-_PORT_BASE, _PORT_SPAN = 20000, 12000
-
-
-def _set_launch_defaults(environ: dict[str, str] | None = None) -> None:
-    """Fills RANK/WORLD_SIZE/LOCAL_RANK (and MASTER_* on one host) from Open MPI's variables."""
-    env = os.environ if environ is None else environ
-    if "OMPI_COMM_WORLD_RANK" not in env:
-        return
-    env.setdefault("RANK", env["OMPI_COMM_WORLD_RANK"])
-    env.setdefault("WORLD_SIZE", env["OMPI_COMM_WORLD_SIZE"])
-    env.setdefault("LOCAL_RANK", env.get("OMPI_COMM_WORLD_LOCAL_RANK", "0"))
-    env.setdefault("LOCAL_WORLD_SIZE", env.get("OMPI_COMM_WORLD_LOCAL_SIZE", "1"))
-    # Open MPI 4.1's shared-memory single-copy (CMA) path writes past a receive buffer when a
-    # larger message than posted arrives (before reporting MPI_ERR_TRUNCATE). Mismatched sizes
-    # must give an error, never memory corruption, so single copy is off unless the user says so.
-    env.setdefault("OMPI_MCA_btl_vader_single_copy_mechanism", "none")
-    single_host = env.get("OMPI_COMM_WORLD_LOCAL_SIZE") == env["OMPI_COMM_WORLD_SIZE"]
-    if single_host:
-        env.setdefault("MASTER_ADDR", "127.0.0.1")
-        env.setdefault("MASTER_PORT", str(_derived_master_port(env)))
-
-
-def _derived_master_port(env: dict[str, str] | os._Environ[str]) -> int:
-    """The store's port under mpirun on one host: the same on every rank of the job, and spread
-    over the whole range between concurrent jobs.
-
-    The job is named by Open MPI 4's job id (``family << 16 | n``, the family a 16-bit hash of
-    mpirun's host and pid) or Open MPI 5's PMIx namespace (``prterun-HOST-PID@1``). The job id
-    taken modulo the range, as before, put every Open MPI 4 job on one of only 375 ports
-    (65536 = 5536 mod 12000, and 5536 and 12000 share the factor 32): two jobs run side by side
-    on one host then met in one store about once in 375. A hash of the name reaches all
-    12000 ports. Colliding jobs still fail clearly (the second one's store cannot bind the port,
-    and its other ranks find the first job's ranks in the store: membership.py), never mix.
-    """
-    job = env.get("OMPI_MCA_ess_base_jobid") or env.get("PMIX_NAMESPACE") or "0"
-    digest = hashlib.blake2b(job.encode(), digest_size=8).digest()
-    return _PORT_BASE + int.from_bytes(digest, "little") % _PORT_SPAN
-
-
 _incarnations: dict[str, int] = {}
 _incarnations_lock = threading.Lock()
 
@@ -201,6 +158,14 @@ def _prepare(pg_options: Any) -> _Prepared:
     if chosen == "mpi" and not mpi_transport_built():
         # no_mpi.cpp's open_mpi_group would throw too, but after the members met.
         raise RuntimeError(_C.NO_MPI_TRANSPORT_MESSAGE)
+    mismatch = launcher.library_mismatch(launcher.mpi_launch(), _library())
+    if chosen == "mpi" and mismatch is not None:
+        # Before MPI_Init: every rank would be rank 0 of a world of one.
+        raise RuntimeError(
+            f"{mismatch}. Launch with the mpirun of that MPI, rebuild zccl against the "
+            "launcher's MPI (MPICC=<its mpicc> pip install --no-build-isolation .), or use the "
+            "TCP transport (ZCCL_TRANSPORT=tcp)."
+        )
     use_tcp = chosen == "tcp"
     return _Prepared(
         options=options,
@@ -330,21 +295,29 @@ _MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
 
 
 def mpi_transport_built() -> bool:
-    """Whether this build of zccl has the Open MPI transport (setup.py leaves it out when built
-    with ``ZCCL_WITH_MPI=0`` or where no ``mpicc`` was found)."""
+    """Whether this build of zccl has the MPI transport (setup.py leaves it out when built with
+    ``ZCCL_WITH_MPI=0`` or where no ``mpicc`` was found)."""
     return bool(_C.MPI_TRANSPORT)
 
 
-def transport(environ: dict[str, str] | None = None, mpi_built: bool | None = None) -> str:
+def transport(
+    environ: dict[str, str] | None = None,
+    mpi_built: bool | None = None,
+    library: str | None = None,
+) -> str:
     """The transport new zccl groups use: ``"mpi"`` or ``"tcp"``.
 
-    ``ZCCL_TRANSPORT`` (``auto``, ``mpi``, ``tcp``; default ``auto``) decides. ``auto`` takes Open
-    MPI when an MPI launcher started the process (mpirun sets ``OMPI_COMM_WORLD_SIZE``/PMIx
-    variables) and the build has it (:func:`mpi_transport_built`; ``mpi_built`` overrides, for
-    tests), and our own TCP sockets otherwise (torchrun or any launcher that gives torch a store;
-    under mpirun on one host the store's address is derived from Open MPI's variables): the
-    compressed collectives are the same over both, only the bytes' carrier differs. ``mpi`` in a
-    build without it is returned as asked; creating a group then raises on every rank.
+    ``ZCCL_TRANSPORT`` (``auto``, ``mpi``, ``tcp``; default ``auto``) decides. ``auto`` takes MPI
+    when an MPI launcher started the process (Open MPI's mpirun, or the Hydra mpiexec of MPICH
+    and its kin: zccl_torch.launcher) and the build has the MPI transport
+    (:func:`mpi_transport_built`) for that launcher's MPI, and our own TCP sockets otherwise
+    (torchrun or any launcher that gives torch a store; under an MPI launcher on one host the
+    store's address is derived from its variables): the compressed collectives are the same over
+    both, only the bytes' carrier differs. A build that links another MPI than the launcher's
+    (Open MPI's under MPICH's mpiexec) takes TCP, with a warning. ``mpi`` is returned as asked;
+    creating a group then raises on every rank where the build cannot serve it.
+    ``mpi_built`` and ``library`` (the MPI library's version text) override what this build
+    says, for tests.
     """
     env = os.environ if environ is None else environ
     choice = env.get("ZCCL_TRANSPORT", "auto").strip().lower() or "auto"
@@ -353,12 +326,44 @@ def transport(environ: dict[str, str] | None = None, mpi_built: bool | None = No
     if choice != "auto":
         return choice
     built = mpi_transport_built() if mpi_built is None else mpi_built
-    return "mpi" if built and any(v in env for v in _MPI_LAUNCH_VARS) else "tcp"
+    if not built or not any(v in env for v in _MPI_LAUNCH_VARS):
+        return "tcp"
+    mismatch = launcher.library_mismatch(launcher.mpi_launch(env), _library(library))
+    if mismatch is not None:
+        _warn_once(
+            f"{mismatch}; zccl groups use the TCP transport instead. For the MPI transport, "
+            "launch with the mpirun of that MPI or rebuild zccl against the launcher's MPI "
+            "(MPICC=<its mpicc> pip install --no-build-isolation .); ZCCL_TRANSPORT=tcp "
+            "silences this warning."
+        )
+        return "tcp"
+    return "mpi"
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def _warn_once(text: str) -> None:
+    """A RuntimeWarning, the first time this process meets ``text`` (every group creation asks
+    for the transport)."""
+    with _warned_lock:
+        if text in _warned:
+            return
+        _warned.add(text)
+    warnings.warn(text, RuntimeWarning, stacklevel=3)
+
+
+def _library(library: str | None = None) -> str:
+    """The MPI library's version text (``library`` when given; "" in a build without MPI)."""
+    if library is not None:
+        return library
+    return str(_C.mpi_library_version()) if mpi_transport_built() else ""
 
 
 def register() -> None:
     """Registers the backend with torch.distributed (no-op when already registered)."""
-    _set_launch_defaults()
+    launcher.set_launch_defaults()
     _enable_monitored_barrier()
     state_transfer.install()
     if BACKEND_NAME in dist.Backend.backend_list:

@@ -10,7 +10,11 @@
 #ifndef MPICH_SKIP_MPICXX
 #define MPICH_SKIP_MPICXX 1
 #endif
-#include <mpi.h>
+#ifdef ZCCL_GENERATED_MPI_HEADER
+#include "zccl_mpi.h"  // setup.py's builds: names MPI's include folders (setup.py, mpi_compile_args)
+#else
+#include <mpi.h>  // the test programs', with the wrapper's own flags
+#endif
 
 #include <functional>
 

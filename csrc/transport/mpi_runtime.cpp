@@ -138,9 +138,13 @@ namespace {
 //   from 8 to 64 values on; upstream open-mpi/ompi#8045, closed as wontfix); they must wrap (-56).
 // * MIN/MAX of floats: MPI_MIN/MPI_MAX drop or keep a NaN depending on which rank holds it; ours
 //   keep it, as the compressed path and the TCP transport do.
+// * MIN/MAX of unsigned integers: MPICH 4.0 (Debian's 4.0.2, ch4) compares MPI_UINT8_T,
+//   MPI_UINT16_T and MPI_UINT64_T as signed (the MAX of 200, 5 and 7 as uint8 gave 7), and Open
+//   MPI 4.1 MPI_UNSIGNED_LONG (measured here with a C program on 3 ranks; Open MPI's
+//   MPI_UINT*_T were right). Ours compare them as unsigned under every MPI.
 ElemType elem_type_of(MPI_Datatype type) {
   for (ElemType t : {ElemType::Int8, ElemType::UInt8, ElemType::Int16, ElemType::UInt16,
-                     ElemType::Float32, ElemType::Float64}) {
+                     ElemType::UInt32, ElemType::UInt64, ElemType::Float32, ElemType::Float64}) {
     if (datatype(t) == type) return t;
   }
   std::abort();  // unreachable: op() hands these operators out for the types above only
@@ -170,9 +174,12 @@ MPI_Op op(ReduceKind k, ElemType t) {
   const bool narrow_integer = t == ElemType::Int8 || t == ElemType::UInt8 ||
                               t == ElemType::Int16 || t == ElemType::UInt16;
   const bool floating = t == ElemType::Float32 || t == ElemType::Float64;
+  const bool is_unsigned = t == ElemType::UInt8 || t == ElemType::UInt16 ||
+                           t == ElemType::UInt32 || t == ElemType::UInt64;
+  const bool ordered_by_us = floating || is_unsigned;
   if (k == ReduceKind::Sum && narrow_integer) return folding_op<ReduceKind::Sum>();
-  if (k == ReduceKind::Min && floating) return folding_op<ReduceKind::Min>();
-  if (k == ReduceKind::Max && floating) return folding_op<ReduceKind::Max>();
+  if (k == ReduceKind::Min && ordered_by_us) return folding_op<ReduceKind::Min>();
+  if (k == ReduceKind::Max && ordered_by_us) return folding_op<ReduceKind::Max>();
   switch (k) {
     case ReduceKind::Sum: return MPI_SUM;
     case ReduceKind::Prod: return MPI_PROD;

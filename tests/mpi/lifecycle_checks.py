@@ -36,11 +36,13 @@ import torch
 import torch.distributed as dist
 
 import zccl_torch
+from zccl_torch import launcher
 
 
 def rank_mismatch() -> None:
-    p = int(os.environ["OMPI_COMM_WORLD_SIZE"])
-    r = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    launch = launcher.mpi_launch()
+    assert launch is not None, "run this check under an MPI launcher"
+    p, r = launch.size, launch.rank
     try:
         dist.init_process_group(
             "zccl",
@@ -279,7 +281,11 @@ def transport_error() -> None:
         assert r == 0, f"rank {r} raised: {exc}"
         assert "TRUNCATE" in str(exc) or "truncated" in str(exc), str(exc)
     else:
-        assert r != 0, "the short receive did not raise"
+        # MPICH 4.0 reports nothing: the block that does not fit is left out, silently (README,
+        # Limitations: with check_agreement=False only Open MPI and the TCP transport see it).
+        library = zccl_torch._C.mpi_library_version()
+        mpich = zccl_torch.backend.transport() == "mpi" and "MPICH" in library
+        assert r != 0 or mpich, "the short receive did not raise"
     t = torch.ones(4)
     dist.all_reduce(t)
     assert t.tolist() == [float(p)] * 4, t
