@@ -3,11 +3,11 @@ Open MPI pass (backend, conformance, dtypes, lifecycle), ``import zccl_torch`` f
 rendezvous from Hydra's variables, and a build whose MPI is not the launcher's falls back to
 the TCP transport with a warning (or, asked for MPI by name, raises on every rank).
 
-The extension is built with ``MPICC=mpicc.mpich`` in the checkout's build tree into a folder of
-its own: only MPI's five transport files see MPI's headers (setup.py, mpi_compile_args), so
-only they recompile (seconds), and the link takes libmpich. Runs where Debian's MPICH is
-installed beside Open MPI (``scripts/test.sh`` installs ``mpich`` and ``libmpich-dev``; Open
-MPI stays the default ``mpicc``/``mpirun``).
+The extension is built with ``MPICC=mpicc.mpich scripts/build_with_mpi.sh`` in the checkout's
+build tree into a folder of its own: only MPI's five transport files see MPI's headers
+(setup.py, mpi_compile_args), so only they recompile (seconds), and the link takes libmpich.
+Runs where Debian's MPICH is installed beside Open MPI (``scripts/test.sh`` installs ``mpich``
+and ``libmpich-dev``; Open MPI stays the default ``mpicc``/``mpirun``).
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ TRANSPORT_FILES = {
 
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A zccl_torch package whose extension links MPICH, outside the checkout."""
+    """A zccl_torch package whose extension links MPICH, outside the checkout
+    (scripts/build_with_mpi.sh)."""
     tmp = tmp_path_factory.mktemp("mpich")
-    lib = tmp / "lib"
     done = subprocess.run(
-        [sys.executable, "setup.py", "build_ext", "--build-lib", str(lib)],
+        [str(ROOT / "scripts" / "build_with_mpi.sh"), str(tmp)],
         cwd=ROOT,
-        env={**torchrun_env(), "MPICC": str(MPICH_CC)},
+        env={**torchrun_env(), "MPICC": str(MPICH_CC), "PYTHON": sys.executable},
         capture_output=True,
         text=True,
         timeout=900,
@@ -61,16 +61,11 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     # objects are MPICH's already), warning-free.
     assert compiled <= TRANSPORT_FILES, (compiled, done.stdout[-3000:])
     assert "warning" not in done.stdout + done.stderr, done.stdout[-4000:]
-    (so,) = (lib / "zccl_torch").glob("_C*.so")
+    (so,) = (tmp / "site" / "zccl_torch").glob("_C*.so")
     needed = needed_libraries(so)
     assert any(n.startswith("libmpich") for n in needed), needed
     assert not any(n.startswith("libmpi.so") for n in needed), needed
-    pkg = tmp / "site" / "zccl_torch"
-    shutil.copytree(
-        ROOT / "zccl_torch", pkg, ignore=shutil.ignore_patterns("_C*.so", "__pycache__")
-    )
-    shutil.copy(so, pkg / so.name)
-    return pkg.parent
+    return tmp / "site"
 
 
 @pytest.fixture(scope="module")
