@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import setuptools
 from setuptools import setup
@@ -110,32 +111,38 @@ def with_mpi(mpicc: str | None) -> bool:
     return True
 
 
-def mpi_flags(mpicc: str | None, link: bool) -> tuple[list[str], list[str]]:
-    """Compile and link flags of the MPI library, from its compiler wrapper: Open MPI's
-    (``--showme:compile`` / ``--showme:link``) or, where that option is unknown, an MPICH-family
-    one (MPICH, MVAPICH, Intel MPI, Cray's): ``-show`` prints the whole command line it would run,
-    whose include, define and thread flags are the compile flags and whose library flags are
-    the link flags.
+class MpiFlags(NamedTuple):
+    """What an MPI compiler wrapper adds to a compiler call."""
+
+    include_dirs: list[str]
+    compile: list[str]  # other compile flags (-D, -pthread)
+    link: list[str]
+
+
+def mpi_flags(mpicc: str | None, link: bool) -> MpiFlags:
+    """The MPI library's flags, from its compiler wrapper: Open MPI's (``--showme:compile`` /
+    ``--showme:link``) or, where that option is unknown, an MPICH-family one (MPICH, MVAPICH,
+    Intel MPI): ``-show`` prints the whole command line it would run.
 
     The compile flags (include folders) are used whenever the wrapper is there, also for a build
     without the MPI transport (``link`` False): they change nothing in the files that build
     compiles, and identical compile commands let ninja reuse every object when one build tree
     switches between the two (the test of the build without MPI does that)."""
     if mpicc is None:
-        return [], []
-    compile_flags, link_flags = wrapper_flags(mpicc)
-    return compile_flags, link_flags if link else []
+        return MpiFlags([], [], [])
+    flags = classify_flags(wrapper_arguments(mpicc))
+    return flags if link else flags._replace(link=[])
 
 
-def wrapper_flags(mpicc: str) -> tuple[list[str], list[str]]:
-    """(compile, link) flags that the MPI compiler wrapper ``mpicc`` adds to a compiler call."""
+def wrapper_arguments(mpicc: str) -> list[str]:
+    """The arguments the MPI compiler wrapper ``mpicc`` adds to a compiler call."""
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([mpicc, *args], capture_output=True, text=True, timeout=120)
 
     compile_out, link_out = run("--showme:compile"), run("--showme:link")
     if compile_out.returncode == 0 and link_out.returncode == 0:  # Open MPI
-        return shlex.split(compile_out.stdout), shlex.split(link_out.stdout)
+        return shlex.split(compile_out.stdout) + shlex.split(link_out.stdout)
     shown = run("-show")  # the MPICH family: "gcc -I... -L... -lmpich"
     if shown.returncode != 0 or not shown.stdout.strip():
         why = (shown.stderr or compile_out.stderr).strip()
@@ -145,40 +152,30 @@ def wrapper_flags(mpicc: str) -> tuple[list[str], list[str]]:
             "Point MPICC at your MPI's C compiler wrapper, or build without the MPI transport "
             "(ZCCL_WITH_MPI=0)."
         )
-    return split_shown_command(shlex.split(shown.stdout)[1:])
+    return shlex.split(shown.stdout)[1:]  # the compiler left out
 
 
-def split_shown_command(args: list[str]) -> tuple[list[str], list[str]]:
-    """An MPI wrapper's ``-show`` arguments (the compiler left out) sorted into compile flags
-    (``-I``, ``-isystem``, ``-D``, ``-pthread``) and link flags (``-L``, ``-l``, ``-Wl,``,
-    ``-Xlinker``, ``-pthread``, library files); anything else (``-O2``, ``-g``) is the wrapper's
-    own taste and dropped."""
-    compile_flags: list[str] = []
-    link_flags: list[str] = []
-    takes_value = {
-        "-I": compile_flags,
-        "-isystem": compile_flags,
-        "-D": compile_flags,
-        "-L": link_flags,
-        "-l": link_flags,
-        "-Xlinker": link_flags,
-    }
+def classify_flags(args: list[str]) -> MpiFlags:
+    """A wrapper's arguments sorted: include folders (``-I``, ``-isystem``), other compile flags
+    (``-D``, ``-pthread``) and link flags (``-L``, ``-l``, ``-Wl,``, ``-Xlinker``, ``-pthread``,
+    library files); anything else (``-O2``, ``-g``) is the wrapper's own taste and dropped."""
+    flags = MpiFlags([], [], [])
     i = 0
     while i < len(args):
         a = args[i]
-        if a in takes_value and i + 1 < len(args):  # "-I dir": flag and value apart
-            takes_value[a] += [a, args[i + 1]]
-            i += 2
-            continue
-        if a == "-pthread":
-            compile_flags.append(a)
-            link_flags.append(a)
-        elif a.startswith(("-I", "-isystem", "-D")):
-            compile_flags.append(a)
-        elif a.startswith(("-L", "-l", "-Wl,")) or re.search(r"\.(so(\.\d+)*|a)$", a):
-            link_flags.append(a)
-        i += 1
-    return compile_flags, link_flags
+        value = args[i + 1] if i + 1 < len(args) else None
+        apart = value is not None and a in ("-I", "-isystem", "-D", "-L", "-l", "-Xlinker")
+        i += 2 if apart else 1
+        if a.startswith(("-I", "-isystem")):
+            flags.include_dirs.append(value if apart else a[2 if a.startswith("-I") else 8 :])
+        elif a.startswith("-D"):
+            flags.compile.extend([a, value] if apart else [a])
+        elif a == "-pthread":
+            flags.compile.append(a)
+            flags.link.append(a)
+        elif a.startswith(("-L", "-l", "-Wl,", "-Xlinker")) or re.search(r"\.(so(\.\d+)*|a)$", a):
+            flags.link.extend([a, value] if apart else [a])
+    return flags
 
 
 def sources(mpi: bool) -> list[str]:
@@ -231,7 +228,7 @@ MPI_INCLUDE_SLOTS = 4
 MPI_HEADER = GENERATED / "zccl_mpi.h"
 
 
-def mpi_compile_args(flags: list[str], mpicc: str | None) -> list[str]:
+def mpi_compile_args(mpi: MpiFlags, mpicc: str | None) -> list[str]:
     """The MPI wrapper's compile flags as every file of this build gets them.
 
     Only csrc/transport/mpi_*.cpp include MPI's headers, through build/zccl_generated/zccl_mpi.h.
@@ -242,22 +239,7 @@ def mpi_compile_args(flags: list[str], mpicc: str | None) -> list[str]:
     with it (ninja follows links to the headers' times, which need not be newer than the
     objects; the rewritten zccl_mpi.h is). Include folders beyond the slots and other flags are
     passed as they are."""
-    dirs: list[str] = []
-    rest: list[str] = []
-    i = 0
-    while i < len(flags):
-        flag = flags[i]
-        if flag in ("-I", "-isystem") and i + 1 < len(flags):
-            dirs.append(flags[i + 1])
-            i += 2
-            continue
-        if flag.startswith("-I"):
-            dirs.append(flag[2:])
-        elif flag.startswith("-isystem"):
-            dirs.append(flag[len("-isystem") :])
-        else:
-            rest.append(flag)
-        i += 1
+    dirs = mpi.include_dirs
     empty = MPI_INCLUDE / "empty"
     empty.mkdir(parents=True, exist_ok=True)
     for slot in range(MPI_INCLUDE_SLOTS):
@@ -280,7 +262,7 @@ def mpi_compile_args(flags: list[str], mpicc: str | None) -> list[str]:
     write_if_changed(MPI_HEADER, text)
     slots = [f"-I{MPI_INCLUDE / str(slot)}" for slot in range(MPI_INCLUDE_SLOTS)]
     beyond = [f"-I{d}" for d in dirs[MPI_INCLUDE_SLOTS:]]
-    return ["-DZCCL_GENERATED_MPI_HEADER=1", *slots, *beyond, *rest]
+    return ["-DZCCL_GENERATED_MPI_HEADER=1", *slots, *beyond, *mpi.compile]
 
 
 # Instruction-set extensions the compiler may use once `-march` enables them (the preprocessor
@@ -422,8 +404,8 @@ write_build_info()
 write_build_target()
 mpicc = find_mpicc()
 mpi_built = with_mpi(mpicc)
-mpi_wrapper_compile, mpi_link = mpi_flags(mpicc, link=mpi_built)
-mpi_compile = mpi_compile_args(mpi_wrapper_compile, mpicc)
+mpi = mpi_flags(mpicc, link=mpi_built)
+mpi_compile, mpi_link = mpi_compile_args(mpi, mpicc), mpi.link
 zstd_compile, zstd_link = zstd_flags()
 
 if cuda_enabled():

@@ -158,8 +158,10 @@ def _prepare(pg_options: Any) -> _Prepared:
     if chosen == "mpi" and not mpi_transport_built():
         # no_mpi.cpp's open_mpi_group would throw too, but after the members met.
         raise RuntimeError(_C.NO_MPI_TRANSPORT_MESSAGE)
-    mismatch = launcher.library_mismatch(launcher.mpi_launch(), _library())
-    if chosen == "mpi" and mismatch is not None:
+    mismatch = None
+    if chosen == "mpi":
+        mismatch = launcher.library_mismatch(launcher.mpi_launch(), _library())
+    if mismatch is not None:
         # Before MPI_Init: every rank would be rank 0 of a world of one.
         raise RuntimeError(
             f"{mismatch}. Launch with the mpirun of that MPI, rebuild zccl against the "
@@ -291,7 +293,6 @@ def _local_address() -> str:
 
 
 _TRANSPORTS = ("auto", "mpi", "tcp")
-_MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
 
 
 def mpi_transport_built() -> bool:
@@ -326,7 +327,7 @@ def transport(
     if choice != "auto":
         return choice
     built = mpi_transport_built() if mpi_built is None else mpi_built
-    if not built or not any(v in env for v in _MPI_LAUNCH_VARS):
+    if not built or not launcher.started_by_mpi(env):
         return "tcp"
     mismatch = launcher.library_mismatch(launcher.mpi_launch(env), _library(library))
     if mismatch is not None:

@@ -118,6 +118,17 @@ def hydra_job(pid: int | None = None, max_depth: int = 32) -> str | None:
     return None
 
 
+# Set by an MPI launcher (also PMIx-only ones, such as srun --mpi=pmix, whose ranks mpi_launch
+# cannot place).
+MPI_LAUNCH_VARS = ("OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE")
+
+
+def started_by_mpi(env: Environ | None = None) -> bool:
+    """Whether an MPI launcher started this process."""
+    env = os.environ if env is None else env
+    return any(v in env for v in MPI_LAUNCH_VARS)
+
+
 def mpi_launch(env: Environ | None = None) -> MpiLaunch | None:
     """What the MPI launcher that started this process says about it; None when no MPI launcher
     did (torchrun, a plain ``python``)."""
